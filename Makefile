@@ -1,0 +1,33 @@
+# effectusd — one command per job. `make install` once, then the others.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+export EFFECTUSD_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/effectusd
+
+.PHONY: install test lint demo bench chaos clean
+
+$(BIN)/effectusd: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(BIN)/effectusd
+
+test: install
+	$(BIN)/pytest -q tests
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+demo: install
+	$(BIN)/python contrib/demo.py
+
+bench: install
+	$(BIN)/effectusd --config examples/effectusd.toml bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,338 @@
+"""The effectusd command line (DESIGN.md section 11).
+
+Exit codes scripts can rely on: 0 success; 1 operational failure (database unreachable, …);
+2 usage error; 3 invalid input (plan, facts or config); 4 conflict (the state or an existing
+saga does not allow it); 5 not found; 6 `migrate --check` found pending migrations.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+import psycopg
+
+from effectusd import render
+from effectusd.client import Client
+from effectusd.config import Config, ConfigError, load_config
+from effectusd.core.canonical import parse_json
+from effectusd.core.checker import PlanCheckError, check
+from effectusd.core.states import SagaState
+from effectusd.core.submission import SubmitConflict, SubmitError
+from effectusd.store.postgres import migrations
+
+EXIT_FAILURE = 1
+EXIT_INVALID = 3
+EXIT_CONFLICT = 4
+EXIT_NOT_FOUND = 5
+EXIT_PENDING = 6
+
+
+class Context:
+    def __init__(self, config_path: str | None, database_url: str | None) -> None:
+        self.config_path = config_path
+        self._database_url = database_url
+        self._config: Config | None = None
+
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            path = self.config_path
+            if path is None and Path("effectusd.toml").exists():
+                path = "effectusd.toml"
+            try:
+                self._config = load_config(path)
+            except ConfigError as exc:
+                fail(str(exc), EXIT_INVALID)
+        return self._config
+
+    @property
+    def database_url(self) -> str:
+        return self._database_url or self.config.database.url
+
+    def client(self) -> Client:
+        return Client(self.config, database_url=self.database_url)
+
+    def connect(self) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(self.database_url, autocommit=True)
+        except psycopg.OperationalError as exc:
+            fail(f"cannot connect to the database: {str(exc).strip()}", EXIT_FAILURE)
+
+
+def fail(message: str, code: int) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def emit(data: Any, as_json: bool, human: Callable[[Any], str]) -> None:
+    if as_json:
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    else:
+        click.echo(human(data))
+
+
+def read_json_file(path: str, what: str) -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        fail(f"{path}: cannot read {what}: {exc.strerror}", EXIT_INVALID)
+    try:
+        return parse_json(text)
+    except ValueError as exc:
+        fail(f"{path}: {exc}", EXIT_INVALID)
+
+
+def report_check_error(source: str, error: PlanCheckError) -> NoReturn:
+    click.echo(f"{source}: {len(error.issues)} problem(s):", err=True)
+    for issue in error.issues:
+        click.echo(f"  {issue}", err=True)
+    sys.exit(EXIT_INVALID)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--config",
+    "config_path",
+    envvar="EFFECTUSD_CONFIG",
+    type=click.Path(dir_okay=False),
+    help="TOML config file (env EFFECTUSD_CONFIG; default ./effectusd.toml if present).",
+)
+@click.option(
+    "--database-url",
+    envvar="EFFECTUSD_DATABASE_URL",
+    help="PostgreSQL URL (env EFFECTUSD_DATABASE_URL; overrides the config).",
+)
+@click.version_option(package_name="effectusd")
+@click.pass_context
+def main(ctx: click.Context, config_path: str | None, database_url: str | None) -> None:
+    """effectusd: a transactional-outbox saga dispatcher.
+
+    Exit codes: 0 ok, 1 operational failure, 2 usage, 3 invalid input, 4 conflict,
+    5 not found, 6 pending migrations (migrate --check).
+    """
+    ctx.obj = Context(config_path, database_url)
+
+
+@main.command()
+@click.option(
+    "--check", "check_only", is_flag=True, help="Only report; exit 6 if anything is pending."
+)
+@json_option
+@click.pass_obj
+def migrate(obj: Context, check_only: bool, as_json: bool) -> None:
+    """Apply pending schema migrations (under an advisory lock)."""
+    with obj.connect() as conn:
+        try:
+            if check_only:
+                current = migrations.status(conn)
+                data = {
+                    "applied": current.applied,
+                    "pending": [f"{m.version}_{m.name}" for m in current.pending],
+                    "problems": current.problems,
+                }
+                emit(
+                    data,
+                    as_json,
+                    lambda d: "\n".join(
+                        [
+                            f"applied: {', '.join(map(str, d['applied'])) or 'none'}",
+                            f"pending: {', '.join(d['pending']) or 'none'}",
+                        ]
+                        + [f"problem: {p}" for p in d["problems"]]
+                    ),
+                )
+                if current.problems:
+                    sys.exit(EXIT_CONFLICT)
+                if current.pending:
+                    sys.exit(EXIT_PENDING)
+                return
+            applied = migrations.migrate(conn)
+        except migrations.MigrationError as exc:
+            fail(str(exc), EXIT_CONFLICT)
+    names = [f"{m.version}_{m.name}" for m in applied]
+    emit(
+        {"applied": names},
+        as_json,
+        lambda d: "\n".join(f"applied {n}" for n in d["applied"]) or "schema is up to date",
+    )
+
+
+@main.command("check")
+@click.argument("plan_file", type=click.Path(dir_okay=False))
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False),
+    help="Write the checked plan (with contract hashes and digest) to this file.",
+)
+@json_option
+@click.pass_obj
+def check_command(obj: Context, plan_file: str, output: str | None, as_json: bool) -> None:
+    """Check a plan against the configured verbs; report every problem at once."""
+    plan = read_json_file(plan_file, "plan")
+    try:
+        checked = check(plan, obj.config.verbs)
+    except PlanCheckError as exc:
+        if as_json:
+            emit({"ok": False, "problems": [str(i) for i in exc.issues]}, True, str)
+            sys.exit(EXIT_INVALID)
+        report_check_error(plan_file, exc)
+    if output:
+        Path(output).write_text(json.dumps(checked.document(), indent=2) + "\n", encoding="utf-8")
+    emit(
+        {
+            "ok": True,
+            "plan_id": checked.plan_id,
+            "plan_digest": checked.plan_digest,
+            "steps": [s.id for s in checked.steps],
+        },
+        as_json,
+        lambda d: (
+            f"{plan_file}: ok — plan {d['plan_id']}, {len(d['steps'])} step(s) "
+            f"({', '.join(d['steps'])}), digest {d['plan_digest']}"
+        ),
+    )
+
+
+@main.command()
+@click.argument("plan_file", type=click.Path(dir_okay=False))
+@click.option("--execution-id", required=True, help="Your business id for this run (e.g. order-7).")
+@click.option("--facts", "facts_json", default="{}", help="Facts as a JSON object.")
+@click.option(
+    "--not-before",
+    type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S"]),
+    help="Do not dispatch the first step before this time (ISO 8601; UTC if no offset).",
+)
+@json_option
+@click.pass_obj
+def submit(
+    obj: Context,
+    plan_file: str,
+    execution_id: str,
+    facts_json: str,
+    not_before: datetime | None,
+    as_json: bool,
+) -> None:
+    """Submit a plan (raw or checked) as a new saga. Re-submitting the same is a no-op."""
+    plan = read_json_file(plan_file, "plan")
+    try:
+        facts = parse_json(facts_json)
+    except ValueError as exc:
+        fail(f"--facts: {exc}", EXIT_INVALID)
+    if not isinstance(facts, dict):
+        fail("--facts must be a JSON object", EXIT_INVALID)
+    if not_before is not None and not_before.tzinfo is None:
+        from datetime import UTC
+
+        not_before = not_before.replace(tzinfo=UTC)
+    try:
+        result = obj.client().submit(
+            plan, execution_id=execution_id, facts=facts, not_before=not_before, actor="cli"
+        )
+    except PlanCheckError as exc:
+        report_check_error(plan_file, exc)
+    except SubmitConflict as exc:
+        fail(str(exc), EXIT_CONFLICT)
+    except SubmitError as exc:
+        fail(str(exc), EXIT_INVALID)
+    except psycopg.OperationalError as exc:
+        fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
+    emit(
+        {"saga_id": result.saga_id, "created": result.created},
+        as_json,
+        lambda d: f"{'submitted' if d['created'] else 'already submitted'} saga {d['saga_id']}",
+    )
+
+
+@main.group()
+def sagas() -> None:
+    """Inspect sagas."""
+
+
+@sagas.command("list")
+@click.option("--state", type=click.Choice([s.value for s in SagaState]), help="Only this state.")
+@click.option("--plan", "plan_id", help="Only this plan id.")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100_000))
+@json_option
+@click.pass_obj
+def sagas_list(
+    obj: Context, state: str | None, plan_id: str | None, limit: int, as_json: bool
+) -> None:
+    """List sagas, newest first."""
+    try:
+        rows = obj.client().list(state=state, plan_id=plan_id, limit=limit)
+    except psycopg.OperationalError as exc:
+        fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
+    from effectusd.core.views import jsonable
+
+    emit(jsonable(rows), as_json, render.saga_list)
+
+
+@sagas.command("show")
+@click.argument("saga_id")
+@json_option
+@click.pass_obj
+def sagas_show(obj: Context, saga_id: str, as_json: bool) -> None:
+    """Show one saga: steps, dispatches, attempts and its timeline."""
+    try:
+        view = obj.client().get(saga_id)
+    except psycopg.OperationalError as exc:
+        fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
+    if view is None:
+        fail(f"saga {saga_id} not found", EXIT_NOT_FOUND)
+    emit(view, as_json, render.saga_detail)
+
+
+@main.command()
+@click.option(
+    "--until-idle",
+    is_flag=True,
+    help="Exit 0 once nothing is queued, in flight or due within a short wait.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 10_000),
+    help="Concurrent calls overall (overrides dispatcher.concurrency).",
+)
+@click.option("--log-format", type=click.Choice(["text", "json"]), help="Log line format.")
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
+)
+@click.pass_obj
+def run(
+    obj: Context, until_idle: bool, workers: int | None, log_format: str | None, log_level: str
+) -> None:
+    """Run the dispatcher daemon (SIGTERM drains in-flight calls and exits 0)."""
+    import asyncio
+
+    from effectusd.dispatcher.daemon import Daemon
+    from effectusd.logs import configure_logging
+
+    config = obj.config
+    if workers is not None:
+        config.dispatcher.concurrency = workers
+    configure_logging(log_format or config.observability.log_format, log_level)
+    daemon = Daemon(config, obj.database_url)
+    try:
+        code = asyncio.run(daemon.run(until_idle=until_idle))
+    except migrations.MigrationError as exc:
+        fail(str(exc), EXIT_CONFLICT)
+    except psycopg.OperationalError as exc:
+        fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""The TOML configuration (DESIGN.md section 12) as pydantic models.
+
+Every error names the file, the key and the reason, e.g.
+``effectusd.toml: destinations.payments.headers.Idempotency-Key: reserved header``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from effectusd.core.contracts import VerbContract
+from effectusd.core.durations import parse_duration
+from effectusd.core.states import OutcomeClass
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+RESERVED_HEADERS = frozenset({"idempotency-key", "content-type", "content-length", "host"})
+RESERVED_PREFIX = "x-effectus-"
+DEFAULT_DATABASE_URL = "postgresql:///effectusd"
+
+
+def is_reserved_header(name: str) -> bool:
+    lowered = name.strip().lower()
+    return lowered in RESERVED_HEADERS or lowered.startswith(RESERVED_PREFIX)
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used. The message names file, key and reason."""
+
+
+class DatabaseConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str = DEFAULT_DATABASE_URL
+    pool_min_size: int = Field(default=2, ge=1)
+    pool_max_size: int = Field(default=10, ge=1)
+
+
+class DispatcherConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    concurrency: int = Field(default=64, ge=1, le=10_000)
+    lease_margin: Duration = timedelta(seconds=30)
+    batch_size: int = Field(default=64, ge=1, le=10_000)
+    poll_interval: Duration = timedelta(seconds=1)
+    shutdown_grace: Duration = timedelta(seconds=30)
+
+
+class FencingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    provider: Literal["postgres", "memory"] = "postgres"
+    test_setup: bool = False
+    lease_ttl: Duration = timedelta(seconds=60)
+
+
+class ObservabilityConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    http_host: str = "127.0.0.1"
+    http_port: int | None = Field(default=None, ge=0, le=65535)
+    log_format: Literal["text", "json"] = "text"
+
+
+class DestinationConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str
+    timeout: Duration = timedelta(seconds=10)
+    connect_timeout: Duration = timedelta(seconds=5)
+    max_concurrency: int = Field(default=16, ge=1, le=10_000)
+    headers: dict[str, str] = Field(default_factory=dict)
+    bearer_token_env: str | None = None
+    verify_tls: bool = True
+    ca_file: str | None = None
+    max_response_bytes: int = Field(default=1_048_576, ge=1)
+    status_map: dict[int, OutcomeClass] = Field(default_factory=dict)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+    @field_validator("headers")
+    @classmethod
+    def _no_reserved_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        reserved = sorted(name for name in value if is_reserved_header(name))
+        if reserved:
+            raise ValueError(
+                f"reserved header(s) {', '.join(reserved)} cannot be set in config "
+                "(Idempotency-Key and every X-Effectus-* header belong to the engine)"
+            )
+        if any(name.lower() == "authorization" for name in value):
+            raise ValueError("set Authorization through bearer_token_env, never inline")
+        return value
+
+    @field_validator("status_map")
+    @classmethod
+    def _status_codes(cls, value: dict[int, OutcomeClass]) -> dict[int, OutcomeClass]:
+        for code in value:
+            if not 100 <= code <= 599:
+                raise ValueError(f"status code {code} is not an HTTP status")
+        return value
+
+
+class VerbConfig(BaseModel):
+    """A verb as written in config: a VerbContract without its name (the table key)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Config(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    namespace: str = Field(default="default", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    database: DatabaseConfig = Field(default_factory=DatabaseConfig)
+    dispatcher: DispatcherConfig = Field(default_factory=DispatcherConfig)
+    fencing: FencingConfig = Field(default_factory=FencingConfig)
+    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
+    destinations: dict[str, DestinationConfig] = Field(default_factory=dict)
+    verbs: dict[str, VerbContract] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_verbs(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("verbs"), dict):
+            data = dict(data)
+            data["verbs"] = {
+                name: ({"name": name, **body} if isinstance(body, dict) else body)
+                for name, body in data["verbs"].items()
+            }
+        return data
+
+    @model_validator(mode="after")
+    def _verbs_name_known_destinations(self) -> Config:
+        missing = [
+            f"verbs.{name}.destination: {verb.destination!r} is not a configured destination"
+            for name, verb in self.verbs.items()
+            if verb.destination not in self.destinations
+        ]
+        if missing:
+            raise ValueError("; ".join(missing))
+        return self
+
+    def verb(self, name: str) -> VerbContract:
+        return self.verbs[name]
+
+
+def _format_validation_error(source: str, error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = item["msg"].removeprefix("Value error, ")
+        lines.append(f"{source}: {key}: {message}")
+    return "\n".join(lines)
+
+
+def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(source, exc)) from None
+
+
+def load_config(path: str | os.PathLike[str] | None) -> Config:
+    """Load a TOML config; no path means defaults. EFFECTUSD_DATABASE_URL overrides the URL."""
+    if path is None:
+        config = Config()
+    else:
+        file = Path(path)
+        try:
+            data = tomllib.loads(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{file}: file not found") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+        config = parse_config(data, str(file))
+    env_url = os.environ.get("EFFECTUSD_DATABASE_URL")
+    if env_url:
+        config.database.url = env_url
+    return config

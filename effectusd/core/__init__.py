@@ -1,0 +1,1 @@
+"""The pure core: canonical JSON, identities, plans, checking and decisions. No I/O."""

@@ -1,0 +1,307 @@
+"""check(plan, verbs): a CheckedPlan, or every problem at once (DESIGN.md section 4)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+from pydantic import ValidationError
+
+from effectusd.core.canonical import JsonValue, canonical_hash, join_path, json_problems
+from effectusd.core.contracts import VerbContract
+from effectusd.core.expressions import FactRef, ResultRef, scan
+from effectusd.core.plan import (
+    CHECKED_PLAN_FORMAT,
+    CheckedCompensation,
+    CheckedPlan,
+    CheckedStep,
+    FactType,
+    PlanSpec,
+)
+
+# Ids travel in HTTP headers, so they are restricted to a safe ASCII alphabet.
+IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
+_IDENTIFIER_RULE = "must start with a letter and use only letters, digits, '_', '.', '-' (≤128)"
+
+
+@dataclass(frozen=True)
+class CheckIssue:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class PlanCheckError(ValueError):
+    """The plan cannot be used; ``issues`` lists every problem found."""
+
+    def __init__(self, issues: list[CheckIssue]) -> None:
+        self.issues = issues
+        super().__init__("\n".join(str(issue) for issue in issues))
+
+
+def check(plan: PlanSpec | Mapping[str, Any], verbs: Mapping[str, VerbContract]) -> CheckedPlan:
+    issues: list[CheckIssue] = []
+    if isinstance(plan, PlanSpec):
+        spec = plan
+        issues.extend(_split(json_problems(spec.model_dump(mode="json"), "")))
+    else:
+        issues.extend(_split(json_problems(plan, "")))
+        try:
+            spec = PlanSpec.model_validate(plan)
+        except ValidationError as exc:
+            issues.extend(_structure_issues(exc))
+            raise PlanCheckError(issues) from None
+    checked = _check_semantics(spec, verbs, issues)
+    if issues or checked is None:
+        raise PlanCheckError(issues)
+    return checked
+
+
+def verify_checked(plan: CheckedPlan, verbs: Mapping[str, VerbContract]) -> list[CheckIssue]:
+    """Problems that make a pinned plan unusable against the live verbs (empty when fine)."""
+    issues: list[CheckIssue] = []
+    if plan.computed_digest() != plan.plan_digest:
+        issues.append(
+            CheckIssue("plan_digest", "does not match the plan's content (edited after checking?)")
+        )
+    for step in plan.steps:
+        where = f"steps[{step.sequence}]"
+        _verify_pinned_hash(step.verb, step.contract_hash, f"{where}.contract_hash", verbs, issues)
+        if step.compensate is not None:
+            _verify_pinned_hash(
+                step.compensate.verb,
+                step.compensate.contract_hash,
+                f"{where}.compensate.contract_hash",
+                verbs,
+                issues,
+            )
+    return issues
+
+
+def _verify_pinned_hash(
+    verb: str, pinned: str, where: str, verbs: Mapping[str, VerbContract], issues: list[CheckIssue]
+) -> None:
+    contract = verbs.get(verb)
+    if contract is None:
+        issues.append(CheckIssue(where, f"verb {verb!r} is not in the live registry"))
+    elif contract.contract_hash != pinned:
+        issues.append(
+            CheckIssue(where, f"verb {verb!r} changed since the plan was checked (contract drift)")
+        )
+
+
+def _split(problems: list[str]) -> list[CheckIssue]:
+    issues = []
+    for problem in problems:
+        path, _, message = problem.rpartition(": ")
+        issues.append(CheckIssue(path, message))
+    return issues
+
+
+def _structure_issues(error: ValidationError) -> list[CheckIssue]:
+    issues = []
+    for item in error.errors():
+        path = ""
+        for part in item["loc"]:
+            if isinstance(part, int):
+                path = join_path(path, part)
+            elif part in {"CompensationSpec", "literal['none']"}:
+                continue
+            else:
+                path = join_path(path, str(part))
+        message = item["msg"]
+        if item["type"] == "missing" and path.endswith(".compensate"):
+            message = 'missing: give {"verb": …, "args": …}, or "none" when nothing needs undoing'
+        elif item["type"] == "missing":
+            message = "missing"
+        issues.append(CheckIssue(path, message))
+    return _dedupe(issues)
+
+
+def _dedupe(issues: list[CheckIssue]) -> list[CheckIssue]:
+    seen: set[CheckIssue] = set()
+    return [issue for issue in issues if not (issue in seen or seen.add(issue))]  # type: ignore[func-returns-value]
+
+
+def _check_semantics(
+    spec: PlanSpec, verbs: Mapping[str, VerbContract], issues: list[CheckIssue]
+) -> CheckedPlan | None:
+    if not IDENTIFIER.match(spec.plan_id):
+        issues.append(CheckIssue("plan_id", _IDENTIFIER_RULE))
+    for fact in spec.facts:
+        if not IDENTIFIER.match(fact) and not fact.isidentifier():
+            issues.append(CheckIssue(join_path("facts", fact), "fact names must be identifiers"))
+
+    positions: dict[str, int] = {}
+    for index, step in enumerate(spec.steps):
+        where = f"steps[{index}].id"
+        if not IDENTIFIER.match(step.id):
+            issues.append(CheckIssue(where, f"step id {step.id!r} {_IDENTIFIER_RULE}"))
+        elif step.id in positions:
+            issues.append(
+                CheckIssue(
+                    where, f"duplicate step id {step.id!r} (first at steps[{positions[step.id]}])"
+                )
+            )
+        else:
+            positions[step.id] = index
+
+    checked_steps = []
+    for index, step in enumerate(spec.steps):
+        where = f"steps[{index}]"
+        contract = _contract(step.verb, verbs, f"{where}.verb", issues)
+        _check_args(step.args, f"{where}.args", index, False, spec, positions, contract, issues)
+        compensation = None
+        if step.compensate != "none":
+            comp = step.compensate
+            comp_contract = _contract(comp.verb, verbs, f"{where}.compensate.verb", issues)
+            _check_args(
+                comp.args,
+                f"{where}.compensate.args",
+                index,
+                True,
+                spec,
+                positions,
+                comp_contract,
+                issues,
+            )
+            if comp_contract is not None:
+                compensation = CheckedCompensation(
+                    verb=comp.verb, contract_hash=comp_contract.contract_hash, args=comp.args
+                )
+        if contract is not None:
+            checked_steps.append(
+                CheckedStep(
+                    id=step.id,
+                    sequence=index,
+                    verb=step.verb,
+                    contract_hash=contract.contract_hash,
+                    args=step.args,
+                    compensate=compensation,
+                )
+            )
+    if issues:
+        return None
+    body: dict[str, JsonValue] = {
+        "format": CHECKED_PLAN_FORMAT,
+        "plan_id": spec.plan_id,
+        "facts": {name: kind.value for name, kind in spec.facts.items()},
+        "steps": [step.model_dump(mode="json") for step in checked_steps],
+    }
+    return CheckedPlan.model_validate({**body, "plan_digest": canonical_hash(body)})
+
+
+def _contract(
+    name: str, verbs: Mapping[str, VerbContract], where: str, issues: list[CheckIssue]
+) -> VerbContract | None:
+    contract = verbs.get(name)
+    if contract is None:
+        known = ", ".join(sorted(verbs)) or "none configured"
+        issues.append(CheckIssue(where, f"unknown verb {name!r} (known: {known})"))
+    return contract
+
+
+def _check_args(
+    args: dict[str, Any],
+    where: str,
+    index: int,
+    is_compensation: bool,
+    spec: PlanSpec,
+    positions: Mapping[str, int],
+    contract: VerbContract | None,
+    issues: list[CheckIssue],
+) -> None:
+    refs, problems = scan(args, where)
+    issues.extend(_split(problems))
+    for ref in refs:
+        if isinstance(ref, FactRef):
+            if ref.name not in spec.facts:
+                issues.append(CheckIssue(ref.where, f"fact {ref.name!r} is not declared"))
+        elif isinstance(ref, ResultRef):
+            target = positions.get(ref.step)
+            if target is None:
+                issues.append(CheckIssue(ref.where, f"$result refers to missing step {ref.step!r}"))
+            elif target > index or (target == index and not is_compensation):
+                issues.append(
+                    CheckIssue(
+                        ref.where,
+                        f"$result refers to step {ref.step!r}, which does not run before this one",
+                    )
+                )
+    if contract is None:
+        return
+    for template in (contract.path_template, *contract.fencing_templates):
+        for placeholder in template.placeholders:
+            if placeholder.scope == "args" and placeholder.name not in args:
+                issues.append(
+                    CheckIssue(
+                        where,
+                        f"verb {contract.name!r} needs argument {placeholder.name!r} "
+                        f"for template {template.source!r}",
+                    )
+                )
+            if placeholder.scope == "facts" and placeholder.name not in spec.facts:
+                issues.append(
+                    CheckIssue(
+                        where,
+                        f"verb {contract.name!r} needs fact {placeholder.name!r} "
+                        f"for template {template.source!r}, which is not declared",
+                    )
+                )
+    if contract.args_schema is not None:
+        issues.extend(literal_schema_issues(args, contract.args_schema, where))
+
+
+def literal_schema_issues(
+    args: dict[str, Any], schema: dict[str, Any], where: str
+) -> list[CheckIssue]:
+    """Schema violations of the literal parts of ``args`` (references are checked at resolve)."""
+    refs, _ = scan(args, where)
+    if not refs:
+        return schema_issues(args, schema, where)
+    properties = schema.get("properties", {})
+    issues = []
+    for name, value in args.items():
+        sub_refs, _ = scan(value, where)
+        if not sub_refs and isinstance(properties.get(name), dict):
+            issues.extend(schema_issues(value, properties[name], join_path(where, name)))
+    return issues
+
+
+def schema_issues(value: JsonValue, schema: dict[str, Any], where: str) -> list[CheckIssue]:
+    validator = jsonschema.Draft202012Validator(schema)
+    issues = []
+    for error in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):
+        path = where
+        for part in error.absolute_path:
+            path = join_path(path, part)
+        issues.append(CheckIssue(path, f"schema: {error.message}"))
+    return issues
+
+
+def fact_issues(
+    declared: Mapping[str, FactType], facts: Mapping[str, JsonValue]
+) -> list[CheckIssue]:
+    """Facts supplied at submit must match the declared names and JSON types exactly."""
+    issues = _split(json_problems(dict(facts), "facts"))
+    for name, kind in declared.items():
+        if name not in facts:
+            issues.append(
+                CheckIssue(join_path("facts", name), f"declared {kind.value} fact is missing")
+            )
+        elif not kind.accepts(facts[name]):
+            issues.append(
+                CheckIssue(
+                    join_path("facts", name),
+                    f"expected {kind.value}, got {type(facts[name]).__name__}",
+                )
+            )
+    for name in facts:
+        if name not in declared:
+            issues.append(CheckIssue(join_path("facts", name), "fact is not declared by the plan"))
+    return issues

@@ -1,0 +1,117 @@
+"""Verb contracts (DESIGN.md section 4) and their contract hash."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from effectusd.core.canonical import JsonValue, canonical_hash, json_problems
+from effectusd.core.durations import parse_duration, to_milliseconds
+from effectusd.core.states import Delivery
+from effectusd.core.templates import (
+    FENCING_SCOPES,
+    PATH_SCOPES,
+    Template,
+    encode_path_segment,
+    parse_template,
+)
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+class RetryPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_attempts: int = Field(default=5, ge=1, le=1000)
+    initial_backoff: Duration = timedelta(milliseconds=500)
+    max_backoff: Duration = timedelta(minutes=1)
+    multiplier: float = Field(default=2.0, ge=1.0, le=100.0)
+
+    def canonical(self) -> dict[str, JsonValue]:
+        return {
+            "max_attempts": self.max_attempts,
+            "initial_backoff_ms": to_milliseconds(self.initial_backoff),
+            "max_backoff_ms": to_milliseconds(self.max_backoff),
+            "multiplier": self.multiplier,
+        }
+
+
+HttpMethod = Literal["POST", "PUT", "PATCH", "DELETE"]
+
+
+class VerbContract(BaseModel):
+    """What a verb is: where it goes, how it is called, how it is retried and fenced."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
+    version: int = Field(default=1, ge=1)
+    destination: str
+    method: HttpMethod = "POST"
+    path: str = "/"
+    args_schema: dict[str, Any] | None = None
+    result_schema: dict[str, Any] | None = None
+    delivery: Delivery = Delivery.AT_MOST_ONCE
+    timeout: Duration | None = None
+    retry: RetryPolicy = RetryPolicy()
+    fencing: tuple[str, ...] = ()
+
+    @field_validator("path")
+    @classmethod
+    def _path_template(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("path must start with '/'")
+        parse_template(value, PATH_SCOPES)
+        return value
+
+    @field_validator("fencing")
+    @classmethod
+    def _fencing_templates(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for template in value:
+            parse_template(template, FENCING_SCOPES)
+        return value
+
+    @field_validator("args_schema", "result_schema")
+    @classmethod
+    def _schema_is_json(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            problems = json_problems(value, "schema")
+            if problems:
+                raise ValueError("; ".join(problems))
+        return value
+
+    @property
+    def path_template(self) -> Template:
+        return parse_template(self.path, PATH_SCOPES)
+
+    @property
+    def fencing_templates(self) -> tuple[Template, ...]:
+        return tuple(parse_template(template, FENCING_SCOPES) for template in self.fencing)
+
+    def canonical(self) -> dict[str, JsonValue]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "destination": self.destination,
+            "method": self.method,
+            "path": self.path,
+            "args_schema": self.args_schema,
+            "result_schema": self.result_schema,
+            "delivery": self.delivery.value,
+            "timeout_ms": None if self.timeout is None else to_milliseconds(self.timeout),
+            "retry": self.retry.canonical(),
+            "fencing": list(self.fencing),
+        }
+
+    @property
+    def contract_hash(self) -> str:
+        return canonical_hash(self.canonical())
+
+    def render_path(self, args: dict[str, JsonValue]) -> str:
+        return self.path_template.render(args, {}, encode_path_segment)
+
+    def resolve_fencing(self, args: dict[str, JsonValue], facts: dict[str, JsonValue]) -> list[str]:
+        """Fencing resources for one dispatch, deduplicated and in canonical (sorted) order."""
+        return sorted({template.render(args, facts) for template in self.fencing_templates})

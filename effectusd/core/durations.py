@@ -1,0 +1,32 @@
+"""Human durations ("500ms", "30s", "1m", "2h", "30d") as used in config and on the CLI."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+
+
+def parse_duration(text: str | int | float | timedelta) -> timedelta:
+    """Parse a duration; a bare number means seconds. Raises ValueError naming the input."""
+    if isinstance(text, timedelta):
+        return text
+    if isinstance(text, bool):
+        raise ValueError(f"not a duration: {text!r}")
+    if isinstance(text, int | float):
+        if text < 0:
+            raise ValueError(f"duration must not be negative: {text!r}")
+        return timedelta(seconds=text)
+    match = _PATTERN.match(text)
+    if match is None:
+        raise ValueError(
+            f"not a duration: {text!r} (expected a number with a unit: ms, s, m, h or d)"
+        )
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def to_milliseconds(value: timedelta) -> int:
+    """Whole milliseconds, the form durations take inside hashes and rows."""
+    return round(value.total_seconds() * 1000)

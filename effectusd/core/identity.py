@@ -1,0 +1,45 @@
+"""The identities of DESIGN.md section 3. Tests pin each with fixed vectors."""
+
+from __future__ import annotations
+
+import hashlib
+
+from effectusd.core.canonical import canonical_hash, sha256_hex
+from effectusd.core.states import Direction
+
+SAGA_TAG = "effectusd/saga/v1"
+KEY_TAG = "effectusd/key/v1"
+
+
+def tagged_hash(tag: str, *components: str) -> str:
+    """H(tag, c1..cn): the tag, a 0x00 byte, then each component length-prefixed (8-byte BE)."""
+    digest = hashlib.sha256()
+    digest.update(tag.encode("ascii"))
+    digest.update(b"\x00")
+    for component in components:
+        data = component.encode("utf-8")
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def saga_id(namespace: str, execution_id: str, plan_id: str) -> str:
+    return tagged_hash(SAGA_TAG, namespace, execution_id, plan_id)
+
+
+def idempotency_key(namespace: str, saga: str, effect_id: str, direction: Direction) -> str:
+    """The same for every attempt of one dispatch: the attempt is never an input."""
+    return tagged_hash(KEY_TAG, namespace, saga, effect_id, Direction(direction).value)
+
+
+def argument_hash(canonical_args: bytes) -> str:
+    return sha256_hex(canonical_args)
+
+
+__all__ = [
+    "argument_hash",
+    "canonical_hash",
+    "idempotency_key",
+    "saga_id",
+    "tagged_hash",
+]

@@ -1,0 +1,102 @@
+"""Plans as written (PlanSpec) and as checked and pinned (CheckedPlan)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from effectusd.core.canonical import JsonValue, canonical_hash
+
+CHECKED_PLAN_FORMAT: Literal["effectusd/checked-plan/v1"] = "effectusd/checked-plan/v1"
+NO_COMPENSATION = "none"
+
+
+class FactType(StrEnum):
+    STRING = "string"
+    INTEGER = "integer"
+    NUMBER = "number"
+    BOOLEAN = "boolean"
+    OBJECT = "object"
+    ARRAY = "array"
+
+    def accepts(self, value: JsonValue) -> bool:
+        if self is FactType.STRING:
+            return isinstance(value, str)
+        if self is FactType.INTEGER:
+            return isinstance(value, int) and not isinstance(value, bool)
+        if self is FactType.NUMBER:
+            return isinstance(value, int | float) and not isinstance(value, bool)
+        if self is FactType.BOOLEAN:
+            return isinstance(value, bool)
+        if self is FactType.OBJECT:
+            return isinstance(value, dict)
+        return isinstance(value, list)
+
+
+class CompensationSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    verb: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class StepSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    verb: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    compensate: CompensationSpec | Literal["none"]
+
+
+class PlanSpec(BaseModel):
+    """A plan as a user writes it (JSON file or Python object)."""
+
+    model_config = ConfigDict(extra="forbid")
+    plan_id: str
+    facts: dict[str, FactType] = Field(default_factory=dict)
+    steps: list[StepSpec] = Field(min_length=1)
+
+
+class CheckedCompensation(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    verb: str
+    contract_hash: str
+    args: dict[str, Any]
+
+
+class CheckedStep(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str
+    sequence: int
+    verb: str
+    contract_hash: str
+    args: dict[str, Any]
+    compensate: CheckedCompensation | None
+
+
+class CheckedPlan(BaseModel):
+    """A plan that passed check(): contract hashes inlined, digest over all of it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    format: Literal["effectusd/checked-plan/v1"] = CHECKED_PLAN_FORMAT
+    plan_id: str
+    facts: dict[str, FactType]
+    steps: tuple[CheckedStep, ...]
+    plan_digest: str
+
+    def body(self) -> dict[str, JsonValue]:
+        """The digested content: everything but the digest itself."""
+        return self.model_dump(mode="json", exclude={"plan_digest"})
+
+    def computed_digest(self) -> str:
+        return canonical_hash(self.body())
+
+    def document(self) -> dict[str, JsonValue]:
+        return self.model_dump(mode="json")
+
+    def step(self, effect_id: str) -> CheckedStep:
+        for step in self.steps:
+            if step.id == effect_id:
+                return step
+        raise KeyError(effect_id)

@@ -1,0 +1,80 @@
+"""Every state and class name the engine uses, as enums (their values are the stored strings)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class SagaState(StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    COMPENSATING = "compensating"
+    COMPENSATED = "compensated"
+    FAILED = "failed"
+    BLOCKED_UNKNOWN = "blocked_unknown"
+    BLOCKED_FENCE = "blocked_fence"
+    BLOCKED_COMPENSATION = "blocked_compensation"
+    BLOCKED_CONTRACT = "blocked_contract"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_SAGA_STATES
+
+    @property
+    def is_blocked(self) -> bool:
+        return self.value.startswith("blocked_")
+
+
+TERMINAL_SAGA_STATES = frozenset({SagaState.COMPLETED, SagaState.COMPENSATED, SagaState.FAILED})
+
+
+class StepState(StrEnum):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    COMPENSATING = "compensating"
+    COMPENSATED = "compensated"
+
+
+class DispatchState(StrEnum):
+    QUEUED = "queued"
+    IN_FLIGHT = "in_flight"
+    SUCCEEDED = "succeeded"
+    RETRY_WAIT = "retry_wait"
+    FAILED_PERMANENT = "failed_permanent"
+    BLOCKED_UNKNOWN = "blocked_unknown"
+    BLOCKED_FENCE = "blocked_fence"
+    BLOCKED_CONTRACT = "blocked_contract"
+    CANCELED = "canceled"
+
+
+class Direction(StrEnum):
+    FORWARD = "forward"
+    COMPENSATION = "compensation"
+
+
+class Delivery(StrEnum):
+    AT_MOST_ONCE = "at_most_once"
+    AT_LEAST_ONCE = "at_least_once"
+
+
+class OutcomeClass(StrEnum):
+    SUCCESS = "success"
+    RETRYABLE = "retryable_failure_known_not_committed"
+    PERMANENT = "permanent_failure"
+    UNKNOWN = "unknown_outcome"
+    STALE_FENCE = "stale_fence"
+
+
+class FencingStatus(StrEnum):
+    NOT_REQUESTED = "not_requested"
+    LOCAL_LOCK_ONLY = "local_lock_only"
+    PROPAGATED = "propagated"
+    ACKNOWLEDGED = "acknowledged"
+    STALE_REJECTED = "stale_rejected"
+
+
+class FencingGuarantee(StrEnum):
+    DURABLE_MONOTONIC = "durable_monotonic"
+    LOCAL_ADVISORY = "local_advisory"

@@ -1,0 +1,152 @@
+"""What a submit writes: the saga row, its step rows, the first dispatch and the first event.
+
+Pure: the store executes these rows in one transaction (the caller's, for the outbox).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from effectusd.core.canonical import JsonValue, canonical_hash, canonical_text
+from effectusd.core.checker import CheckIssue, PlanCheckError, check, fact_issues, verify_checked
+from effectusd.core.enqueue import DispatchSpec, SagaRef, build_dispatch
+from effectusd.core.expressions import ResolutionError
+from effectusd.core.identity import saga_id as derive_saga_id
+from effectusd.core.plan import CheckedPlan, PlanSpec
+from effectusd.core.registry import Registry
+from effectusd.core.states import Direction
+
+EXECUTION_ID_MAX = 200
+
+
+class SubmitError(ValueError):
+    """A submit that was refused; nothing was written."""
+
+
+class SubmitConflict(SubmitError):
+    """The saga exists already with a different plan digest or different facts."""
+
+
+@dataclass(frozen=True)
+class StepRow:
+    saga_id: str
+    effect_id: str
+    sequence: int
+    verb: str
+    contract_hash: str
+    compensation: str | None  # canonical JSON of the checked compensation, or None
+    fencing: str  # canonical JSON list of the verb's fencing templates
+
+
+@dataclass(frozen=True)
+class SubmitRows:
+    saga_id: str
+    namespace: str
+    execution_id: str
+    plan_id: str
+    plan_digest: str
+    plan: str  # canonical JSON of the checked plan document
+    facts: str  # canonical JSON
+    facts_hash: str
+    steps: list[StepRow]
+    first_step_args: str
+    first_step_args_hash: str
+    first_dispatch: DispatchSpec
+
+
+def validate_execution_id(execution_id: str) -> None:
+    if not execution_id or len(execution_id) > EXECUTION_ID_MAX:
+        raise SubmitError(f"execution_id must be 1..{EXECUTION_ID_MAX} characters")
+    if not all(0x21 <= ord(ch) <= 0x7E for ch in execution_id):
+        raise SubmitError(
+            "execution_id must be printable ASCII without spaces (it travels in a header)"
+        )
+
+
+def ensure_checked(
+    plan: CheckedPlan | PlanSpec | Mapping[str, Any], registry: Registry
+) -> CheckedPlan:
+    """Check a raw plan; for an already checked plan, re-derive its digest and contract hashes."""
+    if isinstance(plan, CheckedPlan):
+        checked = plan
+    elif isinstance(plan, Mapping) and "plan_digest" in plan:
+        try:
+            checked = CheckedPlan.model_validate(plan)
+        except ValueError as exc:
+            raise PlanCheckError([CheckIssue("", f"not a checked plan: {exc}")]) from None
+    else:
+        return check(plan, registry.verbs)
+    issues = verify_checked(checked, registry.verbs)
+    if issues:
+        raise PlanCheckError(issues)
+    return checked
+
+
+def prepare_submission(
+    plan: CheckedPlan,
+    registry: Registry,
+    namespace: str,
+    execution_id: str,
+    facts: Mapping[str, JsonValue],
+) -> SubmitRows:
+    validate_execution_id(execution_id)
+    issues = fact_issues(plan.facts, facts)
+    if issues:
+        raise PlanCheckError(issues)
+    saga_id = derive_saga_id(namespace, execution_id, plan.plan_id)
+    saga = SagaRef(saga_id, namespace, execution_id)
+    first = plan.steps[0]
+    try:
+        dispatch = build_dispatch(saga, first, Direction.FORWARD, registry, facts, {})
+    except ResolutionError as exc:
+        raise SubmitError(str(exc)) from None
+    steps = []
+    for step in plan.steps:
+        contract = registry.verbs[step.verb]
+        steps.append(
+            StepRow(
+                saga_id=saga_id,
+                effect_id=step.id,
+                sequence=step.sequence,
+                verb=step.verb,
+                contract_hash=step.contract_hash,
+                compensation=(
+                    None
+                    if step.compensate is None
+                    else canonical_text(step.compensate.model_dump(mode="json"))
+                ),
+                fencing=canonical_text(list(contract.fencing)),
+            )
+        )
+    facts_text = canonical_text(dict(facts), "facts")
+    return SubmitRows(
+        saga_id=saga_id,
+        namespace=namespace,
+        execution_id=execution_id,
+        plan_id=plan.plan_id,
+        plan_digest=plan.plan_digest,
+        plan=canonical_text(plan.document()),
+        facts=facts_text,
+        facts_hash=canonical_hash(dict(facts), "facts"),
+        steps=steps,
+        first_step_args=dispatch.args_canonical,
+        first_step_args_hash=dispatch.args_hash,
+        first_dispatch=dispatch,
+    )
+
+
+def conflict_with_existing(rows: SubmitRows, plan_digest: str, facts_hash: str) -> str | None:
+    """Why an existing saga with the same identity differs from this submit (None: same)."""
+    differences = []
+    if plan_digest != rows.plan_digest:
+        differences.append(f"plan digest {plan_digest[:12]}… ≠ {rows.plan_digest[:12]}…")
+    if facts_hash != rows.facts_hash:
+        differences.append("facts differ")
+    if not differences:
+        return None
+    return (
+        f"saga {rows.saga_id} (execution {rows.execution_id!r}, plan {rows.plan_id!r}) "
+        f"already exists with different content: {', '.join(differences)}"
+    )

@@ -1,0 +1,94 @@
+"""`{args.x}` / `{facts.x}` templates, used by verb paths and fencing resources."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from effectusd.core.canonical import JsonValue
+
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_NAME = re.compile(r"^(args|facts)\.([A-Za-z_][A-Za-z0-9_]*)$")
+
+
+class TemplateError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    scope: str  # "args" or "facts"
+    name: str
+
+
+@dataclass(frozen=True)
+class Template:
+    source: str
+    parts: tuple[str | Placeholder, ...]
+
+    @property
+    def placeholders(self) -> tuple[Placeholder, ...]:
+        return tuple(part for part in self.parts if isinstance(part, Placeholder))
+
+    def render(
+        self,
+        args: Mapping[str, JsonValue],
+        facts: Mapping[str, JsonValue],
+        encode: Callable[[str], str] = lambda value: value,
+    ) -> str:
+        out: list[str] = []
+        for part in self.parts:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            source = args if part.scope == "args" else facts
+            if part.name not in source:
+                raise TemplateError(
+                    f"template {self.source!r}: {part.scope}.{part.name} is not present"
+                )
+            value = source[part.name]
+            if isinstance(value, bool) or not isinstance(value, str | int):
+                raise TemplateError(
+                    f"template {self.source!r}: {part.scope}.{part.name} must be a string "
+                    f"or an integer, got {type(value).__name__}"
+                )
+            out.append(encode(str(value)))
+        return "".join(out)
+
+
+def parse_template(source: str, allowed_scopes: frozenset[str]) -> Template:
+    parts: list[str | Placeholder] = []
+    position = 0
+    for match in _PLACEHOLDER.finditer(source):
+        literal = source[position : match.start()]
+        if "{" in literal or "}" in literal:
+            raise TemplateError(f"template {source!r}: unbalanced brace")
+        if literal:
+            parts.append(literal)
+        name = _NAME.match(match.group(1).strip())
+        if name is None or name.group(1) not in allowed_scopes:
+            scopes = " or ".join(f"{{{scope}.NAME}}" for scope in sorted(allowed_scopes))
+            raise TemplateError(
+                f"template {source!r}: placeholder {{{match.group(1)}}} must be {scopes}"
+            )
+        parts.append(Placeholder(name.group(1), name.group(2)))
+        position = match.end()
+    tail = source[position:]
+    if "{" in tail or "}" in tail:
+        raise TemplateError(f"template {source!r}: unbalanced brace")
+    if tail:
+        parts.append(tail)
+    return Template(source, tuple(parts))
+
+
+def encode_path_segment(value: str) -> str:
+    """Percent-encode one substituted path segment; `/`, `.` and `..` are refused outright."""
+    if "/" in value or value in {".", ".."} or value == "":
+        raise TemplateError(f"path segment {value!r} is not allowed (empty, '/', '.' or '..')")
+    return quote(value, safe="")
+
+
+PATH_SCOPES = frozenset({"args"})
+FENCING_SCOPES = frozenset({"args", "facts"})

@@ -1,0 +1,193 @@
+"""The daemon's lifecycle around the pipeline: connections, wake-ups, idling and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from effectusd.client import registry_from_config
+from effectusd.config import Config
+from effectusd.dispatcher.pipeline import Capacity, Pipeline
+from effectusd.executors.http import HttpExecutor
+from effectusd.executors.protocol import Executor
+from effectusd.store.postgres import migrations
+from effectusd.store.postgres.dispatch import PostgresDispatchStore
+from effectusd.store.postgres.queries import sql
+
+log = logging.getLogger("effectusd.daemon")
+
+RECLAIM_INTERVAL_S = 1.0
+IDLE_HORIZON_S = 2.0  # --until-idle waits for retries due within this long
+
+
+def new_owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Daemon:
+    def __init__(
+        self,
+        config: Config,
+        database_url: str,
+        *,
+        executors: Mapping[str, Executor] | None = None,
+        owner: str | None = None,
+    ) -> None:
+        self.config = config
+        self.database_url = database_url
+        self.owner = owner or new_owner_id()
+        self.registry = registry_from_config(config)
+        self._executors = executors
+        self.stopping = asyncio.Event()
+        self.wake = asyncio.Event()
+        self.listening = False
+        self.pipeline: Pipeline | None = None
+
+    def check_startup(self) -> None:
+        """Refuse to run on a schema we do not match, before touching anything else."""
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            migrations.require_current(conn)
+
+    async def run(self, until_idle: bool = False) -> int:
+        self.check_startup()
+        settings = self.config.dispatcher
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            self.database_url,
+            min_size=self.config.database.pool_min_size,
+            max_size=self.config.database.pool_max_size,
+            open=False,
+            kwargs={"autocommit": True},
+        )
+        await pool.open(wait=True)
+        executors = self._executors or {
+            name: HttpExecutor(name, destination)
+            for name, destination in self.config.destinations.items()
+        }
+        store = PostgresDispatchStore(
+            pool, self.registry, self.owner, settings.lease_margin.total_seconds()
+        )
+        capacity = Capacity(
+            limits={name: d.max_concurrency for name, d in self.config.destinations.items()},
+            total_limit=settings.concurrency,
+        )
+        pipeline = Pipeline(store, executors, self.registry, capacity, self.wake)
+        self.pipeline = pipeline
+        background = [
+            asyncio.create_task(pipeline.record_forever(), name="recorder"),
+            asyncio.create_task(self._listen_forever(), name="listener"),
+        ]
+        self._install_signals()
+        log.info("daemon %s started (%d destination(s))", self.owner, len(executors))
+        try:
+            await self._loop(pipeline, store, until_idle)
+            await self._drain(pipeline)
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            if self._executors is None:
+                for executor in executors.values():
+                    await executor.aclose()
+            await pool.close()
+            log.info("daemon %s stopped", self.owner)
+        return 0
+
+    async def _loop(
+        self, pipeline: Pipeline, store: PostgresDispatchStore, until_idle: bool
+    ) -> None:
+        poll = self.config.dispatcher.poll_interval.total_seconds()
+        destinations = list(self.config.destinations)
+        last_reclaim = 0.0
+        failures = 0
+        while not self.stopping.is_set():
+            try:
+                self.wake.clear()  # before claiming: a wake-up during the claim is not lost
+                if time.monotonic() - last_reclaim >= RECLAIM_INTERVAL_S:
+                    last_reclaim = time.monotonic()
+                    await pipeline.reclaim_once()
+                if await pipeline.claim_once():
+                    failures = 0
+                    continue
+                if until_idle and pipeline.idle:
+                    in_flight, due_soon = await store.outbox_counts(IDLE_HORIZON_S)
+                    if in_flight == 0 and due_soon == 0 and pipeline.idle:
+                        log.info("idle: nothing queued, in flight or due soon")
+                        return
+                wait = poll
+                due_in = await store.seconds_until_due(destinations)
+                if due_in is not None:
+                    wait = min(wait, max(due_in, 0.001))
+                failures = 0
+            except (psycopg.Error, OSError) as exc:
+                failures += 1
+                wait = min(0.1 * 2**failures, 5.0)
+                log.warning("database trouble in the claim loop (%s); retrying in %.1fs", exc, wait)
+            await self._sleep(wait)
+
+    async def _sleep(self, seconds: float) -> None:
+        waiters = [
+            asyncio.ensure_future(self.wake.wait()),
+            asyncio.ensure_future(self.stopping.wait()),
+        ]
+        try:
+            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def _drain(self, pipeline: Pipeline) -> None:
+        """Stop claiming; let in-flight calls finish within the grace period; record them."""
+        grace = self.config.dispatcher.shutdown_grace.total_seconds()
+        if pipeline.calls:
+            log.info("draining %d in-flight batch(es) for up to %.0fs", len(pipeline.calls), grace)
+            _done, pending = await asyncio.wait(list(pipeline.calls), timeout=grace)
+            for task in pending:
+                task.cancel()  # their leases expire; the next daemon settles them
+        await pipeline.completions.join()
+
+    async def _listen_forever(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    self.database_url, autocommit=True
+                ) as conn:
+                    await conn.execute(sql("listen_outbox"))
+                    self.listening = True
+                    delay = 0.1
+                    self.wake.set()  # notifications may have been missed while we were away
+                    async for _ in conn.notifies():
+                        self.wake.set()
+            except (psycopg.Error, OSError) as exc:
+                log.warning("LISTEN connection lost (%s); polling until it heals", exc)
+            self.listening = False
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    def _install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        received = {"count": 0}
+
+        def on_term() -> None:
+            received["count"] += 1
+            if received["count"] > 1:
+                log.warning("second SIGTERM: exiting now; leases are left to expire")
+                os._exit(143)
+            log.info("SIGTERM: no new claims; draining")
+            self.stopping.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, on_term)
+            except (NotImplementedError, RuntimeError):  # not the main thread (tests)
+                return

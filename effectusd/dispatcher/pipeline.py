@@ -1,0 +1,264 @@
+"""The dispatch pipeline of DESIGN.md section 7, top to bottom.
+
+    1. claim      due rows for destinations with free capacity (one statement, SKIP LOCKED)
+    2. reclaim    expired leases: not sent → known not committed; sent → unknown
+    3. write-ahead fencing tokens and "may have been sent", durable before any call
+    4. call       the destination, concurrently, never past our own lease (monotonic clock)
+    5. record     outcomes in group commits; the engine decides every transition
+
+The external call never runs inside a database transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from effectusd.core.engine import Completion
+from effectusd.core.registry import Registry
+from effectusd.core.states import FencingStatus, OutcomeClass
+from effectusd.dispatcher import faults
+from effectusd.executors.protocol import CallResult, Executor, FencingGrant, Invocation
+from effectusd.store.postgres.dispatch import PostgresDispatchStore, RecordReport
+from effectusd.store.records import Claim, WriteAhead
+
+log = logging.getLogger("effectusd.dispatcher")
+
+# Never start a call unless the lease outlives the call's timeout by this much.
+LEASE_SAFETY_S = 1.0
+RECORD_BATCH = 256
+
+
+@dataclass
+class Capacity:
+    """In-flight calls per destination and overall; a claim only takes free slots."""
+
+    limits: Mapping[str, int]
+    total_limit: int
+    in_flight: dict[str, int] = field(default_factory=dict)
+
+    def free(self) -> dict[str, int]:
+        room = self.total_limit - sum(self.in_flight.values())
+        free: dict[str, int] = {}
+        for destination, limit in self.limits.items():
+            slots = min(limit - self.in_flight.get(destination, 0), room)
+            if slots > 0:
+                free[destination] = slots
+                room -= slots
+        return free
+
+    def take(self, destination: str) -> None:
+        self.in_flight[destination] = self.in_flight.get(destination, 0) + 1
+
+    def give_back(self, destination: str) -> None:
+        self.in_flight[destination] -= 1
+
+    @property
+    def busy(self) -> int:
+        return sum(self.in_flight.values())
+
+
+class Pipeline:
+    def __init__(
+        self,
+        store: PostgresDispatchStore,
+        executors: Mapping[str, Executor],
+        registry: Registry,
+        capacity: Capacity,
+        wake: asyncio.Event,
+    ) -> None:
+        self.store = store
+        self.executors = executors
+        self.registry = registry
+        self.capacity = capacity
+        self.wake = wake
+        self.completions: asyncio.Queue[Completion] = asyncio.Queue()
+        self.calls: set[asyncio.Task[None]] = set()
+        self.reports: list[RecordReport] = []  # kept only while a test or bench asks for them
+        self.keep_reports = False
+
+    # -- 1. claim ------------------------------------------------------------------------
+    async def claim_once(self) -> int:
+        """Claim what fits, and start each claim on its way. Returns how many were claimed."""
+        free = self.capacity.free()
+        if not free:
+            return 0
+        started = time.monotonic()  # before the claim: our local view of the lease is early
+        claims = await self.store.claim(free)
+        if not claims:
+            return 0
+        faults.point("after_claim")
+        for claim in claims:
+            self.capacity.take(claim.destination)
+        task = asyncio.create_task(self.dispatch_batch(claims, started))
+        self.calls.add(task)
+        task.add_done_callback(self.calls.discard)
+        return len(claims)
+
+    # -- 2. reclaim ----------------------------------------------------------------------
+    async def reclaim_once(self) -> int:
+        report = await self.store.reclaim_expired()
+        self._after_record(report)
+        if report.applied:
+            log.info("reclaimed %d expired lease(s)", report.applied)
+        return report.applied
+
+    # -- 3 and 4: write-ahead, then call ----------------------------------------------------
+    async def dispatch_batch(self, claims: list[Claim], claimed_at: float) -> None:
+        sendable: list[Claim] = []
+        for claim in claims:
+            contract = self.registry.verbs.get(claim.verb)
+            if contract is None or contract.contract_hash != claim.contract_hash:
+                self._finish(
+                    claim, _not_sent(claim, "contract drift: nothing was sent", drift=True)
+                )
+            else:
+                sendable.append(claim)
+        if not sendable:
+            return
+        try:
+            ready, busy = await self.store.write_ahead(sendable)
+        except Exception:
+            # The write-ahead may or may not have committed. Nothing was sent; the leases
+            # expire and the reclaim settles each attempt from what the database says.
+            log.exception(
+                "write-ahead failed for %d claim(s); leaving them to reclaim", len(sendable)
+            )
+            for claim in sendable:
+                self.capacity.give_back(claim.destination)
+            return
+        faults.point("after_write_ahead")
+        for completion, claim in _pair(busy, sendable):
+            self._finish(claim, completion)
+        marked = {w.claim.dispatch_id for w in ready} | {c.dispatch_id for c in busy}
+        for claim in sendable:
+            if claim.dispatch_id not in marked:  # lease lost before the write-ahead: not ours
+                self.capacity.give_back(claim.destination)
+        await asyncio.gather(*(self.call(w, claimed_at) for w in ready))
+
+    async def call(self, ahead: WriteAhead, claimed_at: float) -> None:
+        claim = ahead.claim
+        timeout = claim.timeout_ms / 1000
+        lease_ends = claimed_at + claim.lease_seconds
+        if time.monotonic() + timeout + LEASE_SAFETY_S > lease_ends:
+            # Marked sent but never sent: recorded as known not committed, by us, with a reason.
+            self._finish(claim, _not_sent(claim, "lease too short to finish the call; not sent"))
+            return
+        invocation = Invocation(
+            request_id=claim.request_id,
+            execution_id=claim.execution_id,
+            saga_id=claim.saga_id,
+            effect_id=claim.effect_id,
+            attempt=claim.attempt,
+            direction=claim.direction,
+            verb=claim.verb,
+            method=claim.method,
+            path=claim.path,
+            body=claim.body,
+            argument_hash=claim.args_hash,
+            contract_hash=claim.contract_hash,
+            idempotency_key=claim.idempotency_key,
+            fencing_grants=tuple(FencingGrant(r, t) for r, t in ahead.grants),
+            deadline=claim.db_now + timedelta(seconds=timeout),
+            timeout=timeout,
+        )
+        result = await self.executors[claim.destination].call(invocation)
+        faults.point("after_call")
+        self._finish(claim, _completion(claim, ahead, result))
+
+    def _finish(self, claim: Claim, completion: Completion) -> None:
+        self.capacity.give_back(claim.destination)
+        self.completions.put_nowait(completion)
+        self.wake.set()  # a slot is free again
+
+    # -- 5. record -------------------------------------------------------------------------
+    async def record_forever(self) -> None:
+        """Group commit: take everything that finished meanwhile and record it in one go."""
+        while True:
+            batch = [await self.completions.get()]
+            while not self.completions.empty() and len(batch) < RECORD_BATCH:
+                batch.append(self.completions.get_nowait())
+            await self.record(batch)
+            for _ in batch:
+                self.completions.task_done()
+
+    async def record(self, batch: list[Completion]) -> None:
+        faults.point("before_record")
+        delay = 0.05
+        while True:
+            try:
+                report = await self.store.record(batch)
+                break
+            except Exception:
+                # Every write is guarded, so repeating the batch is safe; an ambiguous commit
+                # is settled by the guards on the repeat, never by guessing.
+                log.exception(
+                    "recording %d outcome(s) failed; retrying in %.2fs", len(batch), delay
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        faults.point("after_record")
+        for completion in report.deferred:
+            self.completions.put_nowait(completion)
+        self._after_record(report)
+
+    def _after_record(self, report: RecordReport) -> None:
+        for completion, transition in report.transitions:
+            log.info(
+                "dispatch %s attempt %s: %s -> %s",
+                completion.dispatch_id,
+                completion.attempt,
+                completion.outcome.value,
+                transition.dispatch_state.value,
+            )
+        if report.notified or report.applied:
+            self.wake.set()
+        if self.keep_reports:
+            self.reports.append(report)
+
+    @property
+    def idle(self) -> bool:
+        return not self.calls and self.completions.empty() and self.capacity.busy == 0
+
+
+def _completion(claim: Claim, ahead: WriteAhead, result: CallResult) -> Completion:
+    if not claim.fencing_resources:
+        fencing = FencingStatus.NOT_REQUESTED
+    elif result.outcome is OutcomeClass.STALE_FENCE:
+        fencing = FencingStatus.STALE_REJECTED
+    elif result.fencing_acknowledged:
+        fencing = FencingStatus.ACKNOWLEDGED
+    else:
+        fencing = FencingStatus(ahead.fencing_status)
+    return Completion(
+        dispatch_id=claim.dispatch_id,
+        attempt=claim.attempt,
+        lease_token=claim.lease_token,
+        outcome=result.outcome,
+        status_code=result.status_code,
+        result=result.result,
+        error=result.error,
+        evidence=result.evidence,
+        fencing_status=fencing,
+    )
+
+
+def _not_sent(claim: Claim, reason: str, drift: bool = False) -> Completion:
+    return Completion(
+        dispatch_id=claim.dispatch_id,
+        attempt=claim.attempt,
+        lease_token=claim.lease_token,
+        outcome=OutcomeClass.RETRYABLE,
+        settled_by="guard",
+        error=reason,
+        contract_drift=drift,
+    )
+
+
+def _pair(completions: list[Completion], claims: list[Claim]) -> list[tuple[Completion, Claim]]:
+    by_id = {claim.dispatch_id: claim for claim in claims}
+    return [(completion, by_id[completion.dispatch_id]) for completion in completions]

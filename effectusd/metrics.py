@@ -1,0 +1,1 @@
+"""Prometheus metrics for the daemon (filled in by the dispatcher)."""

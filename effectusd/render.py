@@ -1,0 +1,85 @@
+"""Human-readable output for the CLI (the --json forms print the view as is)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+
+def _age(iso: str | None) -> str:
+    if not iso:
+        return "-"
+    seconds = (datetime.now(UTC) - datetime.fromisoformat(iso)).total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.1f}s"
+
+
+def _short(value: str | None, size: int = 12) -> str:
+    return "-" if not value else (value if len(value) <= size else value[:size] + "…")
+
+
+def saga_list(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no sagas"
+    lines = [f"{'SAGA':14} {'STATE':22} {'PLAN':16} {'EXECUTION':24} AGE"]
+    for row in rows:
+        lines.append(
+            f"{_short(row['saga_id']):14} {row['state']:22} {row['plan_id']:16} "
+            f"{_short(row['execution_id'], 24):24} {_age(row['created_at'])}"
+        )
+    return "\n".join(lines)
+
+
+def saga_detail(view: dict[str, Any]) -> str:
+    lines = [
+        f"saga       {view['saga_id']}",
+        f"state      {view['state']}"
+        + (f"  ({view['stop_reason']})" if view["stop_reason"] else ""),
+        f"plan       {view['plan_id']}  digest {_short(view['plan_digest'])}",
+        f"execution  {view['execution_id']}  namespace {view['namespace']}",
+        f"age        {_age(view['created_at'])}  (updated {_age(view['updated_at'])} ago)",
+    ]
+    if view.get("cancel_requested_at"):
+        lines.append(f"cancel     requested by {view['cancel_requested_by']}")
+    lines.append("")
+    lines.append("steps")
+    for step in view["steps"]:
+        lines.append(
+            f"  {step['sequence']}. {step['effect_id']:20} {step['state']:14} {step['verb']}"
+        )
+        for dispatch in step["dispatches"]:
+            lines.append(
+                f"     {dispatch['direction']:12} {dispatch['state']:18} "
+                f"attempt {dispatch['attempt']}/{dispatch['max_attempts']}  "
+                f"key {_short(dispatch['idempotency_key'], 16)}  -> {dispatch['destination']}"
+            )
+            if dispatch["last_error"]:
+                lines.append(f"       last error: {dispatch['last_error']}")
+            for attempt in dispatch["attempts"]:
+                status = attempt["status_code"] if attempt["status_code"] is not None else "-"
+                late = f"  late: {attempt['late_outcome']}" if attempt["late"] else ""
+                lines.append(
+                    f"       #{attempt['attempt']} {attempt['outcome'] or 'in progress':38} "
+                    f"http {status!s:4} fencing {attempt['fencing_status'] or '-':14} "
+                    f"sent {attempt['sent_at'] or '-'}{late}"
+                )
+    lines.append("")
+    lines.append("timeline")
+    for event in view["timeline"]:
+        where = ""
+        if event["effect_id"]:
+            where = f" {event['effect_id']}" + (
+                f"/{event['direction']}" if event["direction"] else ""
+            )
+        attempt = f" #{event['attempt']}" if event["attempt"] else ""
+        change = ""
+        if event["to_state"]:
+            change = f" {event['from_state'] or '∅'} → {event['to_state']}"
+        evidence = f"  evidence: {event['evidence']}" if event["evidence"] else ""
+        lines.append(
+            f"  {event['at'][11:23]}  {event['kind']}{where}{attempt}{change}  [{event['actor']}]"
+            f"{evidence}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,471 @@
+"""The dispatch side of the PostgreSQL store: claim, reclaim, write-ahead, record.
+
+Each method is one transaction. Decisions come from ``effectusd.core.engine``; this module
+reads the facts under lock, asks the engine, and writes what it says.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from effectusd.core.canonical import canonical_text
+from effectusd.core.engine import (
+    Completion,
+    DispatchFacts,
+    Event,
+    SagaFacts,
+    StepFacts,
+    Transition,
+    as_settled_late,
+    late_completion_settles,
+    settle,
+)
+from effectusd.core.plan import CheckedPlan
+from effectusd.core.registry import Registry
+from effectusd.core.states import (
+    Delivery,
+    Direction,
+    DispatchState,
+    FencingStatus,
+    OutcomeClass,
+    SagaState,
+    StepState,
+)
+from effectusd.store.postgres.queries import sql
+from effectusd.store.records import Claim, WriteAhead
+
+Cursor = psycopg.AsyncCursor[dict[str, Any]]
+
+
+@dataclass
+class RecordReport:
+    applied: int = 0
+    late: int = 0
+    dropped: int = 0
+    deferred: list[Completion] = field(default_factory=list)
+    transitions: list[tuple[Completion, Transition]] = field(default_factory=list)
+    notified: set[str] = field(default_factory=set)
+
+
+class PostgresDispatchStore:
+    def __init__(
+        self, pool: AsyncConnectionPool[Any], registry: Registry, owner: str, lease_margin_s: float
+    ) -> None:
+        self.pool = pool
+        self.registry = registry
+        self.owner = owner
+        self.lease_margin_s = lease_margin_s
+        self._plans: dict[str, CheckedPlan] = {}
+
+    # -- 1. claim --------------------------------------------------------------------------
+    async def claim(self, capacity: dict[str, int]) -> list[Claim]:
+        wanted = [(dest, free) for dest, free in capacity.items() if free > 0]
+        if not wanted:
+            return []
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                sql("claim_ready"),
+                {
+                    "destinations": [dest for dest, _ in wanted],
+                    "limits": [free for _, free in wanted],
+                    "owner": self.owner,
+                    "margin_s": self.lease_margin_s,
+                },
+            )
+            rows = await cur.fetchall()
+        return [_claim_from_row(row) for row in rows]
+
+    # -- 2. reclaim expired leases ----------------------------------------------------------
+    async def reclaim_expired(self, limit: int = 100) -> RecordReport:
+        """Settle attempts whose lease ran out: not sent → known not committed; sent → unknown."""
+        async with self.pool.connection() as conn, conn.transaction():
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(sql("select_expired_leases"), {"limit": limit})
+                expired = await cur.fetchall()
+                completions = [
+                    Completion(
+                        dispatch_id=row["dispatch_id"],
+                        attempt=row["attempt"],
+                        lease_token=str(row["lease_token"]),
+                        outcome=(
+                            OutcomeClass.UNKNOWN
+                            if row["sent_at"] is not None
+                            else OutcomeClass.RETRYABLE
+                        ),
+                        settled_by="reclaim",
+                        error=(
+                            f"lease of {row['lease_owner']} expired "
+                            + (
+                                "after the call may have been sent"
+                                if row["sent_at"]
+                                else "before anything was sent"
+                            )
+                        ),
+                        actor=self.owner,
+                    )
+                    for row in expired
+                ]
+                if not completions:
+                    return RecordReport()
+                return await self._record_in(cur, completions)
+
+    # -- 3. write-ahead ----------------------------------------------------------------------
+    async def write_ahead(
+        self, claims: Sequence[Claim]
+    ) -> tuple[list[WriteAhead], list[Completion]]:
+        """Take fencing tokens and mark each claim sent, in one transaction.
+
+        Returns the claims that may now be called, and known-not-committed completions for
+        claims whose fencing resources are held by another live dispatch.
+        """
+        ready: list[WriteAhead] = []
+        busy: list[Completion] = []
+        async with self.pool.connection() as conn, conn.transaction():
+            async with conn.cursor(row_factory=dict_row) as cur:
+                for claim in claims:
+                    if not claim.fencing_resources:
+                        ready.append(WriteAhead(claim, (), FencingStatus.NOT_REQUESTED.value))
+                        continue
+                    grants = await self._acquire_fences(conn, cur, claim)
+                    if grants is None:
+                        busy.append(
+                            Completion(
+                                dispatch_id=claim.dispatch_id,
+                                attempt=claim.attempt,
+                                lease_token=claim.lease_token,
+                                outcome=OutcomeClass.RETRYABLE,
+                                settled_by="guard",
+                                error="a fencing resource is held by another live dispatch",
+                                actor=self.owner,
+                            )
+                        )
+                    else:
+                        ready.append(WriteAhead(claim, grants, FencingStatus.PROPAGATED.value))
+                if not ready:
+                    return [], busy
+                await cur.execute(
+                    sql("write_ahead"),
+                    {
+                        "dispatch_ids": [w.claim.dispatch_id for w in ready],
+                        "attempts": [w.claim.attempt for w in ready],
+                        "lease_tokens": [w.claim.lease_token for w in ready],
+                        "grants": [grants_json(w.grants) for w in ready],
+                        "fencing_statuses": [w.fencing_status for w in ready],
+                    },
+                )
+                marked = {row["dispatch_id"] for row in await cur.fetchall()}
+        return [w for w in ready if w.claim.dispatch_id in marked], busy
+
+    async def _acquire_fences(
+        self, conn: psycopg.AsyncConnection[Any], cur: Cursor, claim: Claim
+    ) -> tuple[tuple[str, int], ...] | None:
+        grants: list[tuple[str, int]] = []
+        try:
+            async with conn.transaction():  # a savepoint: a partial acquisition is undone whole
+                await self._take_tokens(cur, claim, grants)
+        except _FenceBusy:
+            return None
+        return tuple(grants)
+
+    async def _take_tokens(self, cur: Cursor, claim: Claim, grants: list[tuple[str, int]]) -> None:
+        for resource in claim.fencing_resources:  # already in canonical (sorted) order
+            await cur.execute(
+                sql("acquire_fence"),
+                {
+                    "resource": resource,
+                    "dispatch_id": claim.dispatch_id,
+                    "lease_token": claim.lease_token,
+                    "expires_at": claim.lease_expires_at,
+                },
+            )
+            row = await cur.fetchone()
+            if row is None or row["token"] is None:
+                raise _FenceBusy
+            grants.append((resource, int(row["token"])))
+
+    # -- 5. record outcomes (group commit) ---------------------------------------------------
+    async def record(self, completions: Sequence[Completion]) -> RecordReport:
+        async with (
+            self.pool.connection() as conn,
+            conn.transaction(),
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
+            return await self._record_in(cur, completions)
+
+    async def _record_in(self, cur: Cursor, completions: Sequence[Completion]) -> RecordReport:
+        report = RecordReport()
+        ids = sorted({c.dispatch_id for c in completions})
+        await cur.execute(sql("lock_sagas_of_dispatches"), {"dispatch_ids": ids})
+        sagas = {row["saga_id"]: row for row in await cur.fetchall()}
+        await cur.execute(sql("lock_dispatches"), {"dispatch_ids": ids})
+        dispatches = {row["dispatch_id"]: row for row in await cur.fetchall()}
+        await cur.execute(
+            sql("select_completion_attempts"),
+            {
+                "dispatch_ids": [c.dispatch_id for c in completions],
+                "attempts": [c.attempt for c in completions],
+            },
+        )
+        attempts = {(row["dispatch_id"], row["attempt"]): row for row in await cur.fetchall()}
+        await cur.execute(sql("select_steps_of_sagas"), {"saga_ids": list(sagas)})
+        steps: dict[str, dict[str, StepFacts]] = {}
+        for row in await cur.fetchall():
+            steps.setdefault(row["saga_id"], {})[row["effect_id"]] = StepFacts(
+                row["effect_id"], row["sequence"], StepState(row["state"]), row["result"]
+            )
+
+        writes = _Writes()
+        touched: set[str] = set()
+        for completion in completions:
+            drow = dispatches.get(completion.dispatch_id)
+            attempt_row = attempts.get((completion.dispatch_id, completion.attempt))
+            if drow is None or attempt_row is None:
+                report.dropped += 1
+                continue
+            if drow["saga_id"] in touched:
+                report.deferred.append(completion)  # one transition per saga per batch
+                continue
+            dispatch = _dispatch_facts(drow)
+            guard_holds = (
+                drow["state"] == DispatchState.IN_FLIGHT.value
+                and drow["attempt"] == completion.attempt
+                and str(drow["lease_token"]) == completion.lease_token
+                and (completion.settled_by != "reclaim" or drow["lease_expired"])
+            )
+            if not guard_holds:
+                if completion.settled_by == "reclaim":
+                    report.dropped += 1  # the holder finished first: nothing to reclaim
+                    continue
+                if attempt_row["settled_by"] == completion.settled_by == "executor":
+                    report.dropped += 1  # our own earlier commit went through after all
+                    continue
+                if not late_completion_settles(completion, dispatch, attempt_row["later_sent"]):
+                    writes.late(completion)
+                    report.late += 1
+                    continue
+                writes.late(completion)
+                dispatch = as_settled_late(dispatch, completion)
+            saga_row = sagas[drow["saga_id"]]
+            transition = settle(
+                completion,
+                dispatch,
+                self._saga_facts(saga_row, steps.get(drow["saga_id"], {})),
+                self.registry,
+                random.random(),
+            )
+            touched.add(drow["saga_id"])
+            writes.apply(completion, drow, transition)
+            report.applied += 1
+            report.transitions.append((completion, transition))
+        await writes.flush(cur)
+        report.notified = writes.destinations
+        return report
+
+    def _saga_facts(self, row: dict[str, Any], steps: dict[str, StepFacts]) -> SagaFacts:
+        plan = self._plans.get(row["plan_digest"])
+        if plan is None:
+            plan = CheckedPlan.model_validate(row["plan"])
+            self._plans[row["plan_digest"]] = plan
+        return SagaFacts(
+            saga_id=row["saga_id"],
+            namespace=row["namespace"],
+            execution_id=row["execution_id"],
+            state=SagaState(row["state"]),
+            cancel_requested=row["cancel_requested"],
+            plan=plan,
+            facts=row["facts"],
+            steps=steps,
+        )
+
+    async def seconds_until_due(self, destinations: list[str]) -> float | None:
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(sql("next_due"), {"destinations": destinations})
+            row = await cur.fetchone()
+        return None if row is None or row["seconds"] is None else float(row["seconds"])
+
+    async def outbox_counts(self, horizon_s: float) -> tuple[int, int]:
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(sql("outbox_counts"), {"horizon_s": horizon_s})
+            row = await cur.fetchone()
+        assert row is not None
+        return int(row["in_flight"]), int(row["due_soon"])
+
+
+class _FenceBusy(Exception):
+    """Raised inside the fencing savepoint to undo a partial acquisition."""
+
+
+def grants_json(grants: Iterable[tuple[str, int]]) -> str:
+    return canonical_text([{"resource": r, "token": t} for r, t in sorted(grants)])
+
+
+class _Writes:
+    """Statements of one recording batch, sent with executemany (pipelined) at flush."""
+
+    def __init__(self) -> None:
+        self.attempts: list[dict[str, Any]] = []
+        self.lates: list[dict[str, Any]] = []
+        self.dispatches: list[dict[str, Any]] = []
+        self.steps: list[dict[str, Any]] = []
+        self.sagas: list[dict[str, Any]] = []
+        self.inserts: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+        self.released: list[tuple[int, str]] = []
+        self.destinations: set[str] = set()
+
+    def late(self, completion: Completion) -> None:
+        self.lates.append({**_outcome_params(completion)})
+
+    def apply(self, completion: Completion, row: dict[str, Any], transition: Transition) -> None:
+        saga_id = row["saga_id"]
+        self.attempts.append(
+            {
+                **_outcome_params(completion),
+                "settled_by": completion.settled_by,
+                "fencing_status": completion.fencing_status.value
+                if completion.fencing_status
+                else None,
+            }
+        )
+        self.dispatches.append(
+            {
+                "dispatch_id": completion.dispatch_id,
+                "state": transition.dispatch_state.value,
+                "retry_delay_s": (
+                    None
+                    if transition.retry_delay is None
+                    else transition.retry_delay.total_seconds()
+                ),
+                "uncertain_attempt": transition.uncertain_attempt,
+                "last_outcome": transition.last_outcome.value if transition.last_outcome else None,
+                "last_error": transition.last_error,
+            }
+        )
+        if row["lease_token"] is not None:
+            self.released.append((completion.dispatch_id, str(row["lease_token"])))
+        for step in transition.steps:
+            self.steps.append(
+                {
+                    "saga_id": saga_id,
+                    "effect_id": step.effect_id,
+                    "state": step.state.value,
+                    "set_result": step.set_result,
+                    "result": json.dumps(step.result) if step.set_result else None,
+                    "args": step.args,
+                    "args_hash": step.args_hash,
+                }
+            )
+        if transition.saga is not None:
+            self.sagas.append(
+                {
+                    "saga_id": saga_id,
+                    "state": transition.saga.state.value,
+                    "stop_reason": transition.saga.stop_reason,
+                }
+            )
+        for spec in transition.new_dispatches:
+            params = asdict(spec)
+            params["fencing_resources"] = canonical_text(spec.fencing_resources)
+            params["not_before"] = None
+            self.inserts.append(params)
+            self.destinations.add(spec.destination)
+        for event in transition.events:
+            self.events.append(_event_params(saga_id, event))
+
+    async def flush(self, cur: Cursor) -> None:
+        batches = (
+            ("settle_attempt", self.attempts),
+            ("record_late_completion", self.lates),
+            ("update_dispatch_settled", self.dispatches),
+            ("update_step", self.steps),
+            ("update_saga_state", self.sagas),
+            ("insert_dispatch", self.inserts),
+            ("insert_event", self.events),
+        )
+        for name, rows in batches:
+            if rows:
+                await cur.executemany(sql(name), rows)
+        if self.released:
+            await cur.execute(
+                sql("release_fences"),
+                {
+                    "dispatch_ids": [d for d, _ in self.released],
+                    "lease_tokens": [t for _, t in self.released],
+                },
+            )
+        for destination in sorted(self.destinations):
+            await cur.execute(sql("notify_outbox"), {"destination": destination})
+
+
+def _outcome_params(completion: Completion) -> dict[str, Any]:
+    return {
+        "dispatch_id": completion.dispatch_id,
+        "attempt": completion.attempt,
+        "outcome": completion.outcome.value,
+        "status_code": completion.status_code,
+        "error": completion.error,
+        "evidence": json.dumps(dict(completion.evidence), default=str),
+    }
+
+
+def _event_params(saga_id: str, event: Event) -> dict[str, Any]:
+    return {
+        "saga_id": saga_id,
+        "effect_id": event.effect_id,
+        "direction": event.direction,
+        "attempt": event.attempt,
+        "kind": event.kind,
+        "from_state": event.from_state,
+        "to_state": event.to_state,
+        "actor": event.actor,
+        "evidence": event.evidence,
+        "detail": json.dumps(dict(event.detail), default=str),
+    }
+
+
+def _dispatch_facts(row: dict[str, Any]) -> DispatchFacts:
+    return DispatchFacts(
+        dispatch_id=row["dispatch_id"],
+        effect_id=row["effect_id"],
+        direction=Direction(row["direction"]),
+        delivery=Delivery(row["delivery"]),
+        verb=row["verb"],
+        state=DispatchState(row["state"]),
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        uncertain_attempt=row["uncertain_attempt"],
+    )
+
+
+def _claim_from_row(row: dict[str, Any]) -> Claim:
+    return Claim(
+        dispatch_id=row["dispatch_id"],
+        saga_id=row["saga_id"],
+        effect_id=row["effect_id"],
+        direction=Direction(row["direction"]),
+        execution_id=row["execution_id"],
+        destination=row["destination"],
+        verb=row["verb"],
+        contract_hash=row["contract_hash"],
+        delivery=Delivery(row["delivery"]),
+        method=row["method"],
+        path=row["path"],
+        body=row["args_canonical"].encode("utf-8"),
+        args_hash=row["args_hash"],
+        idempotency_key=row["idempotency_key"],
+        fencing_resources=tuple(row["fencing_resources"]),
+        timeout_ms=row["timeout_ms"],
+        attempt=row["attempt"],
+        lease_token=str(row["lease_token"]),
+        lease_expires_at=row["lease_expires_at"],
+        request_id=str(row["request_id"]),
+        db_now=row["db_now"],
+    )

@@ -1,0 +1,54 @@
+-- Claim due rows for destinations with free capacity, in one statement: lease each row
+-- (attempt + 1, random token, deadline from the database clock), open its attempt row and
+-- append the timeline event. Only rows in the partial "ready" index are ever looked at.
+WITH wanted AS (
+    SELECT destination, lim
+    FROM unnest(%(destinations)s::text[], %(limits)s::int[]) AS w(destination, lim)
+),
+due AS (
+    SELECT picked.dispatch_id, picked.state
+    FROM wanted
+    CROSS JOIN LATERAL (
+        SELECT o.dispatch_id, o.state
+        FROM effectus_saga_outbox o
+        WHERE o.state IN ('queued', 'retry_wait')
+          AND o.destination = wanted.destination
+          AND o.next_attempt_at <= now()
+        ORDER BY o.next_attempt_at
+        LIMIT wanted.lim
+        FOR UPDATE SKIP LOCKED
+    ) AS picked
+),
+claimed AS (
+    UPDATE effectus_saga_outbox o
+    SET state = 'in_flight',
+        attempt = o.attempt + 1,
+        lease_owner = %(owner)s,
+        lease_token = gen_random_uuid(),
+        lease_expires_at = now() + make_interval(secs => o.timeout_ms / 1000.0 + %(margin_s)s),
+        updated_at = now()
+    FROM due
+    WHERE o.dispatch_id = due.dispatch_id
+    RETURNING o.dispatch_id, o.saga_id, o.effect_id, o.direction, o.execution_id, o.destination,
+              o.verb, o.contract_hash, o.delivery, o.method, o.path, o.args_canonical,
+              o.args_hash, o.idempotency_key, o.fencing_resources, o.timeout_ms, o.attempt,
+              o.lease_token, o.lease_expires_at, o.created_at, due.state AS previous_state
+),
+opened AS (
+    INSERT INTO effectus_saga_attempts
+        (dispatch_id, attempt, request_id, lease_owner, lease_token, lease_expires_at)
+    SELECT dispatch_id, attempt, gen_random_uuid(), %(owner)s, lease_token, lease_expires_at
+    FROM claimed
+    RETURNING dispatch_id, request_id
+),
+logged AS (
+    INSERT INTO effectus_saga_events
+        (saga_id, effect_id, direction, attempt, kind, from_state, to_state, actor, detail)
+    SELECT saga_id, effect_id, direction, attempt, 'dispatch_claimed', previous_state,
+           'in_flight', %(owner)s,
+           jsonb_build_object('lease_expires_at', lease_expires_at)
+    FROM claimed
+)
+SELECT c.*, opened.request_id, now() AS db_now
+FROM claimed c
+JOIN opened USING (dispatch_id)

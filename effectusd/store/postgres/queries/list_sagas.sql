@@ -1,0 +1,7 @@
+SELECT saga_id, execution_id, plan_id, state, stop_reason, created_at, updated_at
+FROM effectus_saga_instances
+WHERE (%(state)s::text IS NULL OR state = %(state)s)
+  AND (%(plan_id)s::text IS NULL OR plan_id = %(plan_id)s)
+  AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+ORDER BY created_at DESC, saga_id
+LIMIT %(limit)s

@@ -1,0 +1,1 @@
+LISTEN effectus_outbox

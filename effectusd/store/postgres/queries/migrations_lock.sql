@@ -1,0 +1,2 @@
+-- One migrator at a time; released with the transaction.
+SELECT pg_advisory_xact_lock(hashtext('effectusd/migrate'))

@@ -1,0 +1,1 @@
+SELECT to_regclass('effectus_schema_migrations') IS NOT NULL AS present

@@ -1,0 +1,8 @@
+UPDATE effectus_saga_outbox
+SET state = %(state)s,
+    next_attempt_at = CASE WHEN %(retry_delay_s)s::float8 IS NULL THEN next_attempt_at
+                           ELSE now() + make_interval(secs => %(retry_delay_s)s::float8) END,
+    uncertain_attempt = %(uncertain_attempt)s, last_outcome = %(last_outcome)s,
+    last_error = %(last_error)s, lease_owner = NULL, lease_token = NULL,
+    lease_expires_at = NULL, updated_at = now()
+WHERE dispatch_id = %(dispatch_id)s

@@ -1,0 +1,10 @@
+-- A saga that runs again (unblocked) has no stop reason; compensated keeps the reason
+-- compensation began.
+UPDATE effectus_saga_instances
+SET state = %(state)s,
+    stop_reason = CASE WHEN %(state)s = 'running' THEN NULL
+                       ELSE coalesce(%(stop_reason)s, stop_reason) END,
+    finished_at = CASE WHEN %(state)s IN ('completed', 'compensated', 'failed') THEN now() END,
+    revision = revision + 1,
+    updated_at = now()
+WHERE saga_id = %(saga_id)s

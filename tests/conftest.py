@@ -1,0 +1,78 @@
+"""Shared fixtures. Storage tests use a real PostgreSQL: one fresh database per test run.
+
+Without PostgreSQL the storage tests are skipped locally; with EFFECTUSD_REQUIRE_POSTGRES=1
+(set by .ci/run) a missing server fails the run instead.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+ADMIN_URL = os.environ.get(
+    "EFFECTUSD_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+EFFECTUS_TABLES = (
+    "effectus_saga_events",
+    "effectus_saga_attempts",
+    "effectus_saga_outbox",
+    "effectus_saga_steps",
+    "effectus_saga_instances",
+    "effectus_fencing_leases",
+    "effectus_fencing_counters",
+)
+
+
+def _url_for(database: str) -> str:
+    return ADMIN_URL.rsplit("/", 1)[0] + "/" + database
+
+
+def create_database(prefix: str = "effectusd_test") -> str:
+    """Create an empty database and return its URL (fails or skips if PostgreSQL is absent)."""
+    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    try:
+        with psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=5) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as exc:
+        if os.environ.get("EFFECTUSD_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL is required but unreachable at {ADMIN_URL}: {exc}")
+        pytest.skip(f"PostgreSQL unreachable at {ADMIN_URL}")
+    return _url_for(name)
+
+
+def drop_database(url: str) -> None:
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    """A migrated database shared by the run; tests that use ``db`` get it emptied first."""
+    from effectusd.store.postgres.migrations import migrate
+
+    url = create_database()
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrate(conn)
+    yield url
+    drop_database(url)
+
+
+@pytest.fixture
+def db(database_url: str) -> str:
+    """The migrated test database, with every effectus table empty."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {', '.join(EFFECTUS_TABLES)} RESTART IDENTITY CASCADE")
+    return database_url
+
+
+@pytest.fixture
+def empty_database() -> Iterator[str]:
+    """A database with no schema at all, for migration tests."""
+    url = create_database("effectusd_empty")
+    yield url
+    drop_database(url)

@@ -1,0 +1,86 @@
+"""reserved_headers is pure: one invocation in, the exact identity headers out."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from effectusd.core.states import Direction
+from effectusd.executors.http import InvalidInvocation, format_deadline, reserved_headers
+from effectusd.executors.protocol import FencingGrant, Invocation
+
+BASE = Invocation(
+    request_id="r-1",
+    execution_id="order-7",
+    saga_id="s" * 64,
+    effect_id="charge",
+    attempt=1,
+    direction=Direction.COMPENSATION,
+    verb="payments.refund",
+    method="POST",
+    path="/refunds",
+    body=b"{}",
+    argument_hash="a" * 64,
+    contract_hash="c" * 64,
+    idempotency_key="k" * 64,
+    fencing_grants=(),
+    deadline=datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC),
+    timeout=1.0,
+)
+
+
+def test_headers_are_exactly_the_reserved_set_with_invocation_values() -> None:
+    assert reserved_headers(BASE) == {
+        "Idempotency-Key": "k" * 64,
+        "X-Effectus-Request-ID": "r-1",
+        "X-Effectus-Execution-ID": "order-7",
+        "X-Effectus-Saga-ID": "s" * 64,
+        "X-Effectus-Effect-ID": "charge",
+        "X-Effectus-Attempt": "1",
+        "X-Effectus-Direction": "compensation",
+        "X-Effectus-Verb": "payments.refund",
+        "X-Effectus-Argument-Hash": "a" * 64,
+        "X-Effectus-Contract-Hash": "c" * 64,
+        "X-Effectus-Fencing-Grants": "[]",
+        "X-Effectus-Deadline": "2030-01-02T03:04:05.000Z",
+    }
+
+
+def test_fencing_grants_are_canonical_json_sorted_by_resource() -> None:
+    grants = (FencingGrant("z:1", 3), FencingGrant("a:9", 2**40))
+    inv = dataclasses.replace(BASE, fencing_grants=grants)
+    assert reserved_headers(inv)["X-Effectus-Fencing-Grants"] == (
+        '[{"resource":"a:9","token":1099511627776},{"resource":"z:1","token":3}]'
+    )
+
+
+def test_duplicate_fencing_resource_is_refused() -> None:
+    grants = (FencingGrant("a", 1), FencingGrant("a", 2))
+    with pytest.raises(InvalidInvocation, match="duplicate"):
+        reserved_headers(dataclasses.replace(BASE, fencing_grants=grants))
+
+
+def test_deadline_is_converted_to_utc_and_truncated_to_milliseconds() -> None:
+    plus_two = timezone(timedelta(hours=2))
+    deadline = datetime(2030, 1, 2, 5, 4, 5, 999999, tzinfo=plus_two)
+    assert format_deadline(deadline) == "2030-01-02T03:04:05.999Z"
+
+
+def test_naive_deadline_is_refused() -> None:
+    with pytest.raises(InvalidInvocation, match="timezone-aware"):
+        format_deadline(datetime(2030, 1, 2))
+
+
+def test_control_characters_are_refused_and_the_value_is_not_echoed() -> None:
+    inv = dataclasses.replace(BASE, execution_id="order-7\r\nX-Evil: yes")
+    with pytest.raises(InvalidInvocation) as raised:
+        reserved_headers(inv)
+    assert "X-Effectus-Execution-ID" in str(raised.value)
+    assert "Evil" not in str(raised.value)
+
+
+def test_attempt_zero_is_refused() -> None:
+    with pytest.raises(InvalidInvocation, match="Attempt"):
+        reserved_headers(dataclasses.replace(BASE, attempt=0))
