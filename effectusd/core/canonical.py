@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import rfc8785
@@ -19,6 +19,9 @@ JsonValue = Any
 """A value made of dict (str keys), list, str, int, float, bool and None."""
 
 MAX_SAFE_INTEGER = 2**53 - 1
+# JCS writes integral doubles below 1e21 as plain digits; past 2^53-1 those digits would read
+# back as an integer we refuse, so such doubles are refused up front (no silent round-trip loss).
+_PLAIN_DIGITS_LIMIT = 1e21
 
 
 class CanonicalJSONError(ValueError):
@@ -56,12 +59,14 @@ def _walk(value: object, path: str, problems: list[str]) -> None:
             problems.append(f"{path}: NaN is not JSON")
         elif math.isinf(value):
             problems.append(f"{path}: Infinity is not JSON")
+        elif value.is_integer() and MAX_SAFE_INTEGER < abs(value) < _PLAIN_DIGITS_LIMIT:
+            problems.append(f"{path}: number outside ±(2^53-1) written as an integer")
         return
     if isinstance(value, str):
         if not _is_valid_unicode(value):
             problems.append(f"{path}: string contains a lone surrogate")
         return
-    if isinstance(value, Mapping):
+    if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 problems.append(f"{path}: object key {key!r} is not a string")

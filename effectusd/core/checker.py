@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from effectusd.core.canonical import JsonValue, canonical_hash, join_path, json_problems
 from effectusd.core.contracts import VerbContract
-from effectusd.core.expressions import FactRef, ResultRef, scan
+from effectusd.core.expressions import FactRef, ResultRef, resolve, scan
 from effectusd.core.plan import (
     CHECKED_PLAN_FORMAT,
     CheckedCompensation,
@@ -20,7 +20,9 @@ from effectusd.core.plan import (
     CheckedStep,
     FactType,
     PlanSpec,
+    StepSpec,
 )
+from effectusd.core.templates import Template, TemplateError, encode_path_segment
 
 # Ids travel in HTTP headers, so they are restricted to a safe ASCII alphabet.
 IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
@@ -45,21 +47,50 @@ class PlanCheckError(ValueError):
 
 
 def check(plan: PlanSpec | Mapping[str, Any], verbs: Mapping[str, VerbContract]) -> CheckedPlan:
+    """Check a plan against the live verbs; raise PlanCheckError listing every problem."""
     issues: list[CheckIssue] = []
     if isinstance(plan, PlanSpec):
-        spec = plan
-        issues.extend(_split(json_problems(spec.model_dump(mode="json"), "")))
+        # Python mode: a NaN or a set put into a PlanSpec must be refused, not coerced.
+        issues.extend(_split(json_problems(plan.model_dump(), "")))
+        spec: PlanSpec | None = plan
+        original: list[int] | None = None
     else:
         issues.extend(_split(json_problems(plan, "")))
-        try:
-            spec = PlanSpec.model_validate(plan)
-        except ValidationError as exc:
-            issues.extend(_structure_issues(exc))
-            raise PlanCheckError(issues) from None
-    checked = _check_semantics(spec, verbs, issues)
+        spec, original = _parse_structure(plan, issues)
+    if spec is None:
+        raise PlanCheckError(issues)
+    checked = _check_semantics(spec, verbs, issues, original)
     if issues or checked is None:
         raise PlanCheckError(issues)
     return checked
+
+
+def _parse_structure(
+    plan: Mapping[str, Any], issues: list[CheckIssue]
+) -> tuple[PlanSpec | None, list[int] | None]:
+    """Validate the plan's shape step by step, so one malformed step does not hide the
+    semantic problems of the others. Returns the well-formed part and, when steps had to be
+    left out, the original index of each step kept."""
+    try:
+        return PlanSpec.model_validate(plan), None
+    except ValidationError as exc:
+        issues.extend(_structure_issues(exc))
+    raw_steps = plan.get("steps") if isinstance(plan, Mapping) else None
+    if not isinstance(raw_steps, list):
+        return None, None
+    good: list[StepSpec] = []
+    original: list[int] = []
+    for index, raw in enumerate(raw_steps):
+        try:
+            good.append(StepSpec.model_validate(raw))
+        except ValidationError:
+            continue
+        original.append(index)
+    try:
+        partial = PlanSpec.model_validate({**plan, "steps": [s.model_dump() for s in good]})
+    except ValidationError:
+        return None, None
+    return partial, original
 
 
 def verify_checked(plan: CheckedPlan, verbs: Mapping[str, VerbContract]) -> list[CheckIssue]:
@@ -129,33 +160,49 @@ def _dedupe(issues: list[CheckIssue]) -> list[CheckIssue]:
 
 
 def _check_semantics(
-    spec: PlanSpec, verbs: Mapping[str, VerbContract], issues: list[CheckIssue]
+    spec: PlanSpec,
+    verbs: Mapping[str, VerbContract],
+    issues: list[CheckIssue],
+    original: list[int] | None = None,
 ) -> CheckedPlan | None:
-    if not IDENTIFIER.match(spec.plan_id):
+    """Semantic checks. ``original`` is set when malformed steps were left out: it maps each
+    kept step to its index in the plan, and references to unknown steps are then not trusted."""
+    broken_steps = original is not None
+    index_of = original or list(range(len(spec.steps)))
+    if not IDENTIFIER.fullmatch(spec.plan_id):
         issues.append(CheckIssue("plan_id", _IDENTIFIER_RULE))
     for fact in spec.facts:
-        if not IDENTIFIER.match(fact) and not fact.isidentifier():
+        if not IDENTIFIER.fullmatch(fact) and not fact.isidentifier():
             issues.append(CheckIssue(join_path("facts", fact), "fact names must be identifiers"))
 
     positions: dict[str, int] = {}
     for index, step in enumerate(spec.steps):
-        where = f"steps[{index}].id"
-        if not IDENTIFIER.match(step.id):
+        where = f"steps[{index_of[index]}].id"
+        if not IDENTIFIER.fullmatch(step.id):
             issues.append(CheckIssue(where, f"step id {step.id!r} {_IDENTIFIER_RULE}"))
         elif step.id in positions:
+            first = index_of[positions[step.id]]
             issues.append(
-                CheckIssue(
-                    where, f"duplicate step id {step.id!r} (first at steps[{positions[step.id]}])"
-                )
+                CheckIssue(where, f"duplicate step id {step.id!r} (first at steps[{first}])")
             )
         else:
             positions[step.id] = index
 
     checked_steps = []
     for index, step in enumerate(spec.steps):
-        where = f"steps[{index}]"
+        where = f"steps[{index_of[index]}]"
         contract = _contract(step.verb, verbs, f"{where}.verb", issues)
-        _check_args(step.args, f"{where}.args", index, False, spec, positions, contract, issues)
+        _check_args(
+            step.args,
+            f"{where}.args",
+            index,
+            False,
+            spec,
+            positions,
+            contract,
+            issues,
+            broken_steps,
+        )
         compensation = None
         if step.compensate != "none":
             comp = step.compensate
@@ -169,6 +216,7 @@ def _check_semantics(
                 positions,
                 comp_contract,
                 issues,
+                broken_steps,
             )
             if comp_contract is not None:
                 compensation = CheckedCompensation(
@@ -215,6 +263,7 @@ def _check_args(
     positions: Mapping[str, int],
     contract: VerbContract | None,
     issues: list[CheckIssue],
+    broken_steps: bool = False,
 ) -> None:
     refs, problems = scan(args, where)
     issues.extend(_split(problems))
@@ -225,7 +274,10 @@ def _check_args(
         elif isinstance(ref, ResultRef):
             target = positions.get(ref.step)
             if target is None:
-                issues.append(CheckIssue(ref.where, f"$result refers to missing step {ref.step!r}"))
+                if not broken_steps:
+                    issues.append(
+                        CheckIssue(ref.where, f"$result refers to missing step {ref.step!r}")
+                    )
             elif target > index or (target == index and not is_compensation):
                 issues.append(
                     CheckIssue(
@@ -235,8 +287,19 @@ def _check_args(
                 )
     if contract is None:
         return
-    for template in (contract.path_template, *contract.fencing_templates):
+    templates = [(contract.path_template, True)]
+    templates += [(template, False) for template in contract.fencing_templates]
+    for template, is_path in templates:
         for placeholder in template.placeholders:
+            value = args.get(placeholder.name)
+            if (
+                placeholder.scope == "args"
+                and placeholder.name in args
+                and not scan(value, where)[0]
+            ):
+                issues.extend(
+                    _template_value_issues(template, is_path, placeholder.name, value, where)
+                )
             if placeholder.scope == "args" and placeholder.name not in args:
                 issues.append(
                     CheckIssue(
@@ -260,16 +323,28 @@ def _check_args(
 def literal_schema_issues(
     args: dict[str, Any], schema: dict[str, Any], where: str
 ) -> list[CheckIssue]:
-    """Schema violations of the literal parts of ``args`` (references are checked at resolve)."""
+    """Schema violations visible before references are resolved: the whole object when it is
+    all literal; otherwise each literal member, required names and unexpected names."""
     refs, _ = scan(args, where)
     if not refs:
-        return schema_issues(args, schema, where)
+        return schema_issues(resolve(args, {}, {}), schema, where)
     properties = schema.get("properties", {})
     issues = []
     for name, value in args.items():
         sub_refs, _ = scan(value, where)
         if not sub_refs and isinstance(properties.get(name), dict):
-            issues.extend(schema_issues(value, properties[name], join_path(where, name)))
+            issues.extend(
+                schema_issues(resolve(value, {}, {}), properties[name], join_path(where, name))
+            )
+    for name in schema.get("required", []):
+        if name not in args:
+            issues.append(CheckIssue(where, f"schema: {name!r} is a required property"))
+    if schema.get("additionalProperties") is False:
+        for name in args:
+            if name not in properties:
+                issues.append(
+                    CheckIssue(join_path(where, name), "schema: additional property not allowed")
+                )
     return issues
 
 
@@ -305,3 +380,21 @@ def fact_issues(
         if name not in declared:
             issues.append(CheckIssue(join_path("facts", name), "fact is not declared by the plan"))
     return issues
+
+
+def _template_value_issues(
+    template: Template, is_path: bool, name: str, value: JsonValue, where: str
+) -> list[CheckIssue]:
+    """A literal argument that fills a path or fencing template must be usable there."""
+    literal = resolve(value, {}, {})
+    here = join_path(where, name)
+    if isinstance(literal, bool) or not isinstance(literal, str | int):
+        return [
+            CheckIssue(here, f"fills template {template.source!r}: must be a string or an integer")
+        ]
+    if is_path:
+        try:
+            encode_path_segment(str(literal))
+        except TemplateError as exc:
+            return [CheckIssue(here, str(exc))]
+    return []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
+import jsonschema
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from effectusd.core.canonical import JsonValue, canonical_hash, json_problems
@@ -80,6 +81,10 @@ class VerbContract(BaseModel):
             problems = json_problems(value, "schema")
             if problems:
                 raise ValueError("; ".join(problems))
+            try:
+                jsonschema.Draft202012Validator.check_schema(value)
+            except jsonschema.SchemaError as exc:
+                raise ValueError(f"not a valid JSON Schema: {exc.message}") from None
         return value
 
     @property
@@ -102,7 +107,7 @@ class VerbContract(BaseModel):
             "delivery": self.delivery.value,
             "timeout_ms": None if self.timeout is None else to_milliseconds(self.timeout),
             "retry": self.retry.canonical(),
-            "fencing": list(self.fencing),
+            "fencing": sorted(set(self.fencing)),  # resolved in sorted order; so is the hash
         }
 
     @property

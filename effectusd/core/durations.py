@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+_PATTERN = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*")
+MAX_SECONDS = 100 * 365 * 86400.0  # a century: anything longer is a typo, not a timeout
 
 
 def parse_duration(text: str | int | float | timedelta) -> timedelta:
@@ -16,15 +18,19 @@ def parse_duration(text: str | int | float | timedelta) -> timedelta:
     if isinstance(text, bool):
         raise ValueError(f"not a duration: {text!r}")
     if isinstance(text, int | float):
-        if text < 0:
-            raise ValueError(f"duration must not be negative: {text!r}")
-        return timedelta(seconds=text)
-    match = _PATTERN.match(text)
+        return _seconds(float(text), text)
+    match = _PATTERN.fullmatch(text) if isinstance(text, str) else None
     if match is None:
         raise ValueError(
             f"not a duration: {text!r} (expected a number with a unit: ms, s, m, h or d)"
         )
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+    return _seconds(float(match.group(1)) * _UNITS[match.group(2) or "s"], text)
+
+
+def _seconds(seconds: float, source: object) -> timedelta:
+    if math.isnan(seconds) or seconds < 0 or seconds > MAX_SECONDS:
+        raise ValueError(f"duration {source!r} is out of range (0 to 100 years)")
+    return timedelta(seconds=seconds)
 
 
 def to_milliseconds(value: timedelta) -> int:

@@ -58,8 +58,9 @@ def build_dispatch(
 
     Raises ResolutionError (naming the step) when arguments cannot be resolved, are not
     canonical JSON, violate the verb's schema, or leave a path/fencing template unfilled;
-    KeyError-free: a missing or drifted verb is reported the same way.
+    A verb missing from the live registry, or changed since checking, is reported the same way.
     """
+    direction = Direction(direction)
     if direction is Direction.FORWARD:
         verb, pinned_hash, args_expr = step.verb, step.contract_hash, step.args
     else:
@@ -71,6 +72,8 @@ def build_dispatch(
     contract = registry.verbs.get(verb)
     if contract is None:
         raise ResolutionError(f"{where}: verb {verb!r} is not in the live registry")
+    if contract.contract_hash != pinned_hash:
+        raise ResolutionError(f"{where}: verb {verb!r} changed since the plan was checked")
     try:
         args = resolve(args_expr, facts, results)
         if not isinstance(args, dict):

@@ -6,12 +6,14 @@ three forms is an ordinary object whose members may contain expressions.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from effectusd.core.canonical import JsonValue, join_path
 
 _MARKERS = ("$fact", "$result", "$literal")
+_ARRAY_INDEX = re.compile(r"0|[1-9][0-9]*")  # RFC 6901: ASCII digits, no leading zero
 
 
 class ResolutionError(ValueError):
@@ -107,12 +109,18 @@ def json_pointer(document: JsonValue, pointer: str) -> JsonValue:
     """RFC 6901 lookup; raises ResolutionError naming the pointer."""
     if pointer == "":
         return document
+    if not pointer.startswith("/"):
+        raise ResolutionError(f"JSON Pointer {pointer!r} must start with '/'")
     current = document
     for raw in pointer.split("/")[1:]:
         token = raw.replace("~1", "/").replace("~0", "~")
         if isinstance(current, Mapping) and token in current:
             current = current[token]
-        elif isinstance(current, list) and token.isdigit() and int(token) < len(current):
+        elif (
+            isinstance(current, list)
+            and _ARRAY_INDEX.fullmatch(token)
+            and int(token) < len(current)
+        ):
             current = current[int(token)]
         else:
             raise ResolutionError(f"JSON Pointer {pointer!r} does not match the result")

@@ -5,6 +5,7 @@ Pure: the store executes these rows in one transaction (the caller's, for the ou
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from effectusd.core.registry import Registry
 from effectusd.core.states import Direction
 
 EXECUTION_ID_MAX = 200
+NAMESPACE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 class SubmitError(ValueError):
@@ -56,6 +58,11 @@ class SubmitRows:
     first_dispatch: DispatchSpec
 
 
+def validate_namespace(namespace: str) -> None:
+    if not NAMESPACE.fullmatch(namespace):
+        raise SubmitError("namespace must be 1..64 of letters, digits, '_', '.', '-'")
+
+
 def validate_execution_id(execution_id: str) -> None:
     if not execution_id or len(execution_id) > EXECUTION_ID_MAX:
         raise SubmitError(f"execution_id must be 1..{EXECUTION_ID_MAX} characters")
@@ -81,7 +88,36 @@ def ensure_checked(
     issues = verify_checked(checked, registry.verbs)
     if issues:
         raise PlanCheckError(issues)
+    # Anyone can recompute a digest: the content itself must pass check() and give the same.
+    rechecked = check(as_spec(checked), registry.verbs)
+    if rechecked.plan_digest != checked.plan_digest:
+        raise PlanCheckError(
+            [CheckIssue("plan_digest", "the checked plan does not re-check to the same digest")]
+        )
     return checked
+
+
+def as_spec(plan: CheckedPlan) -> PlanSpec:
+    """The plan as written, recovered from its checked form."""
+    return PlanSpec.model_validate(
+        {
+            "plan_id": plan.plan_id,
+            "facts": {name: kind.value for name, kind in plan.facts.items()},
+            "steps": [
+                {
+                    "id": step.id,
+                    "verb": step.verb,
+                    "args": step.args,
+                    "compensate": (
+                        "none"
+                        if step.compensate is None
+                        else {"verb": step.compensate.verb, "args": step.compensate.args}
+                    ),
+                }
+                for step in plan.steps
+            ],
+        }
+    )
 
 
 def prepare_submission(
@@ -91,6 +127,7 @@ def prepare_submission(
     execution_id: str,
     facts: Mapping[str, JsonValue],
 ) -> SubmitRows:
+    validate_namespace(namespace)
     validate_execution_id(execution_id)
     issues = fact_issues(plan.facts, facts)
     if issues:
@@ -104,7 +141,9 @@ def prepare_submission(
         raise SubmitError(str(exc)) from None
     steps = []
     for step in plan.steps:
-        contract = registry.verbs[step.verb]
+        contract = registry.verbs.get(step.verb)
+        if contract is None:
+            raise SubmitError(f"step {step.id!r}: verb {step.verb!r} is not in the live registry")
         steps.append(
             StepRow(
                 saga_id=saga_id,

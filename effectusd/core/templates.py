@@ -10,7 +10,7 @@ from urllib.parse import quote
 from effectusd.core.canonical import JsonValue
 
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-_NAME = re.compile(r"^(args|facts)\.([A-Za-z_][A-Za-z0-9_]*)$")
+_NAME = re.compile(r"(args|facts)\.([A-Za-z_][A-Za-z0-9_]*)")
 
 
 class TemplateError(ValueError):
@@ -67,7 +67,7 @@ def parse_template(source: str, allowed_scopes: frozenset[str]) -> Template:
             raise TemplateError(f"template {source!r}: unbalanced brace")
         if literal:
             parts.append(literal)
-        name = _NAME.match(match.group(1).strip())
+        name = _NAME.fullmatch(match.group(1).strip())
         if name is None or name.group(1) not in allowed_scopes:
             scopes = " or ".join(f"{{{scope}.NAME}}" for scope in sorted(allowed_scopes))
             raise TemplateError(

@@ -1,0 +1,315 @@
+"""The dispatcher against a real PostgreSQL and real HTTP destinations on 127.0.0.1."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import threading
+
+import pytest
+
+from effectusd.core.canonical import canonical_bytes
+from effectusd.core.identity import idempotency_key
+from effectusd.core.states import Direction
+from tests.support.destination import Request, Response, ok, running
+from tests.support.harness import (
+    attempts_of,
+    client_for,
+    dispatch_of,
+    fetch,
+    make_config,
+    run_until_idle,
+    serial_plan,
+)
+
+pytestmark = pytest.mark.postgres
+
+RESERVED = (
+    "idempotency-key",
+    "x-effectus-request-id",
+    "x-effectus-execution-id",
+    "x-effectus-saga-id",
+    "x-effectus-effect-id",
+    "x-effectus-attempt",
+    "x-effectus-direction",
+    "x-effectus-verb",
+    "x-effectus-argument-hash",
+    "x-effectus-contract-hash",
+    "x-effectus-fencing-grants",
+    "x-effectus-deadline",
+)
+
+
+async def test_three_step_saga_completes_and_each_step_is_called_once_with_its_identity(
+    db: str,
+) -> None:
+    with running() as dest:
+        config = make_config(dest.base_url, {"work": {}})
+        client = client_for(config, db)
+        saga = client.submit(serial_plan("three", ["work"] * 3), execution_id="x-1").saga_id
+        await run_until_idle(config, db)
+
+        view = client.get(saga)
+        assert view is not None and view["state"] == "completed"
+        assert [s["state"] for s in view["steps"]] == ["succeeded"] * 3
+        assert [r.effect for r in dest.requests] == ["s1", "s2", "s3"]
+        contract = config.verbs["work"].contract_hash
+        for request, step in zip(dest.requests, view["steps"], strict=True):
+            assert all(name in request.headers for name in RESERVED)
+            assert request.attempt == 1
+            assert request.direction == "forward"
+            assert request.headers["x-effectus-saga-id"] == saga
+            assert request.headers["x-effectus-execution-id"] == "x-1"
+            assert request.headers["x-effectus-contract-hash"] == contract
+            assert request.headers["x-effectus-fencing-grants"] == "[]"
+            assert request.key == idempotency_key(
+                "default", saga, request.effect, Direction.FORWARD
+            )
+            assert (
+                request.headers["x-effectus-argument-hash"]
+                == hashlib.sha256(request.body).hexdigest()
+            )
+            assert request.body == canonical_bytes({"n": step["sequence"] + 1})
+            assert step["dispatches"][0]["attempts"][0]["outcome"] == "success"
+
+
+def fail_step(effect: str):  # type: ignore[no-untyped-def]
+    def handler(request: Request) -> Response:
+        if request.effect == effect and request.direction == "forward":
+            return Response(422, {"error": "no"}, {"X-Effectus-Outcome": "permanent_failure"})
+        return ok(request)
+
+    return handler
+
+
+async def test_permanent_failure_compensates_succeeded_steps_in_reverse_order(db: str) -> None:
+    with running(fail_step("s3")) as dest:
+        config = make_config(dest.base_url, {"do": {}, "undo": {}})
+        client = client_for(config, db)
+        plan = serial_plan(
+            "rev", ["do", "do", "do"], compensate={"s1": "undo", "s2": "undo", "s3": "undo"}
+        )
+        saga = client.submit(plan, execution_id="x-2").saga_id
+        await run_until_idle(config, db)
+
+        view = client.get(saga)
+        assert view is not None and view["state"] == "compensated"
+        assert "s3" in view["stop_reason"]
+        order = [(r.effect, r.direction) for r in dest.requests]
+        assert order == [
+            ("s1", "forward"),
+            ("s2", "forward"),
+            ("s3", "forward"),
+            ("s2", "compensation"),
+            ("s1", "compensation"),
+        ]
+        for request in dest.requests[3:]:
+            assert request.key == idempotency_key(
+                "default", saga, request.effect, Direction.COMPENSATION
+            )
+            assert request.key != idempotency_key(
+                "default", saga, request.effect, Direction.FORWARD
+            )
+        assert [s["state"] for s in view["steps"]] == ["compensated", "compensated", "failed"]
+
+
+async def test_failure_with_nothing_to_undo_ends_failed(db: str) -> None:
+    with running(fail_step("s1")) as dest:
+        config = make_config(dest.base_url, {"do": {}})
+        client = client_for(config, db)
+        saga = client.submit(serial_plan("f", ["do", "do"]), execution_id="x-3").saga_id
+        await run_until_idle(config, db)
+        view = client.get(saga)
+        assert view is not None and view["state"] == "failed"
+        assert len(dest.requests) == 1
+
+
+def unknown_503(request: Request) -> Response:
+    return Response(503, {"error": "upstream"})
+
+
+async def test_unknown_outcome_at_least_once_retries_with_the_same_key_until_blocked(
+    db: str,
+) -> None:
+    with running(unknown_503) as dest:
+        verbs = {
+            "pay": {
+                "delivery": "at_least_once",
+                "retry": {"max_attempts": 3, "initial_backoff": "10ms", "max_backoff": "20ms"},
+            },
+            "refund": {},
+        }
+        config = make_config(dest.base_url, verbs)
+        client = client_for(config, db)
+        plan = serial_plan("u", ["pay"], compensate={"s1": "refund"})
+        saga = client.submit(plan, execution_id="x-4").saga_id
+        await run_until_idle(config, db)
+
+        assert [r.attempt for r in dest.requests] == [1, 2, 3]
+        assert len({r.key for r in dest.requests}) == 1
+        assert len({r.headers["x-effectus-request-id"] for r in dest.requests}) == 3
+        view = client.get(saga)
+        assert view is not None and view["state"] == "blocked_unknown"
+        dispatch = dispatch_of(db, saga, "s1")
+        assert dispatch["state"] == "blocked_unknown"
+        assert dispatch["uncertain_attempt"] == 1
+        assert not [r for r in dest.requests if r.direction == "compensation"]
+
+
+async def test_unknown_outcome_at_most_once_blocks_after_one_call(db: str) -> None:
+    with running(unknown_503) as dest:
+        config = make_config(dest.base_url, {"pay": {"retry": {"max_attempts": 5}}, "refund": {}})
+        client = client_for(config, db)
+        saga = client.submit(
+            serial_plan("m", ["pay"], {"s1": "refund"}), execution_id="x-5"
+        ).saga_id
+        await run_until_idle(config, db)
+
+        assert len(dest.requests) == 1
+        view = client.get(saga)
+        assert view is not None and view["state"] == "blocked_unknown"
+        assert "at_most_once" in view["stop_reason"]
+        [attempt] = attempts_of(db, saga, "s1")
+        assert attempt["outcome"] == "unknown_outcome" and attempt["status_code"] == 503
+
+
+async def test_commit_then_stall_past_timeout_is_unknown_and_the_retry_carries_the_same_key(
+    db: str,
+) -> None:
+    committed: list[str] = []
+    release = threading.Event()
+
+    def commit_then_stall(request: Request) -> Response:
+        if request.attempt == 1:
+            committed.append(request.key)  # the business mutation happened
+            return Response(200, {"ok": True}, stall=release)
+        return Response(200, {"replayed": request.key in committed})
+
+    with running(commit_then_stall) as dest:
+        verbs = {
+            "pay": {
+                "delivery": "at_least_once",
+                "timeout": "300ms",
+                "retry": {"max_attempts": 3, "initial_backoff": "10ms"},
+            }
+        }
+        config = make_config(dest.base_url, verbs)
+        client = client_for(config, db)
+        saga = client.submit(serial_plan("stall", ["pay"]), execution_id="x-6").saga_id
+        try:
+            await run_until_idle(config, db)
+        finally:
+            release.set()
+        attempts = attempts_of(db, saga, "s1")
+        assert [a["outcome"] for a in attempts] == ["unknown_outcome", "success"]
+        assert dest.requests[0].key == dest.requests[1].key
+        view = client.get(saga)
+        assert view is not None and view["state"] == "completed"
+        assert view["steps"][0]["result"] == {"replayed": True}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_connection_refused_is_retried_as_not_committed_then_compensated(db: str) -> None:
+    with running() as dest:
+        config = make_config(
+            dest.base_url,
+            {
+                "ok": {},
+                "undo": {},
+                "gone": {
+                    "destination": "down",
+                    "retry": {"max_attempts": 3, "initial_backoff": "10ms"},
+                },
+            },
+            destinations={"down": {"base_url": f"http://127.0.0.1:{free_port()}"}},
+        )
+        client = client_for(config, db)
+        plan = serial_plan("refused", ["ok", "gone"], compensate={"s1": "undo"})
+        saga = client.submit(plan, execution_id="x-7").saga_id
+        await run_until_idle(config, db)
+
+        attempts = attempts_of(db, saga, "s2")
+        assert [a["outcome"] for a in attempts] == ["retryable_failure_known_not_committed"] * 3
+        view = client.get(saga)
+        assert view is not None and view["state"] == "compensated"
+        assert [(r.effect, r.direction) for r in dest.requests] == [
+            ("s1", "forward"),
+            ("s1", "compensation"),
+        ]
+
+
+async def test_arguments_cannot_set_reserved_headers(db: str) -> None:
+    with running() as dest:
+        config = make_config(dest.base_url, {"work": {}})
+        client = client_for(config, db)
+        plan = {
+            "plan_id": "inject",
+            "steps": [
+                {
+                    "id": "s1",
+                    "verb": "work",
+                    "compensate": "none",
+                    "args": {
+                        "Idempotency-Key": "forged",
+                        "X-Effectus-Attempt": "99",
+                        "headers": {"Idempotency-Key": "forged"},
+                    },
+                }
+            ],
+        }
+        saga = client.submit(plan, execution_id="x-8").saga_id
+        await run_until_idle(config, db)
+        [request] = dest.requests
+        assert request.key == idempotency_key("default", saga, "s1", Direction.FORWARD)
+        assert request.attempt == 1
+        assert request.json()["Idempotency-Key"] == "forged"  # it stays an argument, nothing more
+
+
+async def test_contract_drift_blocks_before_anything_is_sent(db: str) -> None:
+    with running() as dest:
+        config = make_config(dest.base_url, {"work": {}})
+        client = client_for(config, db)
+        saga = client.submit(serial_plan("drift", ["work"]), execution_id="x-9").saga_id
+        drifted = make_config(dest.base_url, {"work": {"version": 2}})
+        await run_until_idle(drifted, db)
+
+        assert dest.requests == []
+        view = client.get(saga)
+        assert view is not None and view["state"] == "blocked_contract"
+        assert dispatch_of(db, saga, "s1")["state"] == "blocked_contract"
+        [attempt] = attempts_of(db, saga, "s1")
+        assert attempt["sent_at"] is None and attempt["settled_by"] == "guard"
+
+
+async def test_every_transition_is_on_the_timeline(db: str) -> None:
+    with running() as dest:
+        config = make_config(dest.base_url, {"work": {}})
+        client = client_for(config, db)
+        saga = client.submit(serial_plan("tl", ["work", "work"]), execution_id="x-10").saga_id
+        await run_until_idle(config, db)
+        kinds = [
+            e["kind"]
+            for e in fetch(
+                db,
+                "SELECT kind FROM effectus_saga_events WHERE saga_id = %s ORDER BY event_id",
+                saga,
+            )
+        ]
+        assert kinds == [
+            "saga_submitted",
+            "dispatch_enqueued",
+            "dispatch_claimed",
+            "attempt_settled",
+            "step_state",
+            "step_state",
+            "dispatch_enqueued",
+            "dispatch_claimed",
+            "attempt_settled",
+            "step_state",
+            "saga_state",
+        ]

@@ -1,0 +1,139 @@
+"""Verb contracts (DESIGN.md section 4): validation and what the contract hash covers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from effectusd.core.contracts import RetryPolicy, VerbContract
+
+BASE: dict[str, Any] = {
+    "name": "charge",
+    "version": 1,
+    "destination": "payments",
+    "method": "POST",
+    "path": "/orders/{args.order}/charges",
+    "args_schema": {"type": "object", "properties": {"amount": {"type": "integer"}}},
+    "result_schema": {"type": "object"},
+    "delivery": "at_most_once",
+    "timeout": "500ms",
+    "retry": {"max_attempts": 5, "initial_backoff": "1s", "max_backoff": "1m", "multiplier": 2},
+    "fencing": ("order:{args.order}",),
+}
+
+
+def _contract(**changes: Any) -> VerbContract:
+    return VerbContract.model_validate({**BASE, **changes})
+
+
+def _retry(**changes: Any) -> dict[str, Any]:
+    return {**BASE["retry"], **changes}
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"name": "charge2"},
+        {"version": 2},
+        {"destination": "payments-eu"},
+        {"method": "PUT"},
+        {"path": "/orders/{args.order}/charge"},
+        {"args_schema": {"type": "object", "properties": {"amount": {"type": "number"}}}},
+        {"args_schema": None},
+        {"result_schema": {"type": "object", "required": ["id"]}},
+        {"delivery": "at_least_once"},
+        {"timeout": "501ms"},
+        {"timeout": None},
+        {"retry": _retry(max_attempts=6)},
+        {"retry": _retry(initial_backoff="2s")},
+        {"retry": _retry(max_backoff="2m")},
+        {"retry": _retry(multiplier=1.5)},
+        {"fencing": ("order:{args.order}", "acct:{facts.account}")},
+        {"fencing": ()},
+    ],
+    ids=lambda changes: ",".join(changes),
+)
+def test_contract_hash_changes_when_any_field_changes(changes: dict[str, Any]) -> None:
+    assert _contract(**changes).contract_hash != _contract().contract_hash
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"timeout": 0.5},
+        {"timeout": "0.5s"},
+        {"timeout": timedelta(milliseconds=500)},
+        {"retry": _retry(initial_backoff=1, max_backoff="60s", multiplier=2.0)},
+        {"retry": RetryPolicy(initial_backoff="1000ms", max_backoff=60, multiplier=2)},
+        {"args_schema": {"properties": {"amount": {"type": "integer"}}, "type": "object"}},
+        {"fencing": ["order:{args.order}"]},
+    ],
+    ids=lambda changes: ",".join(changes),
+)
+def test_contract_hash_is_stable_across_equivalent_spellings(changes: dict[str, Any]) -> None:
+    assert _contract(**changes).contract_hash == _contract().contract_hash
+
+
+def test_contract_hash_is_lowercase_hex_sha256() -> None:
+    value = _contract().contract_hash
+    assert len(value) == 64
+    assert value == value.lower()
+    int(value, 16)
+
+
+def test_defaults_are_at_most_once_post_and_five_attempts() -> None:
+    verb = VerbContract(name="v", destination="d")
+    assert (verb.delivery.value, verb.method, verb.retry.max_attempts) == (
+        "at_most_once",
+        "POST",
+        5,
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"path": "orders/{args.order}"}, "path"),
+        ({"path": "/orders/{facts.order}"}, "path"),
+        ({"path": "/orders/{args.order"}, "path"),
+        ({"path": "/orders/{nope.order}"}, "path"),
+        ({"fencing": ("order:{args.order", "ok")}, "fencing"),
+        ({"fencing": ("order:{result.x}",)}, "fencing"),
+        ({"method": "GET"}, "method"),
+        ({"delivery": "exactly_once"}, "delivery"),
+        ({"name": "1charge"}, "name"),
+        ({"name": "has space"}, "name"),
+        ({"version": 0}, "version"),
+        ({"retry": _retry(max_attempts=0)}, "retry"),
+        ({"retry": _retry(multiplier=0.5)}, "retry"),
+        ({"timeout": "soon"}, "timeout"),
+        ({"args_schema": {"maximum": float("nan")}}, "args_schema"),
+        ({"unknown_field": 1}, "unknown_field"),
+    ],
+)
+def test_invalid_contract_fields_are_refused_naming_the_field(
+    changes: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ValidationError) as excinfo:
+        _contract(**changes)
+    assert {str(error["loc"][0]) for error in excinfo.value.errors()} == {field}
+
+
+def test_contracts_are_frozen() -> None:
+    contract = _contract()
+    with pytest.raises(ValidationError):
+        contract.version = 2  # type: ignore[misc]
+
+
+def test_an_invalid_json_schema_is_refused_when_the_contract_is_built() -> None:
+    with pytest.raises(ValidationError):
+        _contract(args_schema={"type": "strng"})
+
+
+def test_an_overflowing_timeout_is_a_validation_error_naming_the_field() -> None:
+    with pytest.raises(ValidationError) as excinfo:
+        _contract(timeout="9999999999999999d")
+    assert excinfo.value.errors()[0]["loc"][0] == "timeout"

@@ -1,0 +1,92 @@
+"""Human durations used in config and on the CLI."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from effectusd.core.durations import parse_duration, to_milliseconds
+
+UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("500ms", timedelta(milliseconds=500)),
+        ("30s", timedelta(seconds=30)),
+        ("1m", timedelta(minutes=1)),
+        ("2h", timedelta(hours=2)),
+        ("30d", timedelta(days=30)),
+        ("1.5s", timedelta(milliseconds=1500)),
+        (" 10 ms ", timedelta(milliseconds=10)),
+        ("0s", timedelta(0)),
+    ],
+)
+def test_durations_with_units_parse(text: str, expected: timedelta) -> None:
+    assert parse_duration(text) == expected
+
+
+@given(st.integers(0, 36_500), st.sampled_from(sorted(UNIT_SECONDS)))
+def test_every_unit_scales_whole_numbers(number: int, unit: str) -> None:
+    expected = timedelta(seconds=number * UNIT_SECONDS[unit])
+    assert abs(parse_duration(f"{number}{unit}") - expected) < timedelta(microseconds=1)
+
+
+def test_minutes_are_not_mistaken_for_milliseconds() -> None:
+    assert parse_duration("5m") == timedelta(minutes=5)
+    assert parse_duration("5ms") == timedelta(milliseconds=5)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (30, timedelta(seconds=30)),
+        (0.5, timedelta(milliseconds=500)),
+        (0, timedelta(0)),
+        (timedelta(hours=1), timedelta(hours=1)),
+    ],
+)
+def test_bare_numbers_are_seconds_and_timedeltas_pass_through(
+    value: float | timedelta, expected: timedelta
+) -> None:
+    assert parse_duration(value) == expected
+
+
+@pytest.mark.parametrize("text", ["5x", "", "ms", "-1s", "1S", "1 sec", "s5"])
+def test_malformed_duration_text_is_refused_naming_the_input(text: str) -> None:
+    with pytest.raises(ValueError) as excinfo:
+        parse_duration(text)
+    assert repr(text) in str(excinfo.value)
+
+
+@pytest.mark.parametrize("value", [-1, -0.5, True, False])
+def test_negative_numbers_and_booleans_are_refused_naming_the_input(value: object) -> None:
+    with pytest.raises(ValueError) as excinfo:
+        parse_duration(value)  # type: ignore[arg-type]
+    assert repr(value) in str(excinfo.value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "9999999999999999d"])
+def test_unrepresentable_durations_are_refused_with_value_error_naming_the_input(
+    value: object,
+) -> None:
+    with pytest.raises(ValueError) as excinfo:
+        parse_duration(value)  # type: ignore[arg-type]
+    assert repr(value) in str(excinfo.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "milliseconds"),
+    [("500ms", 500), ("1.5s", 1500), ("2h", 7_200_000), ("1d", 86_400_000)],
+)
+def test_to_milliseconds_gives_whole_milliseconds(text: str, milliseconds: int) -> None:
+    assert to_milliseconds(parse_duration(text)) == milliseconds
+
+
+def test_a_duration_past_a_century_is_refused_naming_the_input() -> None:
+    with pytest.raises(ValueError, match="36501d"):
+        parse_duration("36501d")
