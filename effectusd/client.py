@@ -26,7 +26,12 @@ from effectusd.core.submission import ensure_checked, prepare_submission
 from effectusd.core.views import SagaView
 from effectusd.store import operations
 from effectusd.store.operations import SubmitResult
-from effectusd.store.postgres.runner import run, run_async
+from effectusd.store.postgres.runner import (
+    join_transaction,
+    join_transaction_async,
+    run,
+    run_async,
+)
 
 PlanInput = CheckedPlan | PlanSpec | Mapping[str, Any]
 
@@ -81,6 +86,7 @@ class Client(_ClientBase):
         rows = self._prepare(plan, execution_id, facts)
         operation = operations.submit(rows, actor, not_before)
         if conn is not None:
+            join_transaction(conn)
             return run(conn, operation)
         with psycopg.connect(self.database_url) as own:
             return run(own, operation)
@@ -126,6 +132,7 @@ class AsyncClient(_ClientBase):
         rows = self._prepare(plan, execution_id, facts)
         operation = operations.submit(rows, actor, not_before)
         if conn is not None:
+            await join_transaction_async(conn)
             return await run_async(conn, operation)
         async with await psycopg.AsyncConnection.connect(self.database_url) as own:
             return await run_async(own, operation)

@@ -161,9 +161,9 @@ class Config(BaseModel):
 def _format_validation_error(source: str, error: ValidationError) -> str:
     lines = []
     for item in error.errors():
-        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        key = ".".join(str(part) for part in item["loc"])
         message = item["msg"].removeprefix("Value error, ")
-        lines.append(f"{source}: {key}: {message}")
+        lines.append(f"{source}: {key}: {message}" if key else f"{source}: {message}")
     return "\n".join(lines)
 
 

@@ -28,8 +28,8 @@ from effectusd.store.records import Claim, WriteAhead
 
 log = logging.getLogger("effectusd.dispatcher")
 
-# Never start a call unless the lease outlives the call's timeout by this much.
-LEASE_SAFETY_S = 1.0
+# Never start a call unless the lease outlives the call's timeout by at least this much.
+LEASE_SLACK_S = 0.05
 RECORD_BATCH = 256
 
 
@@ -116,6 +116,10 @@ class Pipeline:
                 self._finish(
                     claim, _not_sent(claim, "contract drift: nothing was sent", drift=True)
                 )
+            elif not _lease_covers_call(claim, claimed_at):
+                self._finish(
+                    claim, _not_sent(claim, "lease too short to finish the call; not sent")
+                )
             else:
                 sendable.append(claim)
         if not sendable:
@@ -143,8 +147,7 @@ class Pipeline:
     async def call(self, ahead: WriteAhead, claimed_at: float) -> None:
         claim = ahead.claim
         timeout = claim.timeout_ms / 1000
-        lease_ends = claimed_at + claim.lease_seconds
-        if time.monotonic() + timeout + LEASE_SAFETY_S > lease_ends:
+        if not _lease_covers_call(claim, claimed_at):
             # Marked sent but never sent: recorded as known not committed, by us, with a reason.
             self._finish(claim, _not_sent(claim, "lease too short to finish the call; not sent"))
             return
@@ -223,6 +226,12 @@ class Pipeline:
     @property
     def idle(self) -> bool:
         return not self.calls and self.completions.empty() and self.capacity.busy == 0
+
+
+def _lease_covers_call(claim: Claim, claimed_at: float) -> bool:
+    """Judged on the local monotonic clock, from before the claim was even sent."""
+    lease_ends = claimed_at + claim.lease_seconds
+    return time.monotonic() + claim.timeout_ms / 1000 + LEASE_SLACK_S <= lease_ends
 
 
 def _completion(claim: Claim, ahead: WriteAhead, result: CallResult) -> Completion:

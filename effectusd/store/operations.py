@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Mapping
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from effectusd.core.canonical import canonical_text
@@ -92,6 +92,8 @@ def submit(rows: SubmitRows, actor: str, not_before: datetime | None) -> Operati
     )
     params = asdict(dispatch)
     params["fencing_resources"] = canonical_text(dispatch.fencing_resources)
+    if not_before is not None and not_before.tzinfo is None:
+        not_before = not_before.replace(tzinfo=UTC)  # naive times are UTC, as on the CLI
     params["not_before"] = not_before
     yield ("insert_dispatch", params)
     yield event(

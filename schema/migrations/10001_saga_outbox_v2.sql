@@ -250,3 +250,19 @@ BEGIN
     RETURN granted;
 END;
 $$;
+
+-- Timeline rows are never deleted one by one: only with their saga (ON DELETE CASCADE runs
+-- inside the referential-integrity trigger, one trigger level deeper than a direct DELETE).
+CREATE FUNCTION effectus_saga_events_no_direct_delete() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF pg_trigger_depth() < 2 THEN
+        RAISE EXCEPTION 'effectus_saga_events rows leave only with their saga';
+    END IF;
+    RETURN OLD;
+END;
+$$;
+
+CREATE TRIGGER effectus_saga_events_no_direct_delete
+    BEFORE DELETE ON effectus_saga_events
+    FOR EACH ROW EXECUTE FUNCTION effectus_saga_events_no_direct_delete();

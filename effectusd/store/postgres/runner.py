@@ -6,12 +6,25 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
 from effectusd.store.operations import Operation
 from effectusd.store.postgres.queries import sql
 
 T = TypeVar("T")
+
+
+def join_transaction(conn: psycopg.Connection[Any]) -> None:
+    """Make sure an idle non-autocommit connection has its transaction open, so that what we
+    write becomes part of it (a savepoint) instead of committing on its own."""
+    if not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+        conn.execute(sql("open_transaction"))
+
+
+async def join_transaction_async(conn: psycopg.AsyncConnection[Any]) -> None:
+    if not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+        await conn.execute(sql("open_transaction"))
 
 
 def run(conn: psycopg.Connection[Any], operation: Operation[T]) -> T:

@@ -1,0 +1,232 @@
+"""Leases, crashes and several daemons: what happens when a worker is not the only one."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from effectusd.executors.http import HttpExecutor
+from effectusd.executors.protocol import CallResult, Invocation
+from tests.support.destination import running
+from tests.support.harness import (
+    attempts_of,
+    client_for,
+    daemon_running,
+    dispatch_of,
+    fetch,
+    make_config,
+    run_until_idle,
+    serial_plan,
+    spawn_daemon,
+    write_config_file,
+)
+
+pytestmark = pytest.mark.postgres
+
+
+class PausedExecutor:
+    """Wraps the real executor; the first call waits until the test lets it go (a zombie)."""
+
+    def __init__(self, inner: HttpExecutor) -> None:
+        self.inner = inner
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.results: list[CallResult] = []
+
+    async def call(self, invocation: Invocation) -> CallResult:
+        if not self.entered.is_set():
+            self.entered.set()
+            await self.release.wait()
+        result = await self.inner.call(invocation)
+        self.results.append(result)
+        return result
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def expire_leases(url: str) -> None:
+    """Make every live lease run out now (the database clock decides expiry)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE effectus_saga_outbox SET lease_expires_at = now() - interval '1 second'"
+            " WHERE state = 'in_flight'"
+        )
+
+
+async def wait_for(predicate: Any, timeout: float = 20.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("delivery", ["at_least_once", "at_most_once"])
+async def test_late_completion_after_lease_expiry_is_kept_as_evidence(
+    db: str, delivery: str
+) -> None:
+    with running() as dest:
+        verbs = {"pay": {"delivery": delivery, "retry": {"initial_backoff": "10ms"}}}
+        config = make_config(dest.base_url, verbs)
+        client = client_for(config, db)
+        saga = client.submit(serial_plan("zombie", ["pay"]), execution_id="z-1").saga_id
+
+        zombie = PausedExecutor(HttpExecutor("dest", config.destinations["dest"]))
+        async with daemon_running(config, db, executors={"dest": zombie}):
+            await asyncio.wait_for(zombie.entered.wait(), 20)  # written ahead, call not yet made
+            expire_leases(db)
+            await run_until_idle(config, db)  # a second daemon reclaims the expired lease
+            zombie.release.set()  # the zombie wakes, calls, and reports attempt 1
+            await wait_for(lambda: zombie.results)
+            await wait_for(lambda: attempts_of(db, saga, "s1")[0]["late"])
+
+        attempts = attempts_of(db, saga, "s1")
+        first = attempts[0]
+        assert first["outcome"] == "unknown_outcome" and first["settled_by"] == "reclaim"
+        assert first["late"] and first["late_outcome"] == "success"
+        view = client.get(saga)
+        assert view is not None
+        if delivery == "at_least_once":
+            # the reclaim retried with the same key; the late answer changed nothing
+            assert [a["attempt"] for a in attempts] == [1, 2]
+            assert attempts[1]["outcome"] == "success"
+            assert {r.key for r in dest.requests} == {dest.requests[0].key}
+            assert view["state"] == "completed"
+        else:
+            # never re-sent; the uncertain attempt's own late answer settles the dispatch
+            assert len(attempts) == 1
+            assert len(dest.requests) == 1
+            assert view["state"] == "completed"
+            assert dispatch_of(db, saga, "s1")["state"] == "succeeded"
+
+
+async def test_late_answer_does_not_settle_when_a_later_attempt_was_sent(db: str) -> None:
+    with running() as dest:
+        verbs = {"pay": {"delivery": "at_least_once", "retry": {"initial_backoff": "10ms"}}}
+        config = make_config(dest.base_url, verbs)
+        client = client_for(config, db)
+        saga = client.submit(serial_plan("z2", ["pay"]), execution_id="z-2").saga_id
+        zombie = PausedExecutor(HttpExecutor("dest", config.destinations["dest"]))
+        async with daemon_running(config, db, executors={"dest": zombie}):
+            await asyncio.wait_for(zombie.entered.wait(), 20)
+            expire_leases(db)
+            await run_until_idle(config, db)
+            zombie.release.set()
+            await wait_for(lambda: attempts_of(db, saga, "s1")[0]["late"])
+        events = fetch(
+            db,
+            "SELECT count(*) AS n FROM effectus_saga_events WHERE saga_id = %s"
+            " AND kind = 'attempt_settled' AND attempt = 1",
+            saga,
+        )
+        assert events[0]["n"] == 1  # only the reclaim settled attempt 1; the late answer did not
+
+
+@pytest.mark.parametrize(
+    ("delivery", "final_state", "calls"),
+    [("at_most_once", "blocked_unknown", 0), ("at_least_once", "completed", 1)],
+)
+async def test_daemon_killed_after_write_ahead_leaves_an_uncertain_dispatch(
+    db: str, tmp_path: Path, delivery: str, final_state: str, calls: int
+) -> None:
+    with running() as dest:
+        verbs = {
+            "pay": {"delivery": delivery, "timeout": "1s", "retry": {"initial_backoff": "10ms"}}
+        }
+        config = make_config(dest.base_url, verbs, dispatcher={"lease_margin": "1s"})
+        client = client_for(config, db)
+        saga = client.submit(serial_plan("kill", ["pay"]), execution_id="k-1").saga_id
+        config_file = write_config_file(tmp_path, config)
+
+        victim = spawn_daemon(config_file, db, env={"EFFECTUSD_FAULT": "after_write_ahead"})
+        assert victim.wait(timeout=30) == -signal.SIGKILL
+        [attempt] = attempts_of(db, saga, "s1")
+        assert attempt["sent_at"] is not None and attempt["outcome"] is None
+        assert dest.requests == []
+
+        successor = spawn_daemon(config_file, db, "--until-idle")
+        assert successor.wait(timeout=60) == 0, successor.stderr.read() if successor.stderr else ""
+        first = attempts_of(db, saga, "s1")[0]
+        assert first["outcome"] == "unknown_outcome" and first["settled_by"] == "reclaim"
+        view = client.get(saga)
+        assert view is not None and view["state"] == final_state, view["stop_reason"]
+        assert len(dest.requests) == calls
+
+
+async def test_two_daemon_processes_share_the_work_without_double_claims(
+    db: str, tmp_path: Path
+) -> None:
+    with running() as dest:
+        config = make_config(dest.base_url, {"a": {}, "b": {}})
+        client = client_for(config, db)
+        sagas = [
+            client.submit(serial_plan("race", ["a", "b"]), execution_id=f"r-{i}").saga_id
+            for i in range(200)
+        ]
+        config_file = write_config_file(tmp_path, config)
+        daemons = [spawn_daemon(config_file, db, "--until-idle") for _ in range(2)]
+        for daemon in daemons:
+            assert daemon.wait(timeout=120) == 0, daemon.stderr.read() if daemon.stderr else ""
+
+        states = fetch(
+            db, "SELECT state, count(*) AS n FROM effectus_saga_instances GROUP BY state"
+        )
+        assert states == [{"state": "completed", "n": len(sagas)}]
+        per_attempt = Counter((r.key, r.attempt) for r in dest.requests)
+        assert len(per_attempt) == 400 and set(per_attempt.values()) == {1}
+        owners = fetch(db, "SELECT DISTINCT lease_owner FROM effectus_saga_attempts")
+        assert len(owners) == 2  # both daemons really worked
+        assert (
+            fetch(db, "SELECT count(*) AS n FROM effectus_saga_attempts WHERE attempt > 1")[0]["n"]
+            == 0
+        )
+
+
+async def test_sigterm_drains_in_flight_calls_and_exits_zero(db: str, tmp_path: Path) -> None:
+    import threading
+
+    from tests.support.destination import Request, Response
+
+    entered = threading.Event()
+    release = threading.Event()
+
+    def slow(request: Request) -> Response:
+        entered.set()
+        release.wait(10)
+        return Response(200, {"ok": True})
+
+    with running(slow) as dest:
+        config = make_config(dest.base_url, {"pay": {}})
+        client = client_for(config, db)
+        saga = client.submit(serial_plan("term", ["pay"]), execution_id="t-1").saga_id
+        daemon = spawn_daemon(write_config_file(tmp_path, config), db)
+        assert await asyncio.to_thread(entered.wait, 30)
+        daemon.send_signal(signal.SIGTERM)
+        release.set()
+        assert daemon.wait(timeout=30) == 0
+        [attempt] = attempts_of(db, saga, "s1")
+        assert attempt["outcome"] == "success"
+        assert len(dest.requests) == 1
+
+
+async def test_listen_connection_heals_and_polling_covers_the_gap(db: str) -> None:
+    with running() as dest:
+        config = make_config(dest.base_url, {"pay": {}})
+        client = client_for(config, db)
+        async with daemon_running(config, db) as daemon:
+            await wait_for(lambda: daemon.listening)
+            with psycopg.connect(db, autocommit=True) as conn:
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE query ILIKE 'LISTEN effectus_outbox%%' AND pid <> pg_backend_pid()"
+                )
+            await wait_for(lambda: not daemon.listening)
+            saga = client.submit(serial_plan("heal", ["pay"]), execution_id="h-1").saga_id
+            await wait_for(lambda: (client.get(saga) or {}).get("state") == "completed")
+            await wait_for(lambda: daemon.listening)
+        assert len(dest.requests) == 1
