@@ -334,5 +334,31 @@ def run(
     sys.exit(code)
 
 
+@main.command()
+@click.option("--sagas", default=1000, show_default=True, type=click.IntRange(1, 1_000_000))
+@click.option("--steps", default=5, show_default=True, type=click.IntRange(1, 100))
+@click.option("--concurrency", default=32, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--destination", help="Drive this HTTP endpoint instead of the built-in no-op one.")
+@json_option
+@click.pass_obj
+def bench(
+    obj: Context, sagas: int, steps: int, concurrency: int, destination: str | None, as_json: bool
+) -> None:
+    """Measure steps/s, enqueue→dispatch latency and commits per step (uses a scratch DB on
+    the configured server, dropped afterwards)."""
+    from dataclasses import asdict
+
+    from effectusd.bench import format_result, run_bench
+
+    def progress(message: str) -> None:
+        click.echo(message, err=True)
+
+    try:
+        result = run_bench(obj.database_url, sagas, steps, concurrency, destination, progress)
+    except psycopg.OperationalError as exc:
+        fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
+    emit(asdict(result), as_json, lambda _: format_result(result))
+
+
 if __name__ == "__main__":
     main()

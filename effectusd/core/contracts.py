@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import Annotated, Any, Literal
+from functools import cached_property
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 import jsonschema
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
@@ -87,11 +89,21 @@ class VerbContract(BaseModel):
                 raise ValueError(f"not a valid JSON Schema: {exc.message}") from None
         return value
 
-    @property
+    # The contract is frozen, so what is derived from it is computed once (hot path); a copy
+    # made with changes must not inherit those values, hence model_copy below.
+    _DERIVED: ClassVar[tuple[str, ...]] = ("path_template", "fencing_templates", "contract_hash")
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        copy = super().model_copy(update=update, deep=deep)
+        for name in self._DERIVED:
+            copy.__dict__.pop(name, None)
+        return copy
+
+    @cached_property
     def path_template(self) -> Template:
         return parse_template(self.path, PATH_SCOPES)
 
-    @property
+    @cached_property
     def fencing_templates(self) -> tuple[Template, ...]:
         return tuple(parse_template(template, FENCING_SCOPES) for template in self.fencing)
 
@@ -110,7 +122,7 @@ class VerbContract(BaseModel):
             "fencing": sorted(set(self.fencing)),  # resolved in sorted order; so is the hash
         }
 
-    @property
+    @cached_property
     def contract_hash(self) -> str:
         return canonical_hash(self.canonical())
 

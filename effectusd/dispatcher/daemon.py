@@ -124,9 +124,10 @@ class Daemon:
                         log.info("idle: nothing queued, in flight or due soon")
                         return
                 wait = poll
-                due_in = await store.seconds_until_due(destinations)
-                if due_in is not None:
-                    wait = min(wait, max(due_in, 0.001))
+                if pipeline.capacity.free():  # a full pipeline is woken by its own calls
+                    due_in = await store.seconds_until_due(destinations)
+                    if due_in is not None:
+                        wait = min(wait, max(due_in, 0.001))
                 failures = 0
             except (psycopg.Error, OSError) as exc:
                 failures += 1

@@ -1,0 +1,237 @@
+"""`effectusd bench`: throughput and latency of the whole pipeline against a no-op destination.
+
+A benchmark, never a test: it prints what it measured on this machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import statistics
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import psycopg
+
+from effectusd.client import Client
+from effectusd.config import Config, parse_config
+from effectusd.dispatcher.daemon import Daemon
+from effectusd.store.postgres.migrations import migrate
+from effectusd.store.postgres.queries import sql
+
+_REPLY = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+    b"Connection: keep-alive\r\n\r\n{}"
+)
+
+
+class _NoopProtocol(asyncio.Protocol):
+    """Answers every request with 200 {} as fast as asyncio can (keep-alive)."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+        self.buffer = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            head_end = self.buffer.find(b"\r\n\r\n")
+            if head_end < 0:
+                return
+            length = 0
+            for line in self.buffer[:head_end].split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            total = head_end + 4 + length
+            if len(self.buffer) < total:
+                return
+            self.buffer = self.buffer[total:]
+            self.transport.write(_REPLY)
+
+
+def _serve_noop(port: int, ready: Any) -> None:
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(_NoopProtocol, "127.0.0.1", port)
+        ready.set()
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
+
+
+@dataclass
+class BenchResult:
+    sagas: int
+    steps_per_saga: int
+    concurrency: int
+    steps: int
+    seconds: float
+    steps_per_s: float
+    enqueue_to_dispatch_p50_ms: float
+    enqueue_to_dispatch_p99_ms: float
+    idle_enqueue_to_dispatch_p50_ms: float
+    commits_per_step: float
+    completed: int
+
+
+def _bench_config(base_url: str, steps: int, concurrency: int) -> Config:
+    return parse_config(
+        {
+            "dispatcher": {"concurrency": concurrency, "poll_interval": "100ms"},
+            "database": {"pool_max_size": 10},
+            "destinations": {
+                "sink": {"base_url": base_url, "max_concurrency": concurrency, "timeout": "10s"}
+            },
+            "verbs": {"sink.noop": {"destination": "sink", "path": "/noop"}},
+        }
+    )
+
+
+def _plan(steps: int) -> dict[str, Any]:
+    return {
+        "plan_id": f"bench-{steps}",
+        "steps": [
+            {"id": f"s{i}", "verb": "sink.noop", "args": {"i": i}, "compensate": "none"}
+            for i in range(steps)
+        ],
+    }
+
+
+def _percentile(values: list[float], pct: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
+
+
+def _scratch_database(server_url: str) -> str:
+    name = f"effectusd_bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return psycopg.conninfo.make_conninfo(server_url, dbname=name)
+
+
+def _drop_database(server_url: str, url: str) -> None:
+    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run_bench(
+    server_url: str,
+    sagas: int,
+    steps: int,
+    concurrency: int,
+    destination: str | None = None,
+    progress: Any = print,
+) -> BenchResult:
+    sink = None
+    if destination is None:
+        port = _free_port()
+        ready = multiprocessing.get_context("spawn").Event()
+        sink = multiprocessing.get_context("spawn").Process(
+            target=_serve_noop, args=(port, ready), daemon=True
+        )
+        sink.start()
+        ready.wait(10)
+        destination = f"http://127.0.0.1:{port}"
+    url = _scratch_database(server_url)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            migrate(conn)
+        config = _bench_config(destination, steps, concurrency)
+        client = Client(config, database_url=url)
+        progress(f"submitting {sagas} saga(s) of {steps} step(s)…")
+        with psycopg.connect(url) as conn:
+            for index in range(sagas):
+                client.submit(_plan(steps), execution_id=f"bench-{index}", conn=conn)
+                if index % 500 == 499:
+                    conn.commit()
+            conn.commit()
+        commits_before = _scalar(url, "bench_commits")
+        progress(f"dispatching {sagas * steps} step(s) at concurrency {concurrency}…")
+        started = time.perf_counter()
+        asyncio.run(Daemon(config, url).run(until_idle=True))
+        seconds = time.perf_counter() - started
+        commits = _scalar(url, "bench_commits") - commits_before
+        latencies = _latencies(url)
+        progress("measuring idle enqueue→dispatch latency…")
+        idle = asyncio.run(_idle_latency(config, url, client, samples=30))
+        with psycopg.connect(url) as conn:
+            states: dict[str, int] = {
+                row[0]: int(row[1]) for row in conn.execute(sql("bench_outcomes")).fetchall()
+            }
+        completed = states.get("completed", 0)
+        total = sagas * steps
+        return BenchResult(
+            sagas=sagas,
+            steps_per_saga=steps,
+            concurrency=concurrency,
+            steps=total,
+            seconds=round(seconds, 3),
+            steps_per_s=round(total / seconds, 1),
+            enqueue_to_dispatch_p50_ms=round(_percentile(latencies, 50), 2),
+            enqueue_to_dispatch_p99_ms=round(_percentile(latencies, 99), 2),
+            idle_enqueue_to_dispatch_p50_ms=round(statistics.median(idle), 2)
+            if idle
+            else float("nan"),
+            commits_per_step=round(commits / total, 2),
+            completed=completed,
+        )
+    finally:
+        _drop_database(server_url, url)
+        if sink is not None:
+            sink.terminate()
+            sink.join(5)
+
+
+async def _idle_latency(config: Config, url: str, client: Client, samples: int) -> list[float]:
+    """Submit one saga at a time to an idle, running daemon; time until its request was sent."""
+    daemon = Daemon(config, url)
+    task = asyncio.create_task(daemon.run())
+    try:
+        while not daemon.listening:
+            await asyncio.sleep(0.01)
+        results = []
+        for index in range(samples):
+            saga = await asyncio.to_thread(client.submit, _plan(1), execution_id=f"idle-{index}")
+            view = await asyncio.to_thread(client.wait, saga.saga_id, 10.0, 0.005)
+            attempt = view["steps"][0]["dispatches"][0]["attempts"][0]
+            created = view["steps"][0]["dispatches"][0]["created_at"]
+            from datetime import datetime
+
+            delta = datetime.fromisoformat(attempt["sent_at"]) - datetime.fromisoformat(created)
+            results.append(delta.total_seconds() * 1000)
+        return results
+    finally:
+        daemon.stopping.set()
+        await task
+
+
+def _latencies(url: str) -> list[float]:
+    with psycopg.connect(url) as conn:
+        return [float(row[0]) for row in conn.execute(sql("bench_latencies")).fetchall()]
+
+
+def _scalar(url: str, query: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(sql(query)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def format_result(result: BenchResult) -> str:
+    rows = asdict(result)
+    width = max(len(key) for key in rows)
+    return "\n".join(f"{key:<{width}}  {value}" for key, value in rows.items())

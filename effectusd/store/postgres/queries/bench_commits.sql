@@ -1,0 +1,1 @@
+SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()
