@@ -174,9 +174,11 @@ async def test_two_daemon_processes_share_the_work_without_double_claims(
             assert daemon.wait(timeout=120) == 0, daemon.stderr.read() if daemon.stderr else ""
 
         states = fetch(
-            db, "SELECT state, count(*) AS n FROM effectus_saga_instances GROUP BY state"
+            db,
+            "SELECT state, count(*) AS n, array_agg(DISTINCT stop_reason) AS why"
+            " FROM effectus_saga_instances GROUP BY state",
         )
-        assert states == [{"state": "completed", "n": len(sagas)}]
+        assert [(s["state"], s["n"]) for s in states] == [("completed", len(sagas))], states
         per_attempt = Counter((r.key, r.attempt) for r in dest.requests)
         assert len(per_attempt) == 400 and set(per_attempt.values()) == {1}
         owners = fetch(db, "SELECT DISTINCT lease_owner FROM effectus_saga_attempts")

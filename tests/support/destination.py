@@ -118,11 +118,17 @@ def _handler_class(destination: Destination) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    # The default backlog of 5 resets connections when several daemons connect at once; a
+    # reset after sending is (correctly) unknown, which is not what these tests are about.
+    request_queue_size = 512
+    daemon_threads = True
+
+
 @contextlib.contextmanager
 def running(handler: Handler = ok) -> Iterator[Destination]:
     destination = Destination(handler)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(destination))
-    server.daemon_threads = True
+    server = _Server(("127.0.0.1", 0), _handler_class(destination))
     destination.server = server
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
