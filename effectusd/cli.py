@@ -327,6 +327,8 @@ def run(
     daemon = Daemon(config, obj.database_url)
     try:
         code = asyncio.run(daemon.run(until_idle=until_idle))
+    except ConfigError as exc:
+        fail(str(exc), EXIT_INVALID)
     except migrations.MigrationError as exc:
         fail(str(exc), EXIT_CONFLICT)
     except psycopg.OperationalError as exc:

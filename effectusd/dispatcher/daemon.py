@@ -16,10 +16,13 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from effectusd.client import registry_from_config
-from effectusd.config import Config
+from effectusd.config import Config, ConfigError
 from effectusd.dispatcher.pipeline import Capacity, Pipeline
 from effectusd.executors.http import HttpExecutor
 from effectusd.executors.protocol import Executor
+from effectusd.fencing.memory import MemoryFencing
+from effectusd.fencing.postgres import PostgresFencing
+from effectusd.fencing.protocol import FencingProvider
 from effectusd.store.postgres import migrations
 from effectusd.store.postgres.dispatch import PostgresDispatchStore
 from effectusd.store.postgres.queries import sql
@@ -28,6 +31,18 @@ log = logging.getLogger("effectusd.daemon")
 
 RECLAIM_INTERVAL_S = 1.0
 IDLE_HORIZON_S = 2.0  # --until-idle waits for retries due within this long
+
+
+def fencing_provider(config: Config) -> FencingProvider:
+    if config.fencing.provider == "memory":
+        if not config.fencing.test_setup:
+            raise ConfigError(
+                'fencing.provider = "memory" is local_advisory: its tokens die with the process '
+                "and protect nothing across daemons. It is for tests only; set "
+                "fencing.test_setup = true to use it there, or use the postgres provider."
+            )
+        return MemoryFencing()
+    return PostgresFencing()
 
 
 def new_owner_id() -> str:
@@ -54,7 +69,9 @@ class Daemon:
         self.pipeline: Pipeline | None = None
 
     def check_startup(self) -> None:
-        """Refuse to run on a schema we do not match, before touching anything else."""
+        """Refuse to run on a schema we do not match, or with test-only fencing in a real
+        setup, before touching anything else."""
+        fencing_provider(self.config)
         with psycopg.connect(self.database_url, autocommit=True) as conn:
             migrations.require_current(conn)
 
@@ -74,7 +91,11 @@ class Daemon:
             for name, destination in self.config.destinations.items()
         }
         store = PostgresDispatchStore(
-            pool, self.registry, self.owner, settings.lease_margin.total_seconds()
+            pool,
+            self.registry,
+            self.owner,
+            settings.lease_margin.total_seconds(),
+            fencing_provider(self.config),
         )
         capacity = Capacity(
             limits={name: d.max_concurrency for name, d in self.config.destinations.items()},

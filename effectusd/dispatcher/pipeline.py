@@ -235,14 +235,14 @@ def _lease_covers_call(claim: Claim, claimed_at: float) -> bool:
 
 
 def _completion(claim: Claim, ahead: WriteAhead, result: CallResult) -> Completion:
-    if not claim.fencing_resources:
-        fencing = FencingStatus.NOT_REQUESTED
+    fencing = FencingStatus(ahead.fencing_status)
+    if fencing is FencingStatus.NOT_REQUESTED:
+        pass
     elif result.outcome is OutcomeClass.STALE_FENCE:
         fencing = FencingStatus.STALE_REJECTED
-    elif result.fencing_acknowledged:
+    elif result.fencing_acknowledged and fencing is FencingStatus.PROPAGATED:
+        # Only durable tokens can be acknowledged; advisory ones stay local_lock_only.
         fencing = FencingStatus.ACKNOWLEDGED
-    else:
-        fencing = FencingStatus(ahead.fencing_status)
     return Completion(
         dispatch_id=claim.dispatch_id,
         attempt=claim.attempt,

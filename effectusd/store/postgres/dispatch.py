@@ -39,6 +39,7 @@ from effectusd.core.states import (
     SagaState,
     StepState,
 )
+from effectusd.fencing.protocol import FenceBusy, FenceHolder, FencingProvider
 from effectusd.store.postgres.queries import sql
 from effectusd.store.records import Claim, WriteAhead
 
@@ -57,9 +58,15 @@ class RecordReport:
 
 class PostgresDispatchStore:
     def __init__(
-        self, pool: AsyncConnectionPool[Any], registry: Registry, owner: str, lease_margin_s: float
+        self,
+        pool: AsyncConnectionPool[Any],
+        registry: Registry,
+        owner: str,
+        lease_margin_s: float,
+        fencing: FencingProvider,
     ) -> None:
         self.pool = pool
+        self.fencing = fencing
         self.registry = registry
         self.owner = owner
         self.lease_margin_s = lease_margin_s
@@ -134,8 +141,12 @@ class PostgresDispatchStore:
                     if not claim.fencing_resources:
                         ready.append(WriteAhead(claim, (), FencingStatus.NOT_REQUESTED.value))
                         continue
-                    grants = await self._acquire_fences(conn, cur, claim)
-                    if grants is None:
+                    holder = FenceHolder(
+                        claim.dispatch_id, claim.lease_token, claim.lease_expires_at
+                    )
+                    try:
+                        grants = await self.fencing.acquire(cur, holder, claim.fencing_resources)
+                    except FenceBusy as busy_resource:
                         busy.append(
                             Completion(
                                 dispatch_id=claim.dispatch_id,
@@ -143,12 +154,15 @@ class PostgresDispatchStore:
                                 lease_token=claim.lease_token,
                                 outcome=OutcomeClass.RETRYABLE,
                                 settled_by="guard",
-                                error="a fencing resource is held by another live dispatch",
+                                error=(
+                                    f"fencing resource {busy_resource.resource!r} is held by "
+                                    "another live dispatch; nothing was sent"
+                                ),
                                 actor=self.owner,
                             )
                         )
                     else:
-                        ready.append(WriteAhead(claim, grants, FencingStatus.PROPAGATED.value))
+                        ready.append(WriteAhead(claim, grants, self.fencing.status.value))
                 if not ready:
                     return [], busy
                 await cur.execute(
@@ -163,33 +177,6 @@ class PostgresDispatchStore:
                 )
                 marked = {row["dispatch_id"] for row in await cur.fetchall()}
         return [w for w in ready if w.claim.dispatch_id in marked], busy
-
-    async def _acquire_fences(
-        self, conn: psycopg.AsyncConnection[Any], cur: Cursor, claim: Claim
-    ) -> tuple[tuple[str, int], ...] | None:
-        grants: list[tuple[str, int]] = []
-        try:
-            async with conn.transaction():  # a savepoint: a partial acquisition is undone whole
-                await self._take_tokens(cur, claim, grants)
-        except _FenceBusy:
-            return None
-        return tuple(grants)
-
-    async def _take_tokens(self, cur: Cursor, claim: Claim, grants: list[tuple[str, int]]) -> None:
-        for resource in claim.fencing_resources:  # already in canonical (sorted) order
-            await cur.execute(
-                sql("acquire_fence"),
-                {
-                    "resource": resource,
-                    "dispatch_id": claim.dispatch_id,
-                    "lease_token": claim.lease_token,
-                    "expires_at": claim.lease_expires_at,
-                },
-            )
-            row = await cur.fetchone()
-            if row is None or row["token"] is None:
-                raise _FenceBusy
-            grants.append((resource, int(row["token"])))
 
     # -- 5. record outcomes (group commit) ---------------------------------------------------
     async def record(self, completions: Sequence[Completion]) -> RecordReport:
@@ -266,6 +253,7 @@ class PostgresDispatchStore:
             report.applied += 1
             report.transitions.append((completion, transition))
         await writes.flush(cur)
+        await self.fencing.release(cur, writes.released)
         report.notified = writes.destinations
         return report
 
@@ -297,10 +285,6 @@ class PostgresDispatchStore:
             row = await cur.fetchone()
         assert row is not None
         return int(row["in_flight"]), int(row["due_soon"])
-
-
-class _FenceBusy(Exception):
-    """Raised inside the fencing savepoint to undo a partial acquisition."""
 
 
 def grants_json(grants: Iterable[tuple[str, int]]) -> str:
@@ -393,14 +377,6 @@ class _Writes:
         for name, rows in batches:
             if rows:
                 await cur.executemany(sql(name), rows)
-        if self.released:
-            await cur.execute(
-                sql("release_fences"),
-                {
-                    "dispatch_ids": [d for d, _ in self.released],
-                    "lease_tokens": [t for _, t in self.released],
-                },
-            )
         for destination in sorted(self.destinations):
             await cur.execute(sql("notify_outbox"), {"destination": destination})
 

@@ -1,0 +1,45 @@
+"""The fencing port. Acquisition runs inside the write-ahead transaction (its cursor is
+passed in), so a durable provider's grants commit together with ``sent_at``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from effectusd.core.states import FencingGuarantee, FencingStatus
+
+Grants = tuple[tuple[str, int], ...]
+
+
+class FenceBusy(Exception):
+    """A resource is held by another live holder: known not committed, nothing is sent."""
+
+    def __init__(self, resource: str) -> None:
+        super().__init__(resource)
+        self.resource = resource
+
+
+@dataclass(frozen=True, slots=True)
+class FenceHolder:
+    dispatch_id: int
+    lease_token: str
+    expires_at: datetime  # the dispatch lease's expiry: a dead holder's fence expires with it
+
+
+class FencingProvider(Protocol):
+    guarantee: FencingGuarantee
+
+    @property
+    def status(self) -> FencingStatus:
+        """What an attempt fenced by this provider may claim before the destination answers."""
+        ...
+
+    async def acquire(self, cursor: Any, holder: FenceHolder, resources: Sequence[str]) -> Grants:
+        """Take every resource (given in canonical order) or none: raise FenceBusy."""
+        ...
+
+    async def release(self, cursor: Any, holders: Sequence[tuple[int, str]]) -> None:
+        """Release what the (dispatch_id, lease_token) holders took."""
+        ...

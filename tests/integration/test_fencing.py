@@ -1,0 +1,288 @@
+"""Fencing against a real PostgreSQL: tokens, leases, zombies and stale answers."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+from psycopg.rows import dict_row
+
+from effectusd.cli import main
+from effectusd.core.canonical import parse_json
+from effectusd.executors.http import HttpExecutor
+from effectusd.fencing.memory import MemoryFencing
+from effectusd.fencing.postgres import PostgresFencing
+from effectusd.fencing.protocol import FenceBusy, FenceHolder
+from tests.integration.test_dispatcher_leases import PausedExecutor, expire_leases, wait_for
+from tests.support.destination import Request, Response, running
+from tests.support.harness import (
+    attempts_of,
+    client_for,
+    daemon_running,
+    make_config,
+    run_until_idle,
+    write_config_file,
+)
+
+pytestmark = pytest.mark.postgres
+
+
+def holder(n: int, ttl: float = 60.0) -> FenceHolder:
+    return FenceHolder(
+        n, f"00000000-0000-0000-0000-{n:012d}", datetime.now(UTC) + timedelta(seconds=ttl)
+    )
+
+
+async def acquire_and_release(
+    url: str,
+    provider: PostgresFencing,
+    who: int,
+    rounds: int,
+    log: list[tuple[int, int]],
+    turn: asyncio.Lock,
+) -> None:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        taken = 0
+        while taken < rounds:
+            async with turn:  # interleave the two clients statement by statement
+                async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+                    try:
+                        [(_, token)] = await provider.acquire(cur, holder(who), ["account:1"])
+                    except FenceBusy:
+                        continue
+                    log.append((who, token))
+                    await provider.release(
+                        cur, [(holder(who).dispatch_id, holder(who).lease_token)]
+                    )
+            taken += 1
+            await asyncio.sleep(0)
+
+
+async def test_tokens_from_two_connections_strictly_increase_without_gaps_or_duplicates(
+    db: str,
+) -> None:
+    provider = PostgresFencing()
+    log: list[tuple[int, int]] = []
+    turn = asyncio.Lock()
+    await asyncio.gather(
+        acquire_and_release(db, provider, 1, 500, log, turn),
+        acquire_and_release(db, PostgresFencing(), 2, 500, log, turn),
+    )
+    tokens = [token for _, token in log]
+    assert tokens == list(range(1, 1001))  # every grant is the next token: none twice, none lost
+    assert {who for who, _ in log} == {1, 2}
+
+
+async def test_a_live_lease_refuses_another_holder_and_a_partial_acquisition_is_undone(
+    db: str,
+) -> None:
+    provider = PostgresFencing()
+    async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
+        async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+            assert await provider.acquire(cur, holder(1), ["b"]) == (("b", 1),)
+        async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+            with pytest.raises(FenceBusy) as busy:
+                await provider.acquire(cur, holder(2), ["a", "b"])
+            assert busy.value.resource == "b"
+        rows = await (await conn.execute("SELECT resource FROM effectus_fencing_leases")).fetchall()
+        assert rows == [("b",)]  # "a" was given back with the savepoint
+
+
+async def test_tokens_keep_growing_after_a_restart(db: str) -> None:
+    async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
+        async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+            [(_, before)] = await PostgresFencing().acquire(cur, holder(1, ttl=-1), ["r"])
+    async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
+        async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+            [(_, after)] = await PostgresFencing().acquire(cur, holder(2), ["r"])  # expired lease
+    assert after > before
+
+
+async def test_memory_provider_is_advisory_and_per_process() -> None:
+    first, second = MemoryFencing(), MemoryFencing()
+    assert await first.acquire(None, holder(1), ["r"]) == (("r", 1),)
+    assert await second.acquire(None, holder(2), ["r"]) == (("r", 1),)  # nothing shared
+    with pytest.raises(FenceBusy):
+        await first.acquire(None, holder(3), ["r"])
+    assert first.status.value == "local_lock_only"
+
+
+def fenced_plan(account: str, n: int) -> dict[str, object]:
+    return {
+        "plan_id": "fenced",
+        "steps": [
+            {
+                "id": "charge",
+                "verb": "charge",
+                "args": {"account_id": account, "n": n},
+                "compensate": "none",
+            }
+        ],
+    }
+
+
+def watermarks() -> tuple[dict[str, int], threading.Lock]:
+    return {}, threading.Lock()
+
+
+def enforcing(
+    marks: dict[str, int], lock: threading.Lock, stall: dict[int, threading.Event] | None = None
+):  # type: ignore[no-untyped-def]
+    """A destination that keeps a watermark per resource and rejects lower tokens as stale."""
+
+    def handler(request: Request) -> Response:
+        if stall and request.attempt in stall:
+            stall[request.attempt].wait(20)
+        grants = parse_json(request.headers["x-effectus-fencing-grants"])
+        with lock:
+            for grant in grants:
+                if grant["token"] < marks.get(grant["resource"], 0):
+                    return Response(409, {"error": "stale"}, {"X-Effectus-Outcome": "stale_fence"})
+            for grant in grants:
+                marks[grant["resource"]] = grant["token"]
+        return Response(
+            200, {"tokens": [g["token"] for g in grants]}, {"X-Effectus-Fencing": "acknowledged"}
+        )
+
+    return handler
+
+
+async def test_second_saga_on_the_same_account_waits_then_gets_a_larger_token(db: str) -> None:
+    marks, lock = watermarks()
+    first_in = threading.Event()
+    release_first = threading.Event()
+    inner = enforcing(marks, lock)
+
+    def handler(request: Request) -> Response:
+        if request.json()["n"] == 1:
+            first_in.set()
+            release_first.wait(20)
+        return inner(request)
+
+    with running(handler) as dest:
+        verbs = {
+            "charge": {
+                "fencing": ["account:{args.account_id}"],
+                "delivery": "at_least_once",
+                "retry": {"max_attempts": 50, "initial_backoff": "20ms", "max_backoff": "50ms"},
+            }
+        }
+        config = make_config(dest.base_url, verbs)
+        client = client_for(config, db)
+        first = client.submit(fenced_plan("acc-9", 1), execution_id="f-1").saga_id
+        async with daemon_running(config, db):
+            assert await asyncio.to_thread(first_in.wait, 20)
+            second = client.submit(fenced_plan("acc-9", 2), execution_id="f-2").saga_id
+            await wait_for(lambda: len(attempts_of(db, second, "charge")) >= 2)
+            release_first.set()
+            await wait_for(lambda: (client.get(second) or {}).get("state") == "completed")
+        waits = attempts_of(db, second, "charge")[:-1]
+        assert all(a["outcome"] == "retryable_failure_known_not_committed" for a in waits)
+        assert all("held by another live dispatch" in a["error"] for a in waits)
+        assert all(a["fencing_status"] is None for a in waits)
+        assert [r.json()["n"] for r in dest.requests] == [1, 2]  # the waiting saga sent nothing
+        first_token = attempts_of(db, first, "charge")[0]["grants"][0]["token"]
+        second_token = attempts_of(db, second, "charge")[-1]["grants"][0]["token"]
+        assert second_token > first_token
+        assert attempts_of(db, second, "charge")[-1]["fencing_status"] == "acknowledged"
+
+
+async def test_zombie_attempt_is_rejected_stale_and_the_saga_still_completes(db: str) -> None:
+    marks, lock = watermarks()
+    with running(enforcing(marks, lock)) as dest:
+        verbs = {
+            "charge": {
+                "fencing": ["account:{args.account_id}"],
+                "delivery": "at_least_once",
+                "retry": {"initial_backoff": "10ms"},
+            }
+        }
+        config = make_config(dest.base_url, verbs)
+        client = client_for(config, db)
+        saga = client.submit(fenced_plan("acc-1", 1), execution_id="z-1").saga_id
+        zombie = PausedExecutor(HttpExecutor("dest", config.destinations["dest"]))
+        async with daemon_running(config, db, executors={"dest": zombie}):
+            await asyncio.wait_for(zombie.entered.wait(), 20)
+            expire_leases(db)
+            await run_until_idle(config, db)  # attempt 2, larger token, succeeds
+            zombie.release.set()  # attempt 1 finally reaches the destination
+            await wait_for(lambda: attempts_of(db, saga, "charge")[0]["late"])
+
+        first, second = attempts_of(db, saga, "charge")
+        assert (
+            second["outcome"] == "success"
+            and second["grants"][0]["token"] > first["grants"][0]["token"]
+        )
+        assert first["late_outcome"] == "stale_fence"
+        assert [r.attempt for r in dest.requests] == [2, 1]
+        view = client.get(saga)
+        assert view is not None and view["state"] == "completed"
+
+
+async def test_stale_rejection_of_the_current_attempt_blocks_after_one_call(db: str) -> None:
+    def stale(request: Request) -> Response:
+        return Response(409, {"error": "stale"}, {"X-Effectus-Outcome": "stale_fence"})
+
+    with running(stale) as dest:
+        verbs = {"charge": {"fencing": ["account:{args.account_id}"], "delivery": "at_least_once"}}
+        config = make_config(dest.base_url, verbs)
+        client = client_for(config, db)
+        saga = client.submit(fenced_plan("acc-2", 1), execution_id="s-1").saga_id
+        await run_until_idle(config, db)
+        assert len(dest.requests) == 1
+        view = client.get(saga)
+        assert view is not None and view["state"] == "blocked_fence"
+        [attempt] = attempts_of(db, saga, "charge")
+        assert attempt["fencing_status"] == "stale_rejected"
+        with psycopg.connect(db) as conn:
+            assert conn.execute("SELECT count(*) FROM effectus_fencing_leases").fetchone() == (0,)
+
+
+async def test_grants_are_sent_and_shown_as_propagated_when_the_destination_is_silent(
+    db: str,
+) -> None:
+    with running() as dest:
+        verbs = {"charge": {"fencing": ["account:{args.account_id}", "order:{args.n}"]}}
+        config = make_config(dest.base_url, verbs)
+        client = client_for(config, db)
+        saga = client.submit(fenced_plan("acc-3", 7), execution_id="p-1").saga_id
+        await run_until_idle(config, db)
+        [request] = dest.requests
+        assert parse_json(request.headers["x-effectus-fencing-grants"]) == [
+            {"resource": "account:acc-3", "token": 1},
+            {"resource": "order:7", "token": 1},
+        ]
+        view = client.get(saga)
+        assert view is not None
+        assert view["steps"][0]["dispatches"][0]["attempts"][0]["fencing_status"] == "propagated"
+
+
+def test_daemon_refuses_the_memory_provider_outside_a_test_setup(db: str, tmp_path: Path) -> None:
+    config = make_config("http://127.0.0.1:9", {"charge": {}})
+    path = write_config_file(tmp_path, config)
+    path.write_text(path.read_text() + '[fencing]\nprovider = "memory"\n')
+    result = CliRunner().invoke(
+        main, ["--config", str(path), "--database-url", db, "run", "--until-idle"]
+    )
+    assert result.exit_code == 3
+    assert "local_advisory" in result.output and "test_setup" in result.output
+
+
+async def test_memory_provider_in_a_test_setup_marks_attempts_local_lock_only(db: str) -> None:
+    with running() as dest:
+        verbs = {"charge": {"fencing": ["account:{args.account_id}"]}}
+        config = make_config(
+            dest.base_url, verbs, fencing={"provider": "memory", "test_setup": True}
+        )
+        client = client_for(config, db)
+        saga = client.submit(fenced_plan("acc-4", 1), execution_id="m-1").saga_id
+        await run_until_idle(config, db)
+        [attempt] = attempts_of(db, saga, "charge")
+        assert attempt["fencing_status"] == "local_lock_only" and attempt["outcome"] == "success"
+        with psycopg.connect(db) as conn:  # nothing durable was written for it
+            assert conn.execute("SELECT count(*) FROM effectus_fencing_counters").fetchone() == (0,)
