@@ -305,6 +305,11 @@ def sagas_show(obj: Context, saga_id: str, as_json: bool) -> None:
 )
 @click.option("--log-format", type=click.Choice(["text", "json"]), help="Log line format.")
 @click.option(
+    "--http-port",
+    type=click.IntRange(0, 65535),
+    help="Serve /metrics, /healthz and /readyz on this loopback port (0: any free port).",
+)
+@click.option(
     "--log-level",
     default="INFO",
     show_default=True,
@@ -312,7 +317,12 @@ def sagas_show(obj: Context, saga_id: str, as_json: bool) -> None:
 )
 @click.pass_obj
 def run(
-    obj: Context, until_idle: bool, workers: int | None, log_format: str | None, log_level: str
+    obj: Context,
+    until_idle: bool,
+    workers: int | None,
+    log_format: str | None,
+    http_port: int | None,
+    log_level: str,
 ) -> None:
     """Run the dispatcher daemon (SIGTERM drains in-flight calls and exits 0)."""
     import asyncio
@@ -323,6 +333,8 @@ def run(
     config = obj.config
     if workers is not None:
         config.dispatcher.concurrency = workers
+    if http_port is not None:
+        config.observability.http_port = http_port
     configure_logging(log_format or config.observability.log_format, log_level)
     daemon = Daemon(config, obj.database_url)
     try:

@@ -17,12 +17,14 @@ from psycopg_pool import AsyncConnectionPool
 
 from effectusd.client import registry_from_config
 from effectusd.config import Config, ConfigError
+from effectusd.dispatcher.observability import ObservabilityServer
 from effectusd.dispatcher.pipeline import Capacity, Pipeline
 from effectusd.executors.http import HttpExecutor
 from effectusd.executors.protocol import Executor
 from effectusd.fencing.memory import MemoryFencing
 from effectusd.fencing.postgres import PostgresFencing
 from effectusd.fencing.protocol import FencingProvider
+from effectusd.metrics import Metrics
 from effectusd.store.postgres import migrations
 from effectusd.store.postgres.dispatch import PostgresDispatchStore
 from effectusd.store.postgres.queries import sql
@@ -30,6 +32,7 @@ from effectusd.store.postgres.queries import sql
 log = logging.getLogger("effectusd.daemon")
 
 RECLAIM_INTERVAL_S = 1.0
+SAMPLE_INTERVAL_S = 5.0
 IDLE_HORIZON_S = 2.0  # --until-idle waits for retries due within this long
 
 
@@ -66,7 +69,11 @@ class Daemon:
         self.stopping = asyncio.Event()
         self.wake = asyncio.Event()
         self.listening = False
+        self.started = False
         self.pipeline: Pipeline | None = None
+        self.metrics = Metrics()
+        self.http_port: int | None = None  # the bound port, once the endpoints are up
+        self._pool: AsyncConnectionPool[Any] | None = None
 
     def check_startup(self) -> None:
         """Refuse to run on a schema we do not match, or with test-only fencing in a real
@@ -86,6 +93,7 @@ class Daemon:
             kwargs={"autocommit": True},
         )
         await pool.open(wait=True)
+        self._pool = pool
         executors = self._executors or {
             name: HttpExecutor(name, destination)
             for name, destination in self.config.destinations.items()
@@ -101,18 +109,28 @@ class Daemon:
             limits={name: d.max_concurrency for name, d in self.config.destinations.items()},
             total_limit=settings.concurrency,
         )
-        pipeline = Pipeline(store, executors, self.registry, capacity, self.wake)
+        pipeline = Pipeline(store, executors, self.registry, capacity, self.wake, self.metrics)
         self.pipeline = pipeline
         background = [
             asyncio.create_task(pipeline.record_forever(), name="recorder"),
             asyncio.create_task(self._listen_forever(), name="listener"),
+            asyncio.create_task(self._sample_forever(pool), name="sampler"),
         ]
+        observability = self.config.observability
+        server = None
+        if observability.http_port is not None:
+            server = ObservabilityServer(self.metrics, self._healthy, self._ready)
+            self.http_port = await server.start(observability.http_host, observability.http_port)
+        self.started = True
         self._install_signals()
         log.info("daemon %s started (%d destination(s))", self.owner, len(executors))
         try:
             await self._loop(pipeline, store, until_idle)
             await self._drain(pipeline)
         finally:
+            self.started = False
+            if server is not None:
+                await server.close()
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
@@ -176,6 +194,48 @@ class Daemon:
             for task in pending:
                 task.cancel()  # their leases expire; the next daemon settles them
         await pipeline.completions.join()
+
+    async def _sample_forever(self, pool: AsyncConnectionPool[Any]) -> None:
+        """Queue depth, oldest due age and live sagas by state, for the gauges."""
+        seen: set[str] = set()
+        while True:
+            try:
+                async with pool.connection() as conn, conn.cursor() as cur:
+                    await cur.execute(sql("metrics_ready_queue"))
+                    depth, oldest = await cur.fetchone() or (0, 0.0)
+                    await cur.execute(sql("metrics_live_sagas"))
+                    states = dict(await cur.fetchall())
+                self.metrics.ready_depth.set(depth)
+                self.metrics.oldest_ready_age.set(max(oldest, 0.0))
+                for state in seen | set(states):
+                    self.metrics.sagas.labels(state).set(states.get(state, 0))
+                seen |= set(states)
+            except (psycopg.Error, OSError) as exc:
+                log.warning("metrics sampling failed: %s", exc)
+            await asyncio.sleep(SAMPLE_INTERVAL_S)
+
+    async def _healthy(self) -> tuple[bool, dict[str, object]]:
+        """The process answers and the database does."""
+        if self._pool is None:
+            return False, {"database": "not connected"}
+        try:
+            async with asyncio.timeout(2):
+                async with self._pool.connection() as conn:
+                    await conn.execute(sql("health_ping"))
+        except (TimeoutError, psycopg.Error, OSError) as exc:
+            return False, {"database": type(exc).__name__}
+        return True, {"database": "ok"}
+
+    async def _ready(self) -> tuple[bool, dict[str, object]]:
+        """Claiming work: started, not draining, database reachable."""
+        healthy, detail = await self._healthy()
+        ready = healthy and self.started and not self.stopping.is_set()
+        return ready, {
+            **detail,
+            "started": self.started,
+            "draining": self.stopping.is_set(),
+            "notifications": "listening" if self.listening else "polling",
+        }
 
     async def _listen_forever(self) -> None:
         delay = 0.1

@@ -23,6 +23,7 @@ from effectusd.core.registry import Registry
 from effectusd.core.states import FencingStatus, OutcomeClass
 from effectusd.dispatcher import faults
 from effectusd.executors.protocol import CallResult, Executor, FencingGrant, Invocation
+from effectusd.metrics import Metrics
 from effectusd.store.postgres.dispatch import PostgresDispatchStore, RecordReport
 from effectusd.store.records import Claim, WriteAhead
 
@@ -70,7 +71,9 @@ class Pipeline:
         registry: Registry,
         capacity: Capacity,
         wake: asyncio.Event,
+        metrics: Metrics,
     ) -> None:
+        self.metrics = metrics
         self.store = store
         self.executors = executors
         self.registry = registry
@@ -94,6 +97,9 @@ class Pipeline:
         faults.point("after_claim")
         for claim in claims:
             self.capacity.take(claim.destination)
+            self.metrics.enqueue_to_dispatch_seconds.labels(claim.destination).observe(
+                max((claim.db_now - claim.created_at).total_seconds(), 0.0)
+            )
         task = asyncio.create_task(self.dispatch_batch(claims, started))
         self.calls.add(task)
         task.add_done_callback(self.calls.discard)
@@ -102,6 +108,7 @@ class Pipeline:
     # -- 2. reclaim ----------------------------------------------------------------------
     async def reclaim_once(self) -> int:
         report = await self.store.reclaim_expired()
+        self.metrics.reclaims.inc(report.applied)
         self._after_record(report)
         if report.applied:
             log.info("reclaimed %d expired lease(s)", report.applied)
@@ -136,6 +143,8 @@ class Pipeline:
                 self.capacity.give_back(claim.destination)
             return
         faults.point("after_write_ahead")
+        self.metrics.fencing_acquisitions.inc(sum(len(w.grants) for w in ready))
+        self.metrics.fencing_conflicts.inc(len(busy))
         for completion, claim in _pair(busy, sendable):
             self._finish(claim, completion)
         marked = {w.claim.dispatch_id for w in ready} | {c.dispatch_id for c in busy}
@@ -169,7 +178,16 @@ class Pipeline:
             deadline=claim.db_now + timedelta(seconds=timeout),
             timeout=timeout,
         )
-        result = await self.executors[claim.destination].call(invocation)
+        in_flight = self.metrics.in_flight.labels(claim.destination)
+        in_flight.inc()
+        started = time.perf_counter()
+        try:
+            result = await self.executors[claim.destination].call(invocation)
+        finally:
+            in_flight.dec()
+        self.metrics.call_seconds.labels(claim.destination, claim.verb).observe(
+            time.perf_counter() - started
+        )
         faults.point("after_call")
         self._finish(claim, _completion(claim, ahead, result))
 
@@ -210,13 +228,32 @@ class Pipeline:
         self._after_record(report)
 
     def _after_record(self, report: RecordReport) -> None:
-        for completion, transition in report.transitions:
+        self.metrics.late_completions.inc(report.late)
+        for completion, transition, row in report.transitions:
+            self.metrics.outcomes.labels(
+                row["destination"], row["verb"], row["direction"], completion.outcome.value
+            ).inc()
+            # One line per transition: ids, attempt and classes only, never argument values.
+            fields = {
+                "saga_id": row["saga_id"],
+                "effect_id": row["effect_id"],
+                "direction": row["direction"],
+                "attempt": completion.attempt,
+                "outcome": completion.outcome.value,
+                "dispatch_state": transition.dispatch_state.value,
+                "saga_state": transition.saga.state.value if transition.saga else None,
+                "settled_by": completion.settled_by,
+            }
             log.info(
-                "dispatch %s attempt %s: %s -> %s",
-                completion.dispatch_id,
+                "%s %s/%s #%s %s -> %s%s",
+                row["saga_id"][:12],
+                row["effect_id"],
+                row["direction"],
                 completion.attempt,
                 completion.outcome.value,
                 transition.dispatch_state.value,
+                f" (saga {transition.saga.state.value})" if transition.saga else "",
+                extra=fields,
             )
         if report.notified or report.applied:
             self.wake.set()

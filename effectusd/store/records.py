@@ -33,6 +33,7 @@ class Claim:
     lease_expires_at: datetime
     request_id: str
     db_now: datetime
+    created_at: datetime  # when the dispatch row was enqueued (database clock)
 
     @property
     def lease_seconds(self) -> float:

@@ -128,6 +128,8 @@ def write_config_file(tmp: Path, config: Config) -> Path:
             f'timeout = "{dest.timeout.total_seconds()}s"',
             f"max_concurrency = {dest.max_concurrency}",
         ]
+        if dest.bearer_token_env:
+            lines.append(f'bearer_token_env = "{dest.bearer_token_env}"')
     for name, verb in config.verbs.items():
         body = verb.canonical()
         lines += [

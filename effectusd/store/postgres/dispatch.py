@@ -52,7 +52,8 @@ class RecordReport:
     late: int = 0
     dropped: int = 0
     deferred: list[Completion] = field(default_factory=list)
-    transitions: list[tuple[Completion, Transition]] = field(default_factory=list)
+    # (completion, transition, the dispatch row it applied to)
+    transitions: list[tuple[Completion, Transition, dict[str, Any]]] = field(default_factory=list)
     notified: set[str] = field(default_factory=set)
 
 
@@ -251,7 +252,7 @@ class PostgresDispatchStore:
             touched.add(drow["saga_id"])
             writes.apply(completion, drow, transition)
             report.applied += 1
-            report.transitions.append((completion, transition))
+            report.transitions.append((completion, transition, drow))
         await writes.flush(cur)
         await self.fencing.release(cur, writes.released)
         report.notified = writes.destinations
@@ -444,4 +445,5 @@ def _claim_from_row(row: dict[str, Any]) -> Claim:
         lease_expires_at=row["lease_expires_at"],
         request_id=str(row["request_id"]),
         db_now=row["db_now"],
+        created_at=row["created_at"],
     )
