@@ -22,6 +22,7 @@ from effectusd.client import Client
 from effectusd.config import Config, ConfigError, load_config
 from effectusd.core.canonical import parse_json
 from effectusd.core.checker import PlanCheckError, check
+from effectusd.core.durations import parse_duration
 from effectusd.core.states import SagaState
 from effectusd.core.submission import SubmitConflict, SubmitError
 from effectusd.store.postgres import migrations
@@ -261,15 +262,25 @@ def sagas() -> None:
 @sagas.command("list")
 @click.option("--state", type=click.Choice([s.value for s in SagaState]), help="Only this state.")
 @click.option("--plan", "plan_id", help="Only this plan id.")
+@click.option("--older-than", help="Only sagas created longer ago than this (e.g. 1h, 7d).")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100_000))
 @json_option
 @click.pass_obj
 def sagas_list(
-    obj: Context, state: str | None, plan_id: str | None, limit: int, as_json: bool
+    obj: Context,
+    state: str | None,
+    plan_id: str | None,
+    older_than: str | None,
+    limit: int,
+    as_json: bool,
 ) -> None:
     """List sagas, newest first."""
     try:
-        rows = obj.client().list(state=state, plan_id=plan_id, limit=limit)
+        age = parse_duration(older_than) if older_than else None
+    except ValueError as exc:
+        fail(f"--older-than: {exc}", EXIT_INVALID)
+    try:
+        rows = obj.client().list(state=state, plan_id=plan_id, limit=limit, older_than=age)
     except psycopg.OperationalError as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
     from effectusd.core.views import jsonable

@@ -12,7 +12,7 @@ import asyncio
 import getpass
 import time
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -96,10 +96,17 @@ class Client(_ClientBase):
             return run(conn, operations.load_saga(saga_id))
 
     def list(
-        self, state: str | None = None, plan_id: str | None = None, limit: int = 100
+        self,
+        state: str | None = None,
+        plan_id: str | None = None,
+        limit: int = 100,
+        older_than: timedelta | None = None,
     ) -> list[dict[str, Any]]:
+        """Sagas newest first; ``older_than`` keeps those created before now minus it."""
         with psycopg.connect(self.database_url) as conn:
-            return run(conn, operations.list_sagas(state, plan_id, self.namespace, limit))
+            return run(
+                conn, operations.list_sagas(state, plan_id, self.namespace, limit, older_than)
+            )
 
     def wait(self, saga_id: str, timeout: float = 30.0, interval: float = 0.05) -> SagaView:
         """Poll until the saga is terminal or blocked; raises TimeoutError naming its state."""

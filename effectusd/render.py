@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from effectusd.core.views import blocking_dispatches
+
 
 def _age(iso: str | None) -> str:
     if not iso:
@@ -18,6 +20,29 @@ def _age(iso: str | None) -> str:
 
 def _short(value: str | None, size: int = 12) -> str:
     return "-" if not value else (value if len(value) <= size else value[:size] + "…")
+
+
+def _evidence(step: dict[str, Any], dispatch: dict[str, Any]) -> list[str]:
+    """What to ask the destination: "did you get this key, with this argument hash?"."""
+    lines = [
+        f"  {step['effect_id']} ({dispatch['direction']}) is {dispatch['state']}",
+        f"    destination      {dispatch['destination']}  {dispatch['method']} {dispatch['path']}",
+        f"    verb             {dispatch['verb']}  contract {dispatch['contract_hash']}",
+        f"    Idempotency-Key  {dispatch['idempotency_key']}",
+        f"    argument hash    {dispatch['args_hash']}",
+    ]
+    for attempt in dispatch["attempts"]:
+        grants = attempt["grants"] if attempt["grants"] else "-"
+        lines.append(
+            f"    attempt {attempt['attempt']}  sent {attempt['sent_at'] or 'never'}  "
+            f"http {attempt['status_code'] if attempt['status_code'] is not None else '-'}  "
+            f"{attempt['outcome'] or 'in progress'}  grants {grants}"
+        )
+        if attempt["error"]:
+            lines.append(f"      error: {attempt['error']}")
+        if attempt["late"]:
+            lines.append(f"      late answer: {attempt['late_outcome']} at {attempt['late_at']}")
+    return lines
 
 
 def saga_list(rows: list[dict[str, Any]]) -> str:
@@ -65,6 +90,16 @@ def saga_detail(view: dict[str, Any]) -> str:
                     f"http {status!s:4} fencing {attempt['fencing_status'] or '-':14} "
                     f"sent {attempt['sent_at'] or '-'}{late}"
                 )
+    blocked = blocking_dispatches(view)
+    if blocked:
+        lines.append("")
+        lines.append(f"why it stopped: {view['stop_reason'] or view['state']}")
+        for step, dispatch in blocked:
+            lines.extend(_evidence(step, dispatch))
+    if view.get("next_actions"):
+        lines.append("")
+        lines.append("what you can do")
+        lines.extend(f"  {action}" for action in view["next_actions"])
     lines.append("")
     lines.append("timeline")
     for event in view["timeline"]:

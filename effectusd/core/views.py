@@ -127,4 +127,51 @@ def build_saga_view(
         step_view["dispatches"] = dispatches_by_step.get(step["effect_id"], [])
         view["steps"].append(step_view)
     view["timeline"] = [_pick(event, _EVENT_FIELDS) for event in events]
+    view["next_actions"] = next_actions(view)
     return view
+
+
+_BLOCKING = {
+    "blocked_unknown": ("blocked_unknown",),
+    "blocked_fence": ("blocked_fence",),
+    "blocked_contract": ("blocked_contract",),
+    "blocked_compensation": ("failed_permanent", "blocked_unknown"),
+}
+
+
+def blocking_dispatches(view: SagaView) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The (step, dispatch) pairs that hold a blocked saga where it is."""
+    states = _BLOCKING.get(view["state"], ())
+    found = []
+    for step in view["steps"]:
+        for dispatch in step["dispatches"]:
+            compensation_only = view["state"] == "blocked_compensation"
+            if dispatch["state"] in states and (
+                not compensation_only or dispatch["direction"] == "compensation"
+            ):
+                found.append((step, dispatch))
+    return found
+
+
+def next_actions(view: SagaView) -> list[str]:
+    """The exact commands an operator can run next (empty when nothing is to be done)."""
+    saga = view["saga_id"]
+    state = view["state"]
+    evidence = "--evidence 'WHAT YOU CHECKED'"
+    if state == "blocked_unknown":
+        actions = []
+        for step, dispatch in blocking_dispatches(view):
+            where = f"effectusd resolve {saga} {step['effect_id']}"
+            if dispatch["direction"] == "compensation":
+                where += " --direction compensation"
+            actions += [
+                f"{where} --committed [--result JSON] {evidence}",
+                f"{where} --not-committed --retry {evidence}",
+                f"{where} --not-committed --fail {evidence}",
+            ]
+        return actions
+    if state in ("blocked_fence", "blocked_contract", "blocked_compensation"):
+        return [f"effectusd retry {saga} {evidence}"]
+    if state in ("running", "compensating") and not view.get("cancel_requested_at"):
+        return [f"effectusd cancel {saga} {evidence}"] if state == "running" else []
+    return []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Mapping
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from effectusd.core.canonical import canonical_text
@@ -133,9 +133,16 @@ def list_sagas(
     plan_id: str | None = None,
     namespace: str | None = None,
     limit: int = 100,
+    older_than: timedelta | None = None,
 ) -> Operation[Rows]:
     rows = yield (
         "list_sagas",
-        {"state": state, "plan_id": plan_id, "namespace": namespace, "limit": limit},
+        {
+            "state": state,
+            "plan_id": plan_id,
+            "namespace": namespace,
+            "limit": limit,
+            "older_than_s": None if older_than is None else older_than.total_seconds(),
+        },
     )
     return rows

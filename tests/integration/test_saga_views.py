@@ -1,0 +1,73 @@
+"""What `sagas show` and `sagas list` tell an operator."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from effectusd.cli import main
+from tests.support.destination import Request, Response, running
+from tests.support.harness import client_for, make_config, run_until_idle, serial_plan
+
+pytestmark = pytest.mark.postgres
+
+
+def unknown(request: Request) -> Response:
+    return Response(503, {"error": "upstream"})
+
+
+async def test_show_of_a_blocked_saga_gives_the_evidence_and_the_commands(db: str) -> None:
+    with running(unknown) as dest:
+        config = make_config(dest.base_url, {"pay": {"fencing": ["acct:{args.n}"]}})
+        client = client_for(config, db)
+        saga = client.submit(serial_plan("v", ["pay"]), execution_id="v-1").saga_id
+        await run_until_idle(config, db)
+    cli = ["--database-url", db, "sagas", "show", saga]
+    text = CliRunner().invoke(main, cli).output
+    view = json.loads(CliRunner().invoke(main, [*cli, "--json"]).output)
+
+    dispatch = view["steps"][0]["dispatches"][0]
+    assert view["state"] == "blocked_unknown"
+    assert dispatch["idempotency_key"] in text and dispatch["args_hash"] in text
+    assert "attempt 1  sent 20" in text and "http 503" in text and "acct:1" in text
+    assert f"effectusd resolve {saga} s1 --committed" in text
+    assert view["next_actions"] == [
+        f"effectusd resolve {saga} s1 --committed [--result JSON] --evidence 'WHAT YOU CHECKED'",
+        f"effectusd resolve {saga} s1 --not-committed --retry --evidence 'WHAT YOU CHECKED'",
+        f"effectusd resolve {saga} s1 --not-committed --fail --evidence 'WHAT YOU CHECKED'",
+    ]
+
+
+async def test_completed_saga_offers_nothing_to_do(db: str) -> None:
+    with running() as dest:
+        config = make_config(dest.base_url, {"pay": {}})
+        client = client_for(config, db)
+        saga = client.submit(serial_plan("done", ["pay"]), execution_id="d-1").saga_id
+        await run_until_idle(config, db)
+    view = client.get(saga)
+    assert view is not None and view["state"] == "completed" and view["next_actions"] == []
+    text = CliRunner().invoke(main, ["--database-url", db, "sagas", "show", saga]).output
+    assert "what you can do" not in text and "why it stopped" not in text
+
+
+def test_list_filters_by_age(db: str) -> None:
+    config = make_config("http://127.0.0.1:9", {"pay": {}})
+    client = client_for(config, db)
+    old = client.submit(serial_plan("age", ["pay"]), execution_id="old").saga_id
+    client.submit(serial_plan("age", ["pay"]), execution_id="new")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE effectus_saga_instances SET created_at = now() - interval '2 hours'"
+            " WHERE saga_id = %s",
+            (old,),
+        )
+    args = ["--database-url", db, "sagas", "list", "--json"]
+    everything = json.loads(CliRunner().invoke(main, args).output)
+    aged = json.loads(CliRunner().invoke(main, [*args, "--older-than", "1h"]).output)
+    assert len(everything) == 2
+    assert [row["saga_id"] for row in aged] == [old]
+    bad = CliRunner().invoke(main, [*args, "--older-than", "soon"])
+    assert bad.exit_code == 3 and "--older-than" in bad.output
