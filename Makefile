@@ -29,5 +29,9 @@ demo: install
 bench: install
 	$(BIN)/effectusd --config examples/effectusd.toml bench
 
+# The long chaos run (about half an hour): prints the evidence table published in README.md.
+chaos: install
+	$(BIN)/python -m tests.chaos.runner
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

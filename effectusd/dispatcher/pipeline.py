@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from effectusd import faults
 from effectusd.core.engine import Completion
 from effectusd.core.registry import Registry
 from effectusd.core.states import FencingStatus, OutcomeClass
-from effectusd.dispatcher import faults
 from effectusd.executors.protocol import CallResult, Executor, FencingGrant, Invocation
 from effectusd.metrics import Metrics
 from effectusd.store.postgres.dispatch import PostgresDispatchStore, RecordReport

@@ -16,6 +16,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from effectusd import faults
 from effectusd.core.canonical import canonical_text
 from effectusd.core.engine import (
     Completion,
@@ -186,7 +187,9 @@ class PostgresDispatchStore:
             conn.transaction(),
             conn.cursor(row_factory=dict_row) as cur,
         ):
-            return await self._record_in(cur, completions)
+            report = await self._record_in(cur, completions)
+            faults.point("during_record")
+            return report
 
     async def _record_in(self, cur: Cursor, completions: Sequence[Completion]) -> RecordReport:
         report = RecordReport()

@@ -10,7 +10,15 @@ import os
 import signal
 
 POINTS = frozenset(
-    {"after_claim", "after_write_ahead", "after_call", "before_record", "after_record"}
+    {
+        "after_claim",  # rows leased, nothing written ahead
+        "after_write_ahead",  # sent_at and grants durable, request not yet sent
+        "after_send",  # the request left (body written), no answer yet
+        "after_call",  # the answer arrived, nothing recorded
+        "before_record",  # about to open the outcome transaction
+        "during_record",  # outcome written, transaction not committed
+        "after_record",  # outcome committed
+    }
 )
 _target = os.environ.get("EFFECTUSD_FAULT") or None
 _skip = int(os.environ.get("EFFECTUSD_FAULT_AFTER", "0"))

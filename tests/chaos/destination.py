@@ -1,0 +1,162 @@
+"""The chaos suite's destination: a raw asyncio HTTP server, so it can misbehave on the wire
+after committing (stall past the caller's timeout, or reset the connection).
+
+    python -m tests.chaos.destination --port P --database-url URL --mode kit|plain
+        [--stall-after-commit 0.1] [--reset-after-commit 0.1]
+
+kit:   honours the destination contract through effectusd.destination; each business
+       mutation is one row in chaos_mutations, written in the kit's transaction.
+plain: honours nothing (the control); every request it receives is a row in chaos_received.
+Arguments {"fail": true} make the forward call fail permanently (to exercise compensation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from effectusd.destination import (
+    PermanentFailure,
+    ProtocolError,
+    handle,
+    install,
+    parse_request,
+)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS chaos_mutations (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    idempotency_key text NOT NULL, saga_id text NOT NULL, effect_id text NOT NULL,
+    direction text NOT NULL, attempt integer NOT NULL,
+    at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE TABLE IF NOT EXISTS chaos_received (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    idempotency_key text NOT NULL, saga_id text NOT NULL, effect_id text NOT NULL,
+    direction text NOT NULL, attempt integer NOT NULL,
+    at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+"""
+INSERT_MUTATION = (
+    "INSERT INTO chaos_mutations (idempotency_key, saga_id, effect_id, direction, attempt)"
+    " VALUES (%s, %s, %s, %s, %s)"
+)
+INSERT_RECEIVED = INSERT_MUTATION.replace("chaos_mutations", "chaos_received")
+
+
+class Server:
+    def __init__(
+        self, pool: AsyncConnectionPool[Any], mode: str, stall: float, reset: float
+    ) -> None:
+        self.pool, self.mode, self.stall, self.reset = pool, mode, stall, reset
+
+    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                headers = {}
+                for line in lines[1:]:
+                    if ":" in line:
+                        name, value = line.split(":", 1)
+                        headers[name.strip().lower()] = value.strip()
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                status, payload, extra = await self.answer(headers, body)
+                roll = random.random()
+                if roll < self.reset:
+                    writer.transport.abort()  # committed, then the connection is reset
+                    return
+                if roll < self.reset + self.stall:
+                    await asyncio.sleep(30)  # committed, then silence past any timeout
+                    return
+                text = json.dumps(payload).encode()
+                head_out = [
+                    f"HTTP/1.1 {status} X",
+                    "Content-Type: application/json",
+                    f"Content-Length: {len(text)}",
+                    *extra,
+                ]
+                writer.write(("\r\n".join(head_out) + "\r\n\r\n").encode() + text)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    async def answer(self, headers: dict[str, str], body: bytes) -> tuple[int, Any, list[str]]:
+        if self.mode == "plain":
+            async with self.pool.connection() as conn:
+                await conn.execute(INSERT_RECEIVED, _identity(headers))
+            if json.loads(body).get("fail") and headers["x-effectus-direction"] == "forward":
+                return 422, {"error": "no"}, ["X-Effectus-Outcome: permanent_failure"]
+            return 200, {"ok": True}, []
+        try:
+            request = parse_request(headers, body)
+        except ProtocolError as exc:
+            reply = exc.reply()
+        else:
+            async with self.pool.connection() as conn:
+                reply = await handle(conn, request, mutate)
+        extra = []
+        if reply.outcome is not None:
+            extra.append(f"X-Effectus-Outcome: {reply.outcome.value}")
+        if reply.fencing_acknowledged:
+            extra.append("X-Effectus-Fencing: acknowledged")
+        return reply.status, json.loads(reply.body or b"null"), extra
+
+
+async def mutate(conn: psycopg.AsyncConnection[Any], request: Any) -> Any:
+    if request.arguments.get("fail") and request.direction == "forward":
+        raise PermanentFailure("declined")
+    await conn.execute(
+        INSERT_MUTATION,
+        (
+            request.idempotency_key,
+            request.saga_id,
+            request.effect_id,
+            request.direction.value,
+            request.attempt,
+        ),
+    )
+    return {"ok": True}
+
+
+def _identity(headers: dict[str, str]) -> tuple[str, str, str, str, int]:
+    return (
+        headers["idempotency-key"],
+        headers["x-effectus-saga-id"],
+        headers["x-effectus-effect-id"],
+        headers["x-effectus-direction"],
+        int(headers["x-effectus-attempt"]),
+    )
+
+
+async def main(args: argparse.Namespace) -> None:
+    async with await psycopg.AsyncConnection.connect(args.database_url, autocommit=True) as conn:
+        await conn.execute(SCHEMA)
+        if args.mode == "kit":
+            await install(conn)
+    async with AsyncConnectionPool(
+        args.database_url, min_size=2, max_size=16, kwargs={"autocommit": True}
+    ) as pool:
+        server = Server(pool, args.mode, args.stall_after_commit, args.reset_after_commit)
+        listener = await asyncio.start_server(server.connection, "127.0.0.1", args.port)
+        print("ready", flush=True)
+        async with listener:
+            await listener.serve_forever()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--database-url", required=True)
+    parser.add_argument("--mode", choices=["kit", "plain"], default="kit")
+    parser.add_argument("--stall-after-commit", type=float, default=0.0)
+    parser.add_argument("--reset-after-commit", type=float, default=0.0)
+    asyncio.run(main(parser.parse_args()))

@@ -1,0 +1,496 @@
+"""The chaos runner: real daemon processes killed at every pipeline step, racing each other,
+a database restart, destinations that commit then stall or reset, a paused daemon; then
+invariants checked over the whole history, from the destination's rows and ours.
+
+    python -m tests.chaos.runner            # the long run: prints the table for the README
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from effectusd.faults import POINTS
+from effectusd.store.postgres.migrations import migrate
+
+ADMIN_URL = os.environ.get(
+    "EFFECTUSD_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+ROOT = Path(__file__).resolve().parents[2]
+LIVE = ("running", "compensating")
+
+
+@dataclass
+class Scenario:
+    name: str
+    sagas: int = 40
+    steps: int = 3
+    delivery: str = "at_least_once"
+    mode: str = "kit"  # the destination: kit (honours the contract) or plain (the control)
+    daemons: int = 1
+    faults: tuple[str, ...] = ()  # fault points the daemons die at, chosen at random
+    external_kills: int = 0  # SIGKILLs from outside, at random moments
+    stall_after_commit: float = 0.0
+    reset_after_commit: float = 0.0
+    restart_postgres: bool = False
+    pause_daemon: bool = False  # SIGSTOP one daemon past its leases, then SIGCONT
+    fail_every: int = 4  # every Nth saga's last step fails permanently (compensation)
+    timeout_s: float = 240.0
+    expect_duplicates: bool = False  # the control: this scenario must show duplicates
+
+
+@dataclass
+class Report:
+    scenario: str
+    sagas: int = 0
+    kills: int = 0
+    restarts: int = 0
+    duplicates: int = 0
+    lost: int = 0
+    states: dict[str, int] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def blocked(self) -> dict[str, int]:
+        return {s: n for s, n in self.states.items() if s.startswith("blocked_")}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def _database(prefix: str) -> Iterator[str]:
+    name = f"{prefix}_{os.getpid()}_{random.randrange(1 << 30):x}"
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    try:
+        yield url
+    finally:
+        _wait_for_postgres()
+        with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _wait_for_postgres(timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with psycopg.connect(ADMIN_URL, connect_timeout=2):
+                return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _config(path: Path, port: int, scenario: Scenario) -> Path:
+    retry = '{ max_attempts = 30, initial_backoff = "20ms", max_backoff = "300ms" }'
+    verbs = "\n".join(
+        f'[verbs."chaos.{verb}"]\ndestination = "chaos"\npath = "/{verb}"\n'
+        f'delivery = "{scenario.delivery}"\nretry = {retry}\n'
+        for verb in ("do", "undo")
+    )
+    path.write_text(
+        '[dispatcher]\nconcurrency = 32\nlease_margin = "1s"\npoll_interval = "100ms"\n'
+        'shutdown_grace = "5s"\n'
+        f'[destinations.chaos]\nbase_url = "http://127.0.0.1:{port}"\ntimeout = "1s"\n'
+        'connect_timeout = "500ms"\nmax_concurrency = 16\n' + verbs
+    )
+    return path
+
+
+def _plan(steps: int, fail: bool) -> dict[str, Any]:
+    return {
+        "plan_id": f"chaos-{steps}",
+        "steps": [
+            {
+                "id": f"s{i}",
+                "verb": "chaos.do",
+                "args": {"i": i, "fail": fail and i == steps},
+                "compensate": {"verb": "chaos.undo", "args": {"i": i}},
+            }
+            for i in range(1, steps + 1)
+        ],
+    }
+
+
+class Daemons:
+    """Keeps `effectusd run` processes alive, each set to die at a random fault point."""
+
+    def __init__(self, scenario: Scenario, config: Path, url: str, rng: random.Random) -> None:
+        self.scenario, self.config, self.url, self.rng = scenario, config, url, rng
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.kills = 0
+        self.restarts = 0
+
+    def spawn(self, fault: str | None) -> subprocess.Popen[bytes]:
+        env = {**os.environ}
+        env.pop("EFFECTUSD_FAULT", None)
+        if fault:
+            env["EFFECTUSD_FAULT"] = fault
+            env["EFFECTUSD_FAULT_AFTER"] = str(self.rng.randrange(0, 6))
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "effectusd.cli",
+                "--config",
+                str(self.config),
+                "--database-url",
+                self.url,
+                "run",
+                "--log-level",
+                "WARNING",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def _fault(self) -> str | None:
+        return self.rng.choice(self.scenario.faults) if self.scenario.faults else None
+
+    def start(self) -> None:
+        self.procs = [self.spawn(self._fault()) for _ in range(self.scenario.daemons)]
+
+    def tend(self) -> None:
+        for index, proc in enumerate(self.procs):
+            if proc.poll() is not None:
+                self.kills += proc.returncode == -signal.SIGKILL
+                self.restarts += 1
+                # fewer faults as the run goes on, so it finishes
+                fault = self._fault() if self.restarts < 40 * max(1, len(self.procs)) else None
+                self.procs[index] = self.spawn(fault)
+
+    def kill_one(self) -> None:
+        victim = self.rng.choice(self.procs)
+        if victim.poll() is None:
+            victim.kill()
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _outstanding(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM effectus_saga_instances"
+            " WHERE state IN ('running', 'compensating')"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def run_scenario(scenario: Scenario, seed: int = 0) -> Report:
+    rng = random.Random(seed or hash(scenario.name))
+    report = Report(scenario.name, sagas=scenario.sagas)
+    started = time.monotonic()
+    with _database("effectusd_chaos") as url, _database("effectusd_chaos_dest") as dest_url:
+        with psycopg.connect(url, autocommit=True) as conn:
+            migrate(conn)
+        port = _free_port()
+        destination = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.chaos.destination",
+                "--port",
+                str(port),
+                "--database-url",
+                dest_url,
+                "--mode",
+                scenario.mode,
+                "--stall-after-commit",
+                str(scenario.stall_after_commit),
+                "--reset-after-commit",
+                str(scenario.reset_after_commit),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            assert (
+                destination.stdout is not None and destination.stdout.readline().strip() == b"ready"
+            )
+            config = _config(Path(f"/tmp/effectusd-chaos-{os.getpid()}.toml"), port, scenario)
+            _submit(config, url, scenario)
+            daemons = Daemons(scenario, config, url, rng)
+            daemons.start()
+            _drive(scenario, daemons, url, rng, started)
+            daemons.stop()
+            _settle(config, url)
+            report.kills, report.restarts = daemons.kills, daemons.restarts
+            _check(report, scenario, url, dest_url)
+        finally:
+            destination.terminate()
+            destination.wait(timeout=10)
+    report.seconds = round(time.monotonic() - started, 1)
+    return report
+
+
+def _submit(config: Path, url: str, scenario: Scenario) -> None:
+    from effectusd.client import Client
+    from effectusd.config import load_config
+
+    client = Client(load_config(config), database_url=url)
+    with psycopg.connect(url) as conn:
+        for index in range(scenario.sagas):
+            fail = scenario.fail_every > 0 and index % scenario.fail_every == 0
+            client.submit(_plan(scenario.steps, fail), execution_id=f"c-{index}", conn=conn)
+        conn.commit()
+
+
+def _drive(
+    scenario: Scenario, daemons: Daemons, url: str, rng: random.Random, started: float
+) -> None:
+    kills_left = scenario.external_kills
+    restarted = not scenario.restart_postgres
+    paused = not scenario.pause_daemon
+    while time.monotonic() - started < scenario.timeout_s:
+        daemons.tend()
+        try:
+            outstanding = _outstanding(url)
+        except psycopg.OperationalError:
+            _wait_for_postgres()
+            continue
+        if outstanding == 0:
+            return
+        if kills_left and rng.random() < 0.3:
+            daemons.kill_one()
+            kills_left -= 1
+        if not restarted and outstanding < scenario.sagas * 0.8:
+            restarted = True
+            subprocess.run(
+                [
+                    "pg_ctlcluster",
+                    "--skip-systemctl-redirect",
+                    _pg_version(),
+                    "main",
+                    "restart",
+                    "-m",
+                    "fast",
+                ],
+                check=True,
+                capture_output=True,
+            )
+            _wait_for_postgres()
+        if not paused and outstanding < scenario.sagas * 0.9:
+            paused = True
+            victim = daemons.procs[0]
+            victim.send_signal(signal.SIGSTOP)
+            time.sleep(3.5)  # the fault itself: a stall longer than the 2 s leases
+            victim.send_signal(signal.SIGCONT)
+        time.sleep(0.2)
+
+
+def _pg_version() -> str:
+    return sorted(os.listdir("/etc/postgresql"))[-1]
+
+
+def _settle(config: Path, url: str) -> None:
+    """A last clean daemon settles what the dead ones left (expired leases)."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "effectusd.cli",
+            "--config",
+            str(config),
+            "--database-url",
+            url,
+            "run",
+            "--until-idle",
+            "--log-level",
+            "WARNING",
+        ],
+        check=True,
+        timeout=180,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _rows(url: str, query: str) -> list[dict[str, Any]]:
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        return conn.execute(query).fetchall()  # type: ignore[arg-type]
+
+
+def _check(report: Report, scenario: Scenario, url: str, dest_url: str) -> None:
+    v = report.violations
+    sagas = _rows(url, "SELECT saga_id, state, stop_reason FROM effectus_saga_instances")
+    for row in sagas:
+        report.states[row["state"]] = report.states.get(row["state"], 0) + 1
+        if row["state"] in LIVE:
+            v.append(f"saga {row['saga_id'][:12]} still {row['state']} with nothing due")
+        if row["state"].startswith("blocked_") and not row["stop_reason"]:
+            v.append(f"saga {row['saga_id'][:12]} blocked without a reason")
+    report.lost = sum(1 for row in sagas if row["state"] in LIVE)
+
+    dispatches = _rows(
+        url,
+        "SELECT dispatch_id, saga_id, effect_id, direction, idempotency_key, state, attempt"
+        " FROM effectus_saga_outbox",
+    )
+    attempts = _rows(
+        url,
+        "SELECT dispatch_id, attempt, outcome, sent_at, completed_at FROM effectus_saga_attempts",
+    )
+    by_dispatch: dict[int, list[dict[str, Any]]] = {}
+    for row in attempts:
+        by_dispatch.setdefault(row["dispatch_id"], []).append(row)
+    for d in dispatches:
+        numbers = sorted(a["attempt"] for a in by_dispatch.get(d["dispatch_id"], []))
+        if numbers != list(range(1, d["attempt"] + 1)):
+            v.append(f"dispatch {d['dispatch_id']} attempts not contiguous: {numbers}")
+
+    table = "chaos_mutations" if scenario.mode == "kit" else "chaos_received"
+    received = _rows(
+        dest_url, f"SELECT idempotency_key, count(*) AS n FROM {table} GROUP BY idempotency_key"
+    )
+    counts = {row["idempotency_key"]: row["n"] for row in received}
+    report.duplicates = sum(n - 1 for n in counts.values() if n > 1)
+    if scenario.mode == "kit":
+        for d in dispatches:
+            n = counts.get(d["idempotency_key"], 0)
+            if d["state"] == "succeeded" and n != 1:
+                v.append(f"{d['effect_id']}/{d['direction']} succeeded with {n} mutations")
+                report.lost += n == 0
+            if d["state"] == "failed_permanent" and n:
+                v.append(f"{d['effect_id']}/{d['direction']} failed yet mutated {n} time(s)")
+        if report.duplicates:
+            v.append(f"{report.duplicates} duplicate mutation(s) through the kit")
+    elif scenario.delivery == "at_most_once" and report.duplicates:
+        v.append(f"at_most_once: {report.duplicates} key(s) received more than once")
+    if scenario.expect_duplicates and not report.duplicates:
+        v.append("the control showed no duplicates: the suite could not have failed")
+
+    order = _rows(
+        url,
+        """
+        SELECT o.saga_id, s.sequence, a.completed_at FROM effectus_saga_outbox o
+        JOIN effectus_saga_steps s USING (saga_id, effect_id)
+        JOIN effectus_saga_attempts a ON a.dispatch_id = o.dispatch_id AND a.attempt = o.attempt
+        WHERE o.direction = 'compensation' AND o.state = 'succeeded'
+        ORDER BY o.saga_id, a.completed_at""",
+    )
+    last: dict[str, int] = {}
+    for row in order:
+        previous = last.get(row["saga_id"])
+        if previous is not None and row["sequence"] >= previous:
+            v.append(f"saga {row['saga_id'][:12]} compensated out of reverse order")
+        last[row["saga_id"]] = row["sequence"]
+
+
+SHORT = [
+    *(Scenario(f"kill at {point}", faults=(point,)) for point in sorted(POINTS)),
+    Scenario(
+        "three daemons racing, random kills",
+        sagas=150,
+        daemons=3,
+        faults=tuple(sorted(POINTS)),
+        external_kills=6,
+    ),
+    Scenario("commit then stall or reset", stall_after_commit=0.1, reset_after_commit=0.1),
+    Scenario("postgres restarted mid-run", sagas=60, daemons=2, restart_postgres=True),
+    Scenario("paused daemon wakes after reclaim", sagas=40, daemons=2, pause_daemon=True),
+    Scenario(
+        "at_most_once, plain destination",
+        delivery="at_most_once",
+        mode="plain",
+        faults=tuple(sorted(POINTS)),
+        stall_after_commit=0.1,
+        reset_after_commit=0.1,
+    ),
+    Scenario(
+        "control: at_least_once, plain destination",
+        mode="plain",
+        stall_after_commit=0.15,
+        reset_after_commit=0.15,
+        expect_duplicates=True,
+    ),
+]
+
+LONG = [
+    Scenario(
+        "three daemons, 1,000 sagas, random kills",
+        sagas=1000,
+        daemons=3,
+        faults=tuple(sorted(POINTS)),
+        external_kills=30,
+        stall_after_commit=0.03,
+        reset_after_commit=0.03,
+        timeout_s=1200,
+    ),
+    *(
+        Scenario(
+            s.name,
+            sagas=s.sagas * 3,
+            steps=s.steps,
+            delivery=s.delivery,
+            mode=s.mode,
+            daemons=s.daemons,
+            faults=s.faults,
+            external_kills=s.external_kills,
+            stall_after_commit=s.stall_after_commit,
+            reset_after_commit=s.reset_after_commit,
+            restart_postgres=s.restart_postgres,
+            pause_daemon=s.pause_daemon,
+            expect_duplicates=s.expect_duplicates,
+            timeout_s=900,
+        )
+        for s in SHORT
+    ),
+]
+
+
+def format_table(reports: list[Report]) -> str:
+    head = (
+        "| scenario | sagas | kills | restarts | duplicates | lost | blocked | ok |\n"
+        "|---|---|---|---|---|---|---|---|"
+    )
+    rows = [
+        f"| {r.scenario} | {r.sagas} | {r.kills} | {r.restarts} | {r.duplicates} | {r.lost} | "
+        f"{', '.join(f'{k} {n}' for k, n in sorted(r.blocked.items())) or '-'} | "
+        f"{'yes' if not r.violations else 'NO'} |"
+        for r in reports
+    ]
+    return "\n".join([head, *rows])
+
+
+if __name__ == "__main__":
+    chosen = SHORT if "--short" in sys.argv else LONG
+    results = []
+    for scenario in chosen:
+        result = run_scenario(scenario)
+        results.append(result)
+        print(json.dumps({**result.__dict__}), file=sys.stderr, flush=True)
+    print(format_table(results))
+    sys.exit(1 if any(r.violations for r in results) else 0)

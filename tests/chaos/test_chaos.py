@@ -1,0 +1,18 @@
+"""The chaos suite, short version (CI). `make chaos` runs the long one and prints the table."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.chaos.runner import SHORT, Scenario, run_scenario
+
+pytestmark = [pytest.mark.chaos, pytest.mark.postgres]
+
+
+@pytest.mark.parametrize("scenario", SHORT, ids=[s.name for s in SHORT])
+def test_invariants_hold_under_faults(scenario: Scenario, database_url: str) -> None:
+    report = run_scenario(scenario)
+    assert not report.violations, report
+    assert report.lost == 0
+    if scenario.faults:
+        assert report.kills > 0, "the fault points never fired"
