@@ -1,0 +1,718 @@
+"""The destination kit against a real PostgreSQL, through real HTTP servers on 127.0.0.1.
+
+Kit endpoints are served by uvicorn inside the test's own event loop, on a socket bound and
+listening before serving starts (so nothing waits for readiness), which lets a mutation block
+on an asyncio.Event the test controls. End-to-end tests put effectusd's HttpExecutor in front
+of contrib/kit_shop_service.py; the one-command tests start the contrib services as processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import re
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import pytest_asyncio
+import uvicorn
+from psycopg_pool import AsyncConnectionPool
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from contrib.kit_shop_service import BUSINESS_TABLES, SCHEMA
+from contrib.kit_shop_service import build_app as build_shop
+from effectusd.config import DestinationConfig
+from effectusd.core.canonical import canonical_bytes, parse_json, sha256_hex
+from effectusd.core.states import Direction, OutcomeClass
+from effectusd.destination import (
+    EffectusRequest,
+    PermanentFailure,
+    RetryableFailure,
+    SchemaError,
+    handle,
+    handle_sync,
+    install,
+    install_sync,
+    parse_request,
+    prune_ledger,
+)
+from effectusd.destination.asgi import effectus_endpoint
+from effectusd.executors.http import HttpExecutor, reserved_headers
+from effectusd.executors.protocol import FencingGrant, Invocation
+from tests.conftest import create_database, drop_database
+
+pytestmark = pytest.mark.postgres
+
+ROOT = Path(__file__).resolve().parents[2]
+KIT_TABLES = ("effectus_dest_keys", "effectus_dest_watermarks")
+TEST_TABLES = (
+    """CREATE TABLE kit_test_effects (
+        id bigserial PRIMARY KEY, idempotency_key text NOT NULL, attempt integer NOT NULL)""",
+    "CREATE TABLE kit_test_counter (n integer NOT NULL)",
+)
+
+
+# --- requests as the executor builds them ---------------------------------------------------
+
+
+def invocation(
+    key: str = "k1",
+    *,
+    args: Any = None,
+    attempt: int = 1,
+    grants: tuple[FencingGrant, ...] = (),
+    path: str = "/ok",
+) -> Invocation:
+    body = canonical_bytes({"order": "o-1", "amount": 1250} if args is None else args)
+    return Invocation(
+        request_id=f"req-{key}-{attempt}",
+        execution_id="order-7",
+        saga_id=sha256_hex(b"saga"),
+        effect_id="charge",
+        attempt=attempt,
+        direction=Direction.FORWARD,
+        verb="payments.charge",
+        method="POST",
+        path=path,
+        body=body,
+        argument_hash=sha256_hex(body),
+        contract_hash=sha256_hex(b"contract"),
+        idempotency_key=sha256_hex(key.encode()),
+        fencing_grants=grants,
+        deadline=datetime.now(UTC) + timedelta(minutes=5),
+        timeout=10.0,
+    )
+
+
+def request_of(inv: Invocation) -> EffectusRequest:
+    return parse_request(reserved_headers(inv), inv.body)
+
+
+def wire_headers(inv: Invocation, **drop: bool) -> list[tuple[bytes, bytes]]:
+    return [
+        (name.encode(), value.encode("utf-8"))
+        for name, value in reserved_headers(inv).items()
+        if name not in drop
+    ]
+
+
+async def post(base_url: str, inv: Invocation, headers: Any = None) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=base_url, timeout=10) as client:
+        return await client.post(inv.path, content=inv.body, headers=headers or wire_headers(inv))
+
+
+def wire(response: httpx.Response) -> tuple[int, bytes, list[tuple[str, str]]]:
+    """Status, body and headers as the client saw them; only Date may differ on a replay."""
+    headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() != "date"]
+    return response.status_code, response.content, headers
+
+
+# --- a real server in this event loop -------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Starlette) -> AsyncIterator[str]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # connections queue here until uvicorn (and the app's lifespan) is up
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+@dataclasses.dataclass
+class Control:
+    """What the test mutations do; reset before every test."""
+
+    entered: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    release: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    retryable_left: int = 0
+    runs: int = 0
+
+
+@dataclasses.dataclass
+class Kit:
+    base_url: str
+    pool: AsyncConnectionPool[Any]
+    control: Control
+
+    async def rows(self, query: str) -> list[tuple[Any, ...]]:
+        async with self.pool.connection() as conn:
+            rows: list[tuple[Any, ...]] = await (await conn.execute(query)).fetchall()
+            return rows
+
+    async def count(self, table: str) -> int:
+        [(n,)] = await self.rows(f"SELECT count(*) FROM {table}")
+        return int(n)
+
+    async def watermarks(self) -> dict[str, int]:
+        return dict(await self.rows("SELECT resource, token FROM effectus_dest_watermarks"))
+
+
+def mutations_for(control: Control) -> dict[str, Any]:
+    async def record(conn: psycopg.AsyncConnection[Any], request: EffectusRequest) -> Any:
+        control.runs += 1
+        cur = await conn.execute(
+            "INSERT INTO kit_test_effects (idempotency_key, attempt) VALUES (%s, %s) RETURNING id",
+            (request.idempotency_key, request.attempt),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return {"row": row[0], "attempt": request.attempt}
+
+    async def ok(conn: psycopg.AsyncConnection[Any], request: EffectusRequest) -> Any:
+        return await record(conn, request)
+
+    async def decline(conn: psycopg.AsyncConnection[Any], request: EffectusRequest) -> Any:
+        await record(conn, request)  # rolled back with the refusal
+        raise PermanentFailure("declined", status=402)
+
+    async def flaky(conn: psycopg.AsyncConnection[Any], request: EffectusRequest) -> Any:
+        result = await record(conn, request)
+        if control.retryable_left > 0:
+            control.retryable_left -= 1
+            raise RetryableFailure("ledger of record unavailable", retry_after=1)
+        return result
+
+    async def boom(conn: psycopg.AsyncConnection[Any], request: EffectusRequest) -> Any:
+        await record(conn, request)
+        raise RuntimeError("bug in the mutation")
+
+    async def hold(conn: psycopg.AsyncConnection[Any], request: EffectusRequest) -> Any:
+        result = await record(conn, request)
+        control.entered.set()
+        await control.release.wait()
+        return result
+
+    return {"/ok": ok, "/decline": decline, "/flaky": flaky, "/boom": boom, "/hold": hold}
+
+
+@pytest.fixture(scope="module")
+def kit_db() -> Iterator[str]:
+    url = create_database("effectusd_kit")
+    with psycopg.connect(url, autocommit=True) as conn:
+        install_sync(conn)
+        for statement in (*TEST_TABLES, *SCHEMA):  # the shop's tables too, emptied per test
+            conn.execute(statement)
+    yield url
+    drop_database(url)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def kit_server(kit_db: str) -> AsyncIterator[Kit]:
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(kit_db, max_size=8, open=False)
+    await pool.open(wait=True)
+    control = Control()
+    routes = [
+        Route(path, effectus_endpoint(pool, mutation), methods=["POST"])
+        for path, mutation in mutations_for(control).items()
+    ]
+    tiny = effectus_endpoint(pool, mutations_for(control)["/ok"], max_body_bytes=16)
+    app = Starlette(routes=[*routes, Route("/tiny", tiny, methods=["POST"])])
+    async with serving(app) as base_url:
+        yield Kit(base_url, pool, control)
+    await pool.close()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def kit(kit_server: Kit) -> Kit:
+    tables = ", ".join([*KIT_TABLES, "kit_test_effects", *BUSINESS_TABLES])
+    async with kit_server.pool.connection() as conn:
+        await conn.execute(f"TRUNCATE {tables} RESTART IDENTITY")
+        await conn.execute("DELETE FROM kit_test_counter")
+        await conn.execute("INSERT INTO kit_test_counter VALUES (0)")
+    control = kit_server.control
+    control.entered, control.release = asyncio.Event(), asyncio.Event()
+    control.retryable_left = control.runs = 0
+    return kit_server
+
+
+# --- replay and argument-hash conflicts -----------------------------------------------------
+
+
+async def test_first_request_commits_business_row_and_ledger_row_together(kit: Kit) -> None:
+    response = await post(kit.base_url, invocation())
+    assert response.status_code == 200
+    assert response.json() == {"row": 1, "attempt": 1}
+    assert "x-effectus-outcome" not in response.headers
+    assert await kit.rows("SELECT state, status_code, attempt FROM effectus_dest_keys") == [
+        ("completed", 200, 1)
+    ]
+    assert await kit.count("kit_test_effects") == 1
+
+
+async def test_replay_of_a_completed_key_is_identical_and_does_not_run_the_mutation(
+    kit: Kit,
+) -> None:
+    grants = (FencingGrant("account:a", 3),)
+    first = await post(kit.base_url, invocation(grants=grants))
+    again = await post(kit.base_url, invocation(attempt=2, grants=(FencingGrant("account:a", 4),)))
+    assert wire(again) == wire(first)
+    assert again.json() == {"row": 1, "attempt": 1}  # the original answer, not attempt 2's
+    assert kit.control.runs == 1
+    assert await kit.count("kit_test_effects") == 1
+
+
+async def test_same_key_with_other_arguments_is_refused_422_permanent_without_mutation(
+    kit: Kit,
+) -> None:
+    await post(kit.base_url, invocation())
+    other = await post(kit.base_url, invocation(attempt=2, args={"order": "o-1", "amount": 9}))
+    assert other.status_code == 422
+    assert other.headers["x-effectus-outcome"] == "permanent_failure"
+    assert "x-effectus-fencing" not in other.headers
+    assert kit.control.runs == 1
+    assert await kit.count("kit_test_effects") == 1
+
+
+# --- a key still in progress ----------------------------------------------------------------
+
+
+async def test_a_key_held_by_an_open_transaction_answers_409_unknown_at_once(kit: Kit) -> None:
+    first = asyncio.create_task(post(kit.base_url, invocation(path="/hold")))
+    await kit.control.entered.wait()  # transaction 1 holds the key, its mutation is blocked
+    second = await post(kit.base_url, invocation(attempt=2, path="/hold"))
+    assert second.status_code == 409
+    assert second.headers["x-effectus-outcome"] == "unknown_outcome"
+    kit.control.release.set()
+    assert (await first).status_code == 200
+    third = await post(kit.base_url, invocation(attempt=3, path="/hold"))
+    assert wire(third) == wire(await first)
+    assert kit.control.runs == 1
+    assert await kit.count("kit_test_effects") == 1
+
+
+# --- fencing --------------------------------------------------------------------------------
+
+
+async def test_token_below_the_watermark_is_refused_409_stale_fence_without_mutation(
+    kit: Kit,
+) -> None:
+    assert (await post(kit.base_url, invocation("a", grants=(FencingGrant("r", 10),)))).is_success
+    stale = await post(kit.base_url, invocation("b", grants=(FencingGrant("r", 9),)))
+    assert stale.status_code == 409
+    assert stale.headers["x-effectus-outcome"] == "stale_fence"
+    assert kit.control.runs == 1
+    assert await kit.count("effectus_dest_keys") == 1  # no ledger row: a later retry may run
+    assert await kit.watermarks() == {"r": 10}
+
+
+async def test_higher_or_equal_token_is_accepted_and_raises_the_watermark(kit: Kit) -> None:
+    for key, token in (("a", 5), ("b", 8), ("c", 8)):
+        response = await post(kit.base_url, invocation(key, grants=(FencingGrant("r", token),)))
+        assert response.status_code == 200, key
+    assert await kit.watermarks() == {"r": 8}
+    assert kit.control.runs == 3
+
+
+async def test_a_stale_grant_rolls_back_watermarks_raised_for_the_other_grants(kit: Kit) -> None:
+    both = (FencingGrant("a", 5), FencingGrant("b", 5))
+    await post(kit.base_url, invocation("first", grants=both))
+    stale = await post(
+        kit.base_url, invocation("second", grants=(FencingGrant("a", 9), FencingGrant("b", 4)))
+    )
+    assert stale.headers["x-effectus-outcome"] == "stale_fence"
+    assert await kit.watermarks() == {"a": 5, "b": 5}
+
+
+async def test_fencing_acknowledged_is_answered_iff_the_request_carried_grants(kit: Kit) -> None:
+    with_grants = await post(kit.base_url, invocation("g", grants=(FencingGrant("r", 1),)))
+    without = await post(kit.base_url, invocation("n"))
+    replayed = await post(kit.base_url, invocation("g", attempt=2, grants=(FencingGrant("r", 2),)))
+    declined = await post(
+        kit.base_url, invocation("d", path="/decline", grants=(FencingGrant("r", 3),))
+    )
+    assert with_grants.headers["x-effectus-fencing"] == "acknowledged"
+    assert "x-effectus-fencing" not in without.headers
+    assert replayed.headers["x-effectus-fencing"] == "acknowledged"
+    assert declined.headers["x-effectus-fencing"] == "acknowledged"
+
+
+async def test_non_ascii_fencing_resource_round_trips_through_http(kit: Kit) -> None:
+    grants = (FencingGrant("account:müller", 4),)
+    assert (await post(kit.base_url, invocation(grants=grants))).status_code == 200
+    assert await kit.watermarks() == {"account:müller": 4}
+
+
+# --- failures of the mutation ---------------------------------------------------------------
+
+
+async def test_permanent_failure_is_stored_replayed_and_keeps_no_business_writes(
+    kit: Kit,
+) -> None:
+    first = await post(kit.base_url, invocation(path="/decline"))
+    again = await post(kit.base_url, invocation(attempt=2, path="/decline"))
+    assert first.status_code == 402
+    assert first.headers["x-effectus-outcome"] == "permanent_failure"
+    assert first.json() == {"error": "declined"}
+    assert wire(again) == wire(first)
+    assert kit.control.runs == 1
+    assert await kit.count("kit_test_effects") == 0
+    assert await kit.rows("SELECT state, status_code, outcome FROM effectus_dest_keys") == [
+        ("completed", 402, "permanent_failure")
+    ]
+
+
+async def test_retryable_failure_leaves_nothing_so_a_retry_runs_afresh(kit: Kit) -> None:
+    kit.control.retryable_left = 1
+    first = await post(kit.base_url, invocation(path="/flaky", grants=(FencingGrant("r", 5),)))
+    assert first.status_code == 503
+    assert first.headers["x-effectus-outcome"] == "retryable_failure_known_not_committed"
+    assert first.headers["retry-after"] == "1"
+    assert await kit.count("effectus_dest_keys") == 0
+    assert await kit.count("kit_test_effects") == 0
+    assert await kit.watermarks() == {}
+
+    retry = await post(
+        kit.base_url, invocation(attempt=2, path="/flaky", grants=(FencingGrant("r", 6),))
+    )
+    assert retry.status_code == 200
+    assert retry.json()["attempt"] == 2
+    assert kit.control.runs == 2
+    assert await kit.count("kit_test_effects") == 1
+    assert await kit.watermarks() == {"r": 6}
+
+
+async def test_an_exception_mid_mutation_rolls_back_the_ledger_row_and_answers_500_unclassified(
+    kit: Kit,
+) -> None:
+    response = await post(kit.base_url, invocation(path="/boom", grants=(FencingGrant("r", 1),)))
+    assert response.status_code == 500
+    assert "x-effectus-outcome" not in response.headers  # the executor reads it as unknown
+    assert await kit.count("effectus_dest_keys") == 0
+    assert await kit.count("kit_test_effects") == 0
+    assert await kit.watermarks() == {}
+
+
+async def test_a_serialization_failure_answers_503_with_nothing_committed(
+    kit: Kit, kit_db: str
+) -> None:
+    async def bump(conn: psycopg.AsyncConnection[Any], request: EffectusRequest) -> Any:
+        async with await psycopg.AsyncConnection.connect(kit_db, autocommit=True) as other:
+            await other.execute("UPDATE kit_test_counter SET n = n + 1")
+        # This transaction's snapshot predates that update: REPEATABLE READ must refuse.
+        await conn.execute("UPDATE kit_test_counter SET n = n + 1")
+        return {}
+
+    async with await psycopg.AsyncConnection.connect(kit_db) as conn:
+        await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+        reply = await handle(conn, request_of(invocation()), bump)
+    assert (reply.status, reply.outcome) == (503, OutcomeClass.RETRYABLE)
+    assert await kit.count("effectus_dest_keys") == 0
+    assert await kit.rows("SELECT n FROM kit_test_counter") == [(1,)]
+
+
+# --- requests that break the protocol -------------------------------------------------------
+
+
+async def test_a_missing_header_answers_400_permanent_naming_it_and_touches_nothing(
+    kit: Kit,
+) -> None:
+    inv = invocation()
+    response = await post(kit.base_url, inv, wire_headers(inv, **{"X-Effectus-Attempt": True}))
+    assert response.status_code == 400
+    assert response.headers["x-effectus-outcome"] == "permanent_failure"
+    assert response.json() == {"error": "X-Effectus-Attempt: missing"}
+    assert kit.control.runs == 0
+    assert await kit.count("effectus_dest_keys") == 0
+
+
+async def test_a_body_not_matching_the_argument_hash_is_refused_over_http(kit: Kit) -> None:
+    inv = invocation()
+    tampered = dataclasses.replace(inv, body=canonical_bytes({"order": "o-1", "amount": 9999}))
+    response = await post(kit.base_url, tampered, wire_headers(inv))
+    assert response.status_code == 400
+    assert response.json()["error"].startswith("X-Effectus-Argument-Hash: ")
+    assert b"9999" not in response.content
+    assert kit.control.runs == 0
+
+
+async def test_a_body_over_the_limit_answers_413_permanent(kit: Kit) -> None:
+    response = await post(kit.base_url, invocation(path="/tiny"))
+    assert response.status_code == 413
+    assert response.headers["x-effectus-outcome"] == "permanent_failure"
+    assert kit.control.runs == 0
+
+
+# --- the Python API directly ----------------------------------------------------------------
+
+
+async def test_handle_refuses_a_connection_already_inside_a_transaction(kit_db: str) -> None:
+    async with await psycopg.AsyncConnection.connect(kit_db) as conn:
+        await conn.execute("SELECT 1")
+        with pytest.raises(ValueError, match="owns the transaction"):
+            await handle(conn, request_of(invocation()), mutations_for(Control())["/ok"])
+
+
+async def test_handle_sync_replays_refuses_conflicts_and_fences_like_handle(
+    kit: Kit, kit_db: str
+) -> None:
+    runs: list[int] = []
+
+    def mutation(conn: psycopg.Connection[Any], request: EffectusRequest) -> Any:
+        runs.append(request.attempt)
+        conn.execute("INSERT INTO kit_test_effects (idempotency_key, attempt) VALUES ('s', 1)")
+        return {"attempt": request.attempt}
+
+    with psycopg.connect(kit_db) as conn:
+        first = handle_sync(conn, request_of(invocation(grants=(FencingGrant("r", 5),))), mutation)
+        again = handle_sync(conn, request_of(invocation(attempt=2)), mutation)
+        other = handle_sync(conn, request_of(invocation(args={"x": 1})), mutation)
+        stale = handle_sync(
+            conn, request_of(invocation("b", grants=(FencingGrant("r", 4),))), mutation
+        )
+    assert (first.status, first.replayed, parse_json(first.body)) == (200, False, {"attempt": 1})
+    assert (again.status, again.replayed, again.body) == (200, True, first.body)
+    assert (other.status, other.outcome) == (422, OutcomeClass.PERMANENT)
+    assert (stale.status, stale.outcome) == (409, OutcomeClass.STALE_FENCE)
+    assert runs == [1]
+    assert await kit.count("kit_test_effects") == 1
+
+
+async def test_prune_removes_only_expired_keys_and_a_replay_extends_a_key(kit: Kit) -> None:
+    mutation = mutations_for(kit.control)["/ok"]
+    async with kit.pool.connection() as conn:
+        for key in ("short", "replayed"):
+            await handle(conn, request_of(invocation(key)), mutation, retention=timedelta(0))
+        await handle(conn, request_of(invocation("long")), mutation)
+        replay = await handle(conn, request_of(invocation("replayed", attempt=2)), mutation)
+        assert replay.replayed
+        pruned = await prune_ledger(conn, before=datetime.now(UTC) + timedelta(hours=1), batch=1)
+    assert pruned == 1
+    keys = {key for (key,) in await kit.rows("SELECT idempotency_key FROM effectus_dest_keys")}
+    assert keys == {sha256_hex(b"long"), sha256_hex(b"replayed")}
+    assert await kit.count("kit_test_effects") == 3  # pruning forgets keys, not business rows
+
+
+async def test_install_is_idempotent_and_safe_when_instances_start_together() -> None:
+    url = create_database("effectusd_kit_install")
+    try:
+        async with (
+            await psycopg.AsyncConnection.connect(url, autocommit=True) as one,
+            await psycopg.AsyncConnection.connect(url, autocommit=True) as two,
+        ):
+            applied = await asyncio.gather(install(one), install(two))
+            assert sorted(applied) == [[], [1]]
+            assert await install(one) == []
+            await one.execute("UPDATE effectus_dest_migrations SET checksum = 'edited'")
+            with pytest.raises(SchemaError, match="changed after it was applied"):
+                await install(two)
+    finally:
+        drop_database(url)
+
+
+# --- end to end: effectusd's HttpExecutor against the kit shop ------------------------------
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def shop_server(kit_server: Kit, kit_db: str) -> AsyncIterator[str]:
+    async with serving(build_shop(kit_db, pool_max_size=4)) as base_url:
+        yield base_url
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def shop(shop_server: str, kit: Kit) -> AsyncIterator[HttpExecutor]:
+    config = DestinationConfig.model_validate({"base_url": shop_server, "timeout": "10s"})
+    executor = HttpExecutor("shop", config)
+    yield executor
+    await executor.aclose()
+
+
+def charge(key: str, amount: int = 1250, **changes: Any) -> Invocation:
+    args = {"order": f"o-{key}", "account_id": "acct-1", "amount": amount, "currency": "EUR"}
+    changes.setdefault("grants", (FencingGrant("account:acct-1", 10),))
+    return invocation(key, args=args, path="/payments/charge", **changes)
+
+
+async def test_executor_gets_success_then_the_same_result_replayed(
+    shop: HttpExecutor, kit: Kit
+) -> None:
+    first = await shop.call(charge("a"))
+    again = await shop.call(charge("a", attempt=2, grants=(FencingGrant("account:acct-1", 11),)))
+    assert first.outcome is OutcomeClass.SUCCESS and first.fencing_acknowledged
+    assert first.result["charge_id"].startswith("ch-")
+    assert again.outcome is OutcomeClass.SUCCESS and again.result == first.result
+    assert await kit.count("kit_shop_charges") == 1
+
+
+async def test_executor_gets_stale_fence_for_a_token_below_the_watermark(
+    shop: HttpExecutor, kit: Kit
+) -> None:
+    await shop.call(charge("a", grants=(FencingGrant("account:acct-1", 10),)))
+    stale = await shop.call(charge("b", grants=(FencingGrant("account:acct-1", 9),)))
+    assert (stale.outcome, stale.status_code) == (OutcomeClass.STALE_FENCE, 409)
+    assert await kit.count("kit_shop_charges") == 1
+
+
+async def test_executor_gets_a_permanent_decline_on_every_attempt(
+    shop: HttpExecutor, kit: Kit
+) -> None:
+    results = [await shop.call(charge("big", amount=20_000, attempt=n)) for n in (1, 2)]
+    assert [(r.outcome, r.status_code) for r in results] == [(OutcomeClass.PERMANENT, 402)] * 2
+    assert await kit.count("kit_shop_charges") == 0
+
+
+async def test_executor_gets_permanent_for_a_key_reused_with_other_arguments(
+    shop: HttpExecutor,
+) -> None:
+    await shop.call(charge("a"))
+    reused = await shop.call(charge("a", amount=99, attempt=2))
+    assert (reused.outcome, reused.status_code) == (OutcomeClass.PERMANENT, 422)
+
+
+async def test_executor_gets_unknown_while_the_key_is_in_progress_then_the_replay(
+    shop: HttpExecutor, kit: Kit
+) -> None:
+    inv = charge("a")
+
+    async def held_charge(conn: psycopg.AsyncConnection[Any], request: EffectusRequest) -> Any:
+        await conn.execute(
+            "INSERT INTO kit_shop_charges"
+            " (charge_id, order_id, account_id, amount, currency, idempotency_key)"
+            " VALUES ('ch-held', 'o-a', 'acct-1', 1250, 'EUR', %s)",
+            (request.idempotency_key,),
+        )
+        kit.control.entered.set()
+        await kit.control.release.wait()
+        return {"charge_id": "ch-held"}
+
+    async with kit.pool.connection() as conn:
+        holder = asyncio.create_task(handle(conn, request_of(inv), held_charge))
+        await kit.control.entered.wait()
+        busy = await shop.call(dataclasses.replace(inv, attempt=2, request_id="req-a-2"))
+        kit.control.release.set()
+        held = await holder
+    assert (busy.outcome, busy.status_code) == (OutcomeClass.UNKNOWN, 409)
+    assert held.status == 200
+    replay = await shop.call(dataclasses.replace(inv, attempt=3, request_id="req-a-3"))
+    assert replay.outcome is OutcomeClass.SUCCESS
+    assert replay.result == {"charge_id": "ch-held"}
+    assert await kit.count("kit_shop_charges") == 1
+
+
+async def test_every_shop_endpoint_answers_the_example_shop_shapes(
+    shop: HttpExecutor, kit: Kit
+) -> None:
+    def step(key: str, path: str, args: dict[str, Any]) -> Invocation:
+        return invocation(key, args=args, path=path)
+
+    reserved = await shop.call(
+        step("r", "/inventory/reserve", {"order": "o-1", "sku": "book-42", "quantity": 1})
+    )
+    reservation = reserved.result["reservation_id"]
+    charged = await shop.call(charge("c"))
+    shipped = await shop.call(
+        step("s", "/shipping/schedule", {"order": "o-1", "reservation_id": reservation})
+    )
+    refunded = await shop.call(
+        step(
+            "f",
+            "/payments/refund",
+            {"account_id": "acct-1", "charge_id": charged.result["charge_id"]},
+        )
+    )
+    released = await shop.call(step("l", "/inventory/release", {"reservation_id": reservation}))
+    assert reservation.startswith("res-")
+    assert shipped.result["tracking"].startswith("trk-")
+    assert (refunded.result, released.result) == ({"refunded": True}, {"released": True})
+    bad = await shop.call(step("x", "/inventory/reserve", {"order": "o-1", "sku": "b"}))
+    assert (bad.outcome, bad.status_code) == (OutcomeClass.PERMANENT, 422)
+    assert await kit.rows(
+        "SELECT count(*) FROM kit_shop_reservations WHERE released_at IS NOT NULL"
+    ) == [(1,)]
+
+
+# --- the contrib services as one-command processes ------------------------------------------
+
+
+@contextlib.contextmanager
+def started(script: str, database_url: str) -> Iterator[str]:
+    """Run ``python contrib/SCRIPT --port 0 --database-url URL``; yield its base URL once
+    uvicorn reports it listening (its startup line is the readiness signal)."""
+    command = [sys.executable, str(ROOT / "contrib" / script), "--port", "0"]
+    process = subprocess.Popen(
+        [*command, "--database-url", database_url],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    watchdog = threading.Timer(60, process.kill)  # a hung start fails the test, not the run
+    watchdog.start()
+    try:
+        assert process.stderr is not None
+        seen = []
+        for line in process.stderr:
+            seen.append(line)
+            match = re.search(r"Uvicorn running on (http://\S+)", line)
+            if match:
+                break
+        else:
+            pytest.fail(f"{script} exited before listening:\n{''.join(seen)}")
+        drain = threading.Thread(target=process.stderr.read, daemon=True)
+        drain.start()  # keep reading, or a full pipe would stall the server's logging
+        yield match.group(1)
+    finally:
+        watchdog.cancel()
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def send_twice(base_url: str, key: str) -> list[httpx.Response]:
+    """One dispatch delivered twice (a retry after a lost answer): attempts 1 and 2."""
+    with httpx.Client(base_url=base_url, timeout=10) as client:
+        return [
+            client.post(
+                inv.path,
+                content=inv.body,
+                headers=[(n.encode(), v.encode()) for n, v in reserved_headers(inv).items()],
+            )
+            for inv in (charge(key, attempt=1), charge(key, attempt=2))
+        ]
+
+
+def test_kit_shop_starts_with_one_command_and_acts_once_per_key() -> None:
+    url = create_database("effectusd_kit_shop")
+    try:
+        with started("kit_shop_service.py", url) as base_url:
+            first, second = send_twice(base_url, "twice")
+        assert first.status_code == second.status_code == 200
+        assert first.json() == second.json()
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT count(*) FROM kit_shop_charges").fetchone() == (1,)
+    finally:
+        drop_database(url)
+
+
+def test_plain_control_starts_with_one_command_and_acts_on_every_duplicate() -> None:
+    url = create_database("effectusd_plain")
+    try:
+        with started("plain_destination.py", url) as base_url:
+            first, second = send_twice(base_url, "twice")
+        assert first.status_code == second.status_code == 200
+        assert first.json() != second.json()  # two charges
+        with psycopg.connect(url) as conn:
+            rows = conn.execute(
+                "SELECT idempotency_key, attempt, path FROM plain_requests ORDER BY id"
+            ).fetchall()
+        key = hashlib.sha256(b"twice").hexdigest()
+        assert rows == [(key, "1", "/payments/charge"), (key, "2", "/payments/charge")]
+    finally:
+        drop_database(url)
