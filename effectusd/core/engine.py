@@ -226,6 +226,57 @@ def as_settled_late(dispatch: DispatchFacts, completion: Completion) -> Dispatch
     return replace(dispatch, attempt=completion.attempt, uncertain_attempt=None)
 
 
+def cancel_now(
+    saga: SagaFacts, dispatch: DispatchFacts, registry: Registry, reason: str, actor: str
+) -> Transition:
+    """Operator cancel of a forward ``dispatch`` that cannot have taken effect (queued, or
+    retry_wait with no uncertain attempt): its step goes back to pending and compensation
+    starts over the succeeded steps (saga compensated with ``reason`` when none). No attempt
+    completed, so there is no outcome; the store marks the dispatch canceled itself."""
+    builder = _operator_builder(saga, dispatch, registry, actor)
+    builder.transition.dispatch_state = DispatchState.CANCELED
+    builder.step(StepState.PENDING, effect_id=dispatch.effect_id)
+    builder.start_compensation(reason, failed=False)
+    return builder.transition
+
+
+def resume_enqueue(saga: SagaFacts, registry: Registry, actor: str) -> Transition:
+    """Build the dispatch a saga blocked before creating (contract drift or unresolvable
+    compensation arguments at enqueue time), as settle() would have: the compensation of the
+    highest succeeded step with an inverse when the saga was compensating (a step failed or
+    was compensated, or a cancel was requested), else the step after the last succeeded one.
+    Only ``steps``, ``saga``, ``new_dispatches`` and ``events`` of the result are meaningful."""
+    placeholder = DispatchFacts(
+        0, "", Direction.FORWARD, Delivery.AT_MOST_ONCE, "", DispatchState.QUEUED, 0, 1, None
+    )
+    builder = _operator_builder(saga, placeholder, registry, actor)
+    states = [s.state for s in saga.steps.values()]
+    undoing = (StepState.FAILED, StepState.COMPENSATING, StepState.COMPENSATED)
+    if saga.cancel_requested or any(state in undoing for state in states):
+        candidates = builder._to_compensate(below=None)
+        if candidates:
+            builder._enqueue_compensation(candidates[0])
+        resumed = SagaState.COMPENSATING if candidates else SagaState.COMPENSATED
+    else:
+        done = [s for s in saga.plan.steps if builder.step_states.get(s.id) is StepState.SUCCEEDED]
+        builder.advance_forward(max(done, key=lambda s: s.sequence))  # step 1 is never missing
+        resumed = SagaState.RUNNING
+    if builder.transition.saga is None:
+        builder.saga(resumed, None)
+    return builder.transition
+
+
+def _operator_builder(
+    saga: SagaFacts, dispatch: DispatchFacts, registry: Registry, actor: str
+) -> _Builder:
+    completion = Completion(
+        dispatch.dispatch_id, dispatch.attempt, None, OutcomeClass.SUCCESS, "operator", actor=actor
+    )
+    builder = _Builder(saga, dispatch, completion, registry)
+    builder.transition.last_outcome = None  # no attempt completed
+    return builder
+
+
 class _Builder:
     def __init__(
         self, saga: SagaFacts, dispatch: DispatchFacts, completion: Completion, registry: Registry

@@ -1,0 +1,309 @@
+"""What an operator may do to a saga in each state, and the words used when it may not.
+
+Pure: the store reads the saga and its dispatches under lock, asks here, then applies the
+engine's transition (resolve, cancel) or the fresh-budget reset (retry) in the same
+transaction. Every refusal names the state that caused it, so the operator who lost a race
+learns what the winner left behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+
+from effectusd.core.canonical import JsonValue, json_problems, parse_json
+from effectusd.core.engine import DispatchFacts
+from effectusd.core.states import Direction, DispatchState, SagaState
+
+
+class Action(StrEnum):
+    RESOLVE = "resolve"
+    RETRY = "retry"
+    CANCEL = "cancel"
+    PRUNE = "prune"
+
+
+class RefusalKind(StrEnum):
+    CONFLICT = "conflict"  # the state does not allow the action (exit 4)
+    NOT_FOUND = "not_found"  # no such saga, effect or dispatch (exit 5)
+    INVALID = "invalid"  # the input itself is wrong (exit 3)
+
+
+class Refused(Exception):
+    """An operator action that was not applied; nothing was written."""
+
+    def __init__(self, kind: RefusalKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+class Resolution(StrEnum):
+    COMMITTED = "committed"  # the destination has the effect: settle as success
+    RETRY = "not_committed_retry"  # known not committed: send again, same key, new attempt
+    FAIL = "not_committed_fail"  # known not committed: a permanent failure
+
+
+class CancelEffect(StrEnum):
+    CANCEL_NOW = "cancel_now"  # the forward dispatch was not sent: cancel it, compensate now
+    FLAG_ONLY = "flag_only"  # it may be at the destination: the engine acts on its outcome
+
+
+RETRYABLE_SAGA_STATES = frozenset(
+    {SagaState.BLOCKED_FENCE, SagaState.BLOCKED_CONTRACT, SagaState.BLOCKED_COMPENSATION}
+)
+TERMINAL_SAGA_STATES = frozenset({SagaState.COMPLETED, SagaState.COMPENSATED, SagaState.FAILED})
+NOT_SENT_STATES = frozenset({DispatchState.QUEUED, DispatchState.RETRY_WAIT})
+
+
+def allowed_actions(state: SagaState) -> frozenset[Action]:
+    """Which operator actions a saga in ``state`` admits (before looking at its dispatches)."""
+    if state is SagaState.BLOCKED_UNKNOWN:
+        return frozenset({Action.RESOLVE})
+    if state in RETRYABLE_SAGA_STATES:
+        return frozenset({Action.RETRY})
+    if state is SagaState.RUNNING:
+        return frozenset({Action.CANCEL})
+    if state in TERMINAL_SAGA_STATES:
+        return frozenset({Action.PRUNE})
+    return frozenset()  # compensating: compensation is already under way
+
+
+def _what_next(state: SagaState) -> str:
+    if state is SagaState.BLOCKED_UNKNOWN:
+        return "use `effectusd resolve`"
+    if state in RETRYABLE_SAGA_STATES:
+        return "use `effectusd retry`"
+    if state is SagaState.RUNNING:
+        return "it is running; `effectusd cancel` is the only action"
+    if state is SagaState.COMPENSATING:
+        return "compensation is already under way"
+    return "it is finished"
+
+
+def saga_refusal(saga_id: str, state: SagaState, action: Action) -> Refused | None:
+    """The refusal for ``action`` on a saga in ``state``, or None when the state allows it."""
+    if action in allowed_actions(state):
+        return None
+    if action is Action.CANCEL:
+        if state in TERMINAL_SAGA_STATES:
+            why = "nothing to cancel"
+        elif state.is_blocked:
+            why = "a blocked saga is not canceled; resolve or retry it first"
+        else:
+            why = "compensation is already under way"
+        return Refused(RefusalKind.CONFLICT, f"saga {saga_id} is {state.value}: {why}")
+    needs = (
+        SagaState.BLOCKED_UNKNOWN.value
+        if action is Action.RESOLVE
+        else " / ".join(sorted(s.value for s in RETRYABLE_SAGA_STATES))
+    )
+    return Refused(
+        RefusalKind.CONFLICT,
+        f"saga {saga_id} is {state.value}, not {needs}: {action.value} does not apply "
+        f"({_what_next(state)})",
+    )
+
+
+def resolution(
+    committed: bool, not_committed: bool, retry: bool, fail: bool, has_result: bool
+) -> Resolution:
+    """The one resolution the flags describe; Refused(INVALID) for any other combination."""
+    if committed == not_committed:
+        raise Refused(RefusalKind.INVALID, "give exactly one of --committed or --not-committed")
+    if committed:
+        if retry or fail:
+            raise Refused(RefusalKind.INVALID, "--retry and --fail go with --not-committed")
+        return Resolution.COMMITTED
+    if has_result:
+        raise Refused(RefusalKind.INVALID, "--result goes with --committed")
+    if retry == fail:
+        raise Refused(RefusalKind.INVALID, "--not-committed needs exactly one of --retry or --fail")
+    return Resolution.RETRY if retry else Resolution.FAIL
+
+
+def required_evidence(evidence: str | None) -> str:
+    text = (evidence or "").strip()
+    if not text:
+        raise Refused(
+            RefusalKind.INVALID, "--evidence must say what you checked (it goes on the timeline)"
+        )
+    return text
+
+
+def optional_evidence(evidence: str | None) -> str | None:
+    text = (evidence or "").strip()
+    return text or None
+
+
+def resolve_target(
+    saga_id: str,
+    state: SagaState,
+    effect_id: str,
+    direction: Direction | None,
+    dispatches: Sequence[DispatchFacts],
+    known_effects: Sequence[str],
+) -> DispatchFacts:
+    """The blocked_unknown dispatch ``resolve`` settles, or the refusal that says why not.
+
+    Without ``direction`` the effect's dispatch in blocked_unknown is meant (a saga has at most
+    one); when none is blocked, the refusal names the newest one's state.
+    """
+    if effect_id not in known_effects:
+        raise Refused(
+            RefusalKind.NOT_FOUND,
+            f"saga {saga_id} has no effect {effect_id!r} (effects: {', '.join(known_effects)})",
+        )
+    mine = [d for d in dispatches if d.effect_id == effect_id]
+    if direction is not None:
+        mine = [d for d in mine if d.direction is direction]
+    if not mine:
+        where = f"{effect_id}/{direction.value}" if direction else effect_id
+        raise Refused(RefusalKind.NOT_FOUND, f"saga {saga_id} has no dispatch for {where}")
+    blocked = [d for d in mine if d.state is DispatchState.BLOCKED_UNKNOWN]
+    target = blocked[0] if blocked else max(mine, key=lambda d: d.dispatch_id)
+    refusal = saga_refusal(saga_id, state, Action.RESOLVE)
+    if refusal is not None:
+        raise Refused(
+            refusal.kind,
+            f"{refusal.message}; {target.effect_id}/{target.direction.value} is "
+            f"{target.state.value}",
+        )
+    if target.state is not DispatchState.BLOCKED_UNKNOWN:
+        raise Refused(
+            RefusalKind.CONFLICT,
+            f"{target.effect_id}/{target.direction.value} of saga {saga_id} is "
+            f"{target.state.value}, not blocked_unknown: resolve only settles the dispatch "
+            "whose outcome is unknown",
+        )
+    return target
+
+
+def retry_target(
+    saga_id: str, state: SagaState, dispatches: Sequence[DispatchFacts]
+) -> DispatchFacts | None:
+    """The blocked dispatch ``retry`` sends again; None when the saga blocked before the
+    dispatch existed (contract drift or unresolvable arguments at enqueue time), which means
+    the dispatch is to be built now."""
+    refusal = saga_refusal(saga_id, state, Action.RETRY)
+    if refusal is not None:
+        raise refusal
+    if state is SagaState.BLOCKED_COMPENSATION:
+        wanted = [
+            d
+            for d in dispatches
+            if d.direction is Direction.COMPENSATION and d.state is DispatchState.FAILED_PERMANENT
+        ]
+    else:
+        blocked_as = (
+            DispatchState.BLOCKED_FENCE
+            if state is SagaState.BLOCKED_FENCE
+            else DispatchState.BLOCKED_CONTRACT
+        )
+        wanted = [d for d in dispatches if d.state is blocked_as]
+    if wanted:
+        return max(wanted, key=lambda d: d.dispatch_id)
+    if state is SagaState.BLOCKED_FENCE:
+        raise Refused(
+            RefusalKind.CONFLICT,
+            f"saga {saga_id} is blocked_fence but none of its dispatches is: "
+            "its rows were changed by hand",
+        )
+    return None
+
+
+def contract_refusal(verb: str, pinned_hash: str, live_hash: str | None) -> Refused | None:
+    """A dispatch is only sent again under the contract it was checked with."""
+    if live_hash == pinned_hash:
+        return None
+    why = (
+        "is not in the loaded config"
+        if live_hash is None
+        else f"has contract hash {live_hash[:12]}… in the loaded config, but the saga pinned "
+        f"{pinned_hash[:12]}…"
+    )
+    return Refused(
+        RefusalKind.CONFLICT,
+        f"verb {verb!r} {why}; restore its configuration (or re-check and re-submit the plan) "
+        "before retrying",
+    )
+
+
+def fresh_budget(attempt: int, verb_max_attempts: int) -> int:
+    """max_attempts after an operator sends a dispatch again: the attempts already made plus a
+    whole new retry budget of the verb, so the next attempt is never the last by accident."""
+    if attempt < 0 or verb_max_attempts < 1:
+        raise ValueError("attempt must be >= 0 and the verb's max_attempts >= 1")
+    return attempt + verb_max_attempts
+
+
+def resumed_state(direction: Direction) -> SagaState:
+    """Where a blocked saga goes when its blocking dispatch is sent again."""
+    return SagaState.RUNNING if direction is Direction.FORWARD else SagaState.COMPENSATING
+
+
+def cancel_effect(
+    saga_id: str,
+    state: SagaState,
+    cancel_requested_by: str | None,
+    forward: DispatchFacts | None,
+) -> CancelEffect:
+    """What ``cancel`` does now, given the saga's live forward dispatch.
+
+    A dispatch that was never sent (queued), or whose every earlier attempt is known not to
+    have committed (retry_wait without an uncertain attempt), is canceled now. One that is in
+    flight, or whose earlier attempt may have committed, keeps going: only the request is
+    recorded, and the engine starts compensation when its outcome is known.
+    """
+    refusal = saga_refusal(saga_id, state, Action.CANCEL)
+    if refusal is not None:
+        raise refusal
+    can_cancel_now = (
+        forward is not None
+        and forward.state in NOT_SENT_STATES
+        and forward.uncertain_attempt is None
+    )
+    if can_cancel_now:
+        return CancelEffect.CANCEL_NOW
+    if cancel_requested_by is not None:
+        live = f"{forward.effect_id} is {forward.state.value}" if forward else "no dispatch is live"
+        raise Refused(
+            RefusalKind.CONFLICT,
+            f"saga {saga_id} is running with a cancel already requested by "
+            f"{cancel_requested_by} ({live}); compensation starts when its outcome is recorded",
+        )
+    return CancelEffect.FLAG_ONLY
+
+
+def cancel_reason(actor: str, evidence: str | None) -> str:
+    return f"canceled by {actor}" + (f": {evidence}" if evidence else "")
+
+
+def committed_result(text: str | None, direction: Direction | None) -> JsonValue:
+    """The ``--result`` of ``resolve --committed``: strict, canonical JSON (default null)."""
+    if text is None:
+        return None
+    if direction is Direction.COMPENSATION:
+        raise Refused(
+            RefusalKind.INVALID, "--result is for forward steps; compensations store none"
+        )
+    try:
+        value = parse_json(text)
+    except ValueError as exc:
+        raise Refused(RefusalKind.INVALID, f"--result: {exc}") from None
+    problems = json_problems(value, "--result")
+    if problems:
+        raise Refused(RefusalKind.INVALID, "; ".join(problems))
+    return value
+
+
+def resumed_stop_reason(
+    blocked_from: SagaState, resumed: SagaState, reason: str | None, began_because: str | None
+) -> str | None:
+    """The stop reason of a blocked saga the operator moved on. Compensating (and compensated)
+    keep the reason compensation began, not the block's; running has none (the store clears
+    it); anything the engine decided itself (a new failure, a new block) keeps its own."""
+    undoing = resumed in (SagaState.COMPENSATING, SagaState.COMPENSATED)
+    if blocked_from.is_blocked and undoing and reason is None:
+        return began_because
+    return reason

@@ -1,0 +1,26 @@
+"""Operator actions: resolve, retry and cancel one saga; prune finished ones.
+
+resolve, retry and cancel are store operations (generators, see effectusd.store.operations):
+run one with ``effectusd.store.postgres.runner.run(conn, operation)`` and it is one
+transaction that locks the saga row, then its dispatch rows, checks that the state allows the
+action (effectusd.core.operator_decisions), applies it and appends it to the timeline with the
+actor and evidence. A refusal raises ``Refused`` and writes nothing.
+"""
+
+from effectusd.core.operator_decisions import RefusalKind, Refused, Resolution
+from effectusd.operator.actions import resolve, retry
+from effectusd.operator.cancel import cancel
+from effectusd.operator.common import ActionReport
+from effectusd.operator.prune import PruneReport, prune
+
+__all__ = [
+    "ActionReport",
+    "PruneReport",
+    "RefusalKind",
+    "Refused",
+    "Resolution",
+    "cancel",
+    "prune",
+    "resolve",
+    "retry",
+]

@@ -1,0 +1,245 @@
+"""resolve and retry: each one guarded transaction over one saga (see common.lock_saga).
+
+Transitions come from the engine (settle() for a resolution, resume_enqueue() for a dispatch
+that was never built); only "send it again" (same row and key, due now, fresh budget) is
+written here directly.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from effectusd.core.canonical import JsonValue
+from effectusd.core.engine import Completion, DispatchFacts, resume_enqueue, settle
+from effectusd.core.operator_decisions import (
+    Action,
+    RefusalKind,
+    Refused,
+    Resolution,
+    contract_refusal,
+    fresh_budget,
+    resolve_target,
+    resumed_state,
+    retry_target,
+)
+from effectusd.core.registry import Registry
+from effectusd.core.states import Direction, DispatchState, OutcomeClass
+from effectusd.operator.common import (
+    ActionReport,
+    Locked,
+    enqueued,
+    lock_saga,
+    restore_reason,
+    resumed_reason,
+    saga_after,
+    write_transition,
+)
+from effectusd.store.operations import Operation, event
+
+# -- resolve ------------------------------------------------------------------------------
+
+
+def resolve(
+    saga_id: str,
+    effect_id: str,
+    resolution: Resolution,
+    *,
+    registry: Registry,
+    actor: str,
+    evidence: str,
+    result: JsonValue = None,
+    direction: Direction | None = None,
+) -> Operation[ActionReport]:
+    """Settle the blocked_unknown dispatch of ``effect_id`` from what the operator found out."""
+    locked = yield from lock_saga(saga_id)
+    target = resolve_target(
+        saga_id,
+        locked.state,
+        effect_id,
+        direction,
+        locked.dispatches,
+        [step.id for step in locked.saga.plan.steps],
+    )
+    if resolution is Resolution.RETRY:
+        return (
+            yield from _send_again(
+                locked, target, Action.RESOLVE, resolution, registry, actor, evidence
+            )
+        )
+    committed = resolution is Resolution.COMMITTED
+    completion = Completion(
+        dispatch_id=target.dispatch_id,
+        attempt=target.attempt,
+        lease_token=None,
+        outcome=OutcomeClass.SUCCESS if committed else OutcomeClass.PERMANENT,
+        settled_by="operator",
+        result=result if committed else None,
+        error=None if committed else f"known not committed, per {actor}: {evidence}",
+        actor=actor,
+        operator_evidence=evidence,
+    )
+    # The operator answered the question the uncertain attempt left open.
+    settled = replace(target, uncertain_attempt=None)
+    transition = settle(completion, settled, locked.saga, registry, random.random())
+    yield from restore_reason(locked, transition)
+    yield event(
+        saga_id,
+        "operator_resolve",
+        actor,
+        effect_id=target.effect_id,
+        direction=target.direction.value,
+        attempt=target.attempt,
+        from_state=target.state.value,
+        to_state=transition.dispatch_state.value,
+        evidence=evidence,
+        detail={"decision": resolution.value, "uncertain_attempt": target.uncertain_attempt},
+    )
+    yield from write_transition(
+        saga_id, transition, completion, locked.dispatch_rows[target.dispatch_id]
+    )
+    return ActionReport(
+        action=Action.RESOLVE.value,
+        saga_id=saga_id,
+        actor=actor,
+        evidence=evidence,
+        saga_state=saga_after(locked, transition),
+        decision=resolution.value,
+        effect_id=target.effect_id,
+        direction=target.direction.value,
+        dispatch_state={"from": target.state.value, "to": transition.dispatch_state.value},
+        enqueued=enqueued(transition),
+        detail=(
+            {"reason": transition.saga.stop_reason}
+            if transition.saga is not None and transition.saga.stop_reason
+            else {}
+        ),
+    )
+
+
+def _send_again(
+    locked: Locked,
+    target: DispatchFacts,
+    action: Action,
+    decision: str,
+    registry: Registry,
+    actor: str,
+    evidence: str | None,
+) -> Operation[ActionReport]:
+    """The same dispatch row (same key), due now, with a fresh budget; the saga runs again."""
+    row = locked.dispatch_rows[target.dispatch_id]
+    live = registry.verbs.get(target.verb)
+    refusal = contract_refusal(
+        target.verb, row["contract_hash"], live.contract_hash if live is not None else None
+    )
+    if refusal is not None or live is None:
+        raise refusal or Refused(RefusalKind.CONFLICT, f"verb {target.verb!r} is not configured")
+    budget = fresh_budget(target.attempt, live.retry.max_attempts)
+    updated = yield (
+        "op_retry_dispatch",
+        {
+            "dispatch_id": target.dispatch_id,
+            "max_attempts": budget,
+            "expected_state": target.state.value,
+        },
+    )
+    if not updated:  # cannot happen under the row lock; refuse rather than guess
+        raise Refused(
+            RefusalKind.CONFLICT,
+            f"{target.effect_id}/{target.direction.value} changed while it was being retried",
+        )
+    saga_to = resumed_state(target.direction)
+    reason = yield from resumed_reason(locked, saga_to, None)
+    yield event(
+        locked.saga_id,
+        f"operator_{action.value}",
+        actor,
+        effect_id=target.effect_id,
+        direction=target.direction.value,
+        attempt=target.attempt,
+        from_state=target.state.value,
+        to_state=DispatchState.RETRY_WAIT.value,
+        evidence=evidence,
+        detail={
+            "decision": decision,
+            "max_attempts": {"from": target.max_attempts, "to": budget},
+            "uncertain_attempt_cleared": target.uncertain_attempt,
+        },
+    )
+    yield (
+        "update_saga_state",
+        {"saga_id": locked.saga_id, "state": saga_to.value, "stop_reason": reason},
+    )
+    yield event(
+        locked.saga_id,
+        "saga_state",
+        actor,
+        from_state=locked.state.value,
+        to_state=saga_to.value,
+    )
+    yield ("notify_outbox", {"destination": row["destination"]})
+    return ActionReport(
+        action=action.value,
+        saga_id=locked.saga_id,
+        actor=actor,
+        evidence=evidence,
+        saga_state={"from": locked.state.value, "to": saga_to.value},
+        decision=decision,
+        effect_id=target.effect_id,
+        direction=target.direction.value,
+        dispatch_state={"from": target.state.value, "to": DispatchState.RETRY_WAIT.value},
+        detail={
+            "attempts": f"{target.attempt} made, next is {target.attempt + 1} of {budget}",
+            "key": row["idempotency_key"],
+        },
+    )
+
+
+# -- retry --------------------------------------------------------------------------------
+
+
+def retry(
+    saga_id: str, *, registry: Registry, actor: str, evidence: str | None
+) -> Operation[ActionReport]:
+    """Send the dispatch that blocked the saga again (blocked_fence, blocked_contract,
+    blocked_compensation); build it now when the saga blocked before it existed."""
+    locked = yield from lock_saga(saga_id)
+    target = retry_target(saga_id, locked.state, locked.dispatches)
+    if target is not None:
+        return (
+            yield from _send_again(
+                locked, target, Action.RETRY, "send_again", registry, actor, evidence
+            )
+        )
+    transition = resume_enqueue(locked.saga, registry, actor)
+    if transition.saga is not None and transition.saga.state.is_blocked:
+        raise Refused(
+            RefusalKind.CONFLICT,
+            f"saga {saga_id} would stay {transition.saga.state.value}: "
+            f"{transition.saga.stop_reason}",
+        )
+    yield from restore_reason(locked, transition)
+    built = transition.new_dispatches[0] if transition.new_dispatches else None
+    yield event(
+        saga_id,
+        "operator_retry",
+        actor,
+        effect_id=built.effect_id if built else None,
+        direction=built.direction if built else None,
+        to_state=DispatchState.QUEUED.value if built else None,
+        evidence=evidence,
+        detail={"decision": "enqueue", "was_blocked_because": locked.row["stop_reason"]},
+    )
+    yield from write_transition(saga_id, transition)
+    return ActionReport(
+        action=Action.RETRY.value,
+        saga_id=saga_id,
+        actor=actor,
+        evidence=evidence,
+        saga_state=saga_after(locked, transition),
+        decision="enqueue",
+        effect_id=built.effect_id if built else None,
+        direction=built.direction if built else None,
+        dispatch_state={"from": "none", "to": DispatchState.QUEUED.value} if built else None,
+        enqueued=enqueued(transition),
+    )

@@ -1,0 +1,107 @@
+"""cancel: record the request; cancel the forward dispatch and compensate now when it cannot
+have taken effect, else leave it to the engine when the dispatch's outcome arrives."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from effectusd.core.engine import cancel_now
+from effectusd.core.operator_decisions import (
+    Action,
+    CancelEffect,
+    RefusalKind,
+    Refused,
+    cancel_effect,
+    cancel_reason,
+)
+from effectusd.core.registry import Registry
+from effectusd.core.states import Direction, DispatchState
+from effectusd.operator.common import (
+    ActionReport,
+    enqueued,
+    lock_saga,
+    saga_after,
+    write_transition,
+)
+from effectusd.store.operations import Operation, event
+
+
+def cancel(
+    saga_id: str, *, registry: Registry, actor: str, evidence: str | None
+) -> Operation[ActionReport]:
+    """Record the cancel request; cancel the forward dispatch and compensate now when it
+    cannot have taken effect, else leave that to the engine when its outcome arrives."""
+    locked = yield from lock_saga(saga_id)
+    live = [
+        d
+        for d in locked.dispatches
+        if d.direction is Direction.FORWARD
+        and d.state in (DispatchState.QUEUED, DispatchState.RETRY_WAIT, DispatchState.IN_FLIGHT)
+    ]
+    forward = max(live, key=lambda d: d.dispatch_id) if live else None
+    effect = cancel_effect(saga_id, locked.state, locked.row["cancel_requested_by"], forward)
+    if locked.row["cancel_requested_at"] is None:
+        yield ("op_request_cancel", {"saga_id": saga_id, "actor": actor})
+    reason = cancel_reason(actor, evidence)
+    report = ActionReport(
+        action=Action.CANCEL.value,
+        saga_id=saga_id,
+        actor=actor,
+        evidence=evidence,
+        saga_state={"from": locked.state.value, "to": locked.state.value},
+        decision=effect.value,
+        effect_id=forward.effect_id if forward else None,
+        direction=forward.direction.value if forward else None,
+    )
+    if effect is CancelEffect.FLAG_ONLY:
+        yield event(
+            saga_id,
+            "operator_cancel",
+            actor,
+            effect_id=report.effect_id,
+            direction=report.direction,
+            evidence=evidence,
+            detail={
+                "decision": effect.value,
+                "dispatch_state": forward.state.value if forward else None,
+            },
+        )
+        report.detail["note"] = (
+            "the dispatch may reach its destination; compensation starts when its outcome "
+            "is recorded"
+        )
+        return report
+    assert forward is not None  # cancel_effect only cancels now a live forward dispatch
+    unclaimed = forward.attempt == 0
+    removed = yield (
+        "op_delete_unclaimed_dispatch" if unclaimed else "op_cancel_dispatch",
+        {"dispatch_id": forward.dispatch_id},
+    )
+    if not removed:
+        raise Refused(RefusalKind.CONFLICT, f"{forward.effect_id} changed while being canceled")
+    facts = replace(locked.saga, cancel_requested=True)
+    transition = cancel_now(facts, forward, registry, reason, actor)
+    yield event(
+        saga_id,
+        "operator_cancel",
+        actor,
+        effect_id=forward.effect_id,
+        direction=forward.direction.value,
+        attempt=forward.attempt or None,
+        from_state=forward.state.value,
+        to_state=DispatchState.CANCELED.value,
+        evidence=evidence,
+        detail={
+            "decision": effect.value,
+            # the schema keeps attempt-0 rows only as queued: a never-claimed row is removed
+            "row_removed": unclaimed,
+            "idempotency_key": locked.dispatch_rows[forward.dispatch_id]["idempotency_key"],
+        },
+    )
+    yield from write_transition(saga_id, transition)
+    report.saga_state = saga_after(locked, transition)
+    report.dispatch_state = {"from": forward.state.value, "to": DispatchState.CANCELED.value}
+    report.enqueued = enqueued(transition)
+    if transition.saga is not None and transition.saga.stop_reason:
+        report.detail["reason"] = transition.saga.stop_reason
+    return report

@@ -1,0 +1,91 @@
+"""prune: delete finished sagas (completed, compensated, failed) older than a duration.
+
+Batches of ``batch_size`` sagas, each its own transaction, so a large prune never holds
+locks for long; steps, outbox rows, attempts and timeline rows go with their saga (ON DELETE
+CASCADE). Blocked and live sagas have no finished_at and are never selected.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from effectusd.store.operations import Operation, Rows
+from effectusd.store.postgres.runner import run
+
+
+@dataclass
+class PruneReport:
+    older_than_s: float
+    cutoff: datetime
+    dry_run: bool
+    count: int = 0
+    batches: int = 0
+    by_state: dict[str, int] = field(default_factory=dict)
+    sagas: list[dict[str, Any]] = field(default_factory=list)  # dry run: what would go
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "dry_run": self.dry_run,
+            "older_than_s": self.older_than_s,
+            "cutoff": self.cutoff.isoformat(),
+            "count": self.count,
+            "batches": self.batches,
+            "by_state": self.by_state,
+            "sagas": [
+                {**saga, "finished_at": saga["finished_at"].isoformat()} for saga in self.sagas
+            ],
+        }
+
+    def summary(self) -> str:
+        states = ", ".join(f"{n} {state}" for state, n in sorted(self.by_state.items()))
+        verb = "would delete" if self.dry_run else "deleted"
+        head = f"{verb} {self.count} finished saga(s) older than {self.cutoff.isoformat()}" + (
+            f" ({states})" if states else ""
+        )
+        if not self.dry_run:
+            return f"{head} in {self.batches} batch(es)"
+        rows = [
+            f"  {s['saga_id']}  {s['state']:11}  {s['finished_at'].isoformat()}  "
+            f"{s['plan_id']}/{s['execution_id']}"
+            for s in self.sagas
+        ]
+        return "\n".join([head, *rows])
+
+
+def _one(name: str, params: dict[str, Any]) -> Operation[Rows]:
+    rows = yield (name, params)
+    return rows
+
+
+def prune(
+    conn: psycopg.Connection[Any], older_than: timedelta, batch_size: int, dry_run: bool
+) -> PruneReport:
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    seconds = older_than.total_seconds()
+    [row] = run(conn, _one("op_prune_cutoff", {"older_than_s": seconds}))
+    report = PruneReport(seconds, row["cutoff"], dry_run)
+    states: Counter[str] = Counter()
+    if dry_run:
+        report.sagas = run(conn, _one("op_prune_preview", {"cutoff": report.cutoff}))
+        states.update(s["state"] for s in report.sagas)
+        report.count = len(report.sagas)
+    else:
+        while True:
+            deleted = run(
+                conn, _one("op_prune_batch", {"cutoff": report.cutoff, "limit": batch_size})
+            )
+            if deleted:
+                report.batches += 1
+                report.count += len(deleted)
+                states.update(s["state"] for s in deleted)
+            if len(deleted) < batch_size:
+                break
+    report.by_state = dict(states)
+    return report
