@@ -72,12 +72,8 @@ def cancel(
         )
         return report
     assert forward is not None  # cancel_effect only cancels now a live forward dispatch
-    unclaimed = forward.attempt == 0
-    removed = yield (
-        "op_delete_unclaimed_dispatch" if unclaimed else "op_cancel_dispatch",
-        {"dispatch_id": forward.dispatch_id},
-    )
-    if not removed:
+    canceled = yield ("op_cancel_dispatch", {"dispatch_id": forward.dispatch_id})
+    if not canceled:
         raise Refused(RefusalKind.CONFLICT, f"{forward.effect_id} changed while being canceled")
     facts = replace(locked.saga, cancel_requested=True)
     transition = cancel_now(facts, forward, registry, reason, actor)
@@ -93,8 +89,7 @@ def cancel(
         evidence=evidence,
         detail={
             "decision": effect.value,
-            # the schema keeps attempt-0 rows only as queued: a never-claimed row is removed
-            "row_removed": unclaimed,
+            "never_claimed": forward.attempt == 0,
             "idempotency_key": locked.dispatch_rows[forward.dispatch_id]["idempotency_key"],
         },
     )

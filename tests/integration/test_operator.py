@@ -431,7 +431,11 @@ async def test_cancel_before_anything_was_claimed_ends_compensated(db: str, tmp_
         row = saga_row(db, saga)
         assert (row["state"], row["stop_reason"]) == ("compensated", f"canceled by {ALICE}")
         [canceled] = events(db, saga, "operator_cancel")
-        assert canceled["detail"]["row_removed"] is True  # see op_delete_unclaimed_dispatch.sql
+        assert canceled["detail"]["never_claimed"] is True
+        [dispatch] = fetch(
+            db, "SELECT state, attempt FROM effectus_saga_outbox WHERE saga_id = %s", saga
+        )
+        assert (dispatch["state"], dispatch["attempt"]) == ("canceled", 0)  # kept as evidence
 
 
 async def test_cancel_in_flight_only_flags_and_the_engine_compensates_after_success(

@@ -1,5 +1,6 @@
--- A claimed-before dispatch that is not in flight now (retry_wait) becomes canceled.
+-- A forward dispatch that is not in flight (queued, claimed never or before) becomes canceled;
+-- its row and attempts stay as evidence.
 UPDATE effectus_saga_outbox
 SET state = 'canceled', updated_at = now()
-WHERE dispatch_id = %(dispatch_id)s AND state IN ('queued', 'retry_wait') AND attempt >= 1
+WHERE dispatch_id = %(dispatch_id)s AND state IN ('queued', 'retry_wait')
 RETURNING dispatch_id
