@@ -1,0 +1,3 @@
+from effectusd.cli import main
+
+main()

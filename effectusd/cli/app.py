@@ -1,0 +1,117 @@
+"""The effectusd command line (DESIGN.md section 11).
+
+Exit codes scripts can rely on: 0 success; 1 operational failure (database unreachable, …);
+2 usage error; 3 invalid input (plan, facts or config); 4 conflict (the state or an existing
+saga does not allow it); 5 not found; 6 `migrate --check` found pending migrations.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+import psycopg
+
+from effectusd.client import Client
+from effectusd.config import Config, ConfigError, load_config
+from effectusd.core.canonical import parse_json
+from effectusd.core.checker import PlanCheckError
+
+EXIT_FAILURE = 1
+EXIT_INVALID = 3
+EXIT_CONFLICT = 4
+EXIT_NOT_FOUND = 5
+EXIT_PENDING = 6
+
+
+class Context:
+    def __init__(self, config_path: str | None, database_url: str | None) -> None:
+        self.config_path = config_path
+        self._database_url = database_url
+        self._config: Config | None = None
+
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            path = self.config_path
+            if path is None and Path("effectusd.toml").exists():
+                path = "effectusd.toml"
+            try:
+                self._config = load_config(path)
+            except ConfigError as exc:
+                fail(str(exc), EXIT_INVALID)
+        return self._config
+
+    @property
+    def database_url(self) -> str:
+        return self._database_url or self.config.database.url
+
+    def client(self) -> Client:
+        return Client(self.config, database_url=self.database_url)
+
+    def connect(self) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(self.database_url, autocommit=True)
+        except psycopg.OperationalError as exc:
+            fail(f"cannot connect to the database: {str(exc).strip()}", EXIT_FAILURE)
+
+
+def fail(message: str, code: int) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def emit(data: Any, as_json: bool, human: Callable[[Any], str]) -> None:
+    if as_json:
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    else:
+        click.echo(human(data))
+
+
+def read_json_file(path: str, what: str) -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        fail(f"{path}: cannot read {what}: {exc.strerror}", EXIT_INVALID)
+    try:
+        return parse_json(text)
+    except ValueError as exc:
+        fail(f"{path}: {exc}", EXIT_INVALID)
+
+
+def report_check_error(source: str, error: PlanCheckError) -> NoReturn:
+    click.echo(f"{source}: {len(error.issues)} problem(s):", err=True)
+    for issue in error.issues:
+        click.echo(f"  {issue}", err=True)
+    sys.exit(EXIT_INVALID)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--config",
+    "config_path",
+    envvar="EFFECTUSD_CONFIG",
+    type=click.Path(dir_okay=False),
+    help="TOML config file (env EFFECTUSD_CONFIG; default ./effectusd.toml if present).",
+)
+@click.option(
+    "--database-url",
+    envvar="EFFECTUSD_DATABASE_URL",
+    help="PostgreSQL URL (env EFFECTUSD_DATABASE_URL; overrides the config).",
+)
+@click.version_option(package_name="effectusd")
+@click.pass_context
+def main(ctx: click.Context, config_path: str | None, database_url: str | None) -> None:
+    """effectusd: a transactional-outbox saga dispatcher.
+
+    Exit codes: 0 ok, 1 operational failure, 2 usage, 3 invalid input, 4 conflict,
+    5 not found, 6 pending migrations (migrate --check).
+    """
+    ctx.obj = Context(config_path, database_url)

@@ -1,0 +1,200 @@
+"""Operator actions: resolve, retry, cancel, prune."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+import psycopg
+
+from effectusd.cli.app import (
+    EXIT_CONFLICT,
+    EXIT_FAILURE,
+    EXIT_INVALID,
+    EXIT_NOT_FOUND,
+    Context,
+    emit,
+    fail,
+    json_option,
+    main,
+)
+from effectusd.core.durations import parse_duration
+
+# -- operator actions: resolve, retry, cancel, prune --------------------------------------
+# Each of resolve/retry/cancel is one transaction that locks the saga row, then its dispatch
+# rows; a refusal (the state does not allow it) exits 4 and names the state, writes nothing.
+
+actor_option = click.option(
+    "--actor", help="Who is acting, for the timeline (default: user:<your OS user>)."
+)
+
+
+def _operator_action(obj: Context, build: Callable[..., Any], as_json: bool) -> None:
+    """Run one operator operation (built by ``build(registry)``) and report it."""
+    from effectusd.client import registry_from_config
+    from effectusd.core.operator_decisions import RefusalKind, Refused
+    from effectusd.store.postgres.runner import run as run_operation
+
+    codes = {
+        RefusalKind.CONFLICT: EXIT_CONFLICT,
+        RefusalKind.NOT_FOUND: EXIT_NOT_FOUND,
+        RefusalKind.INVALID: EXIT_INVALID,
+    }
+    try:
+        operation = build(registry_from_config(obj.config))
+        with obj.connect() as conn:
+            report = run_operation(conn, operation)
+    except Refused as exc:
+        if as_json:
+            emit({"ok": False, "refused": exc.kind.value, "error": exc.message}, True, str)
+        fail(exc.message, codes[exc.kind])
+    except psycopg.OperationalError as exc:
+        fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
+    emit(report.as_dict(), as_json, lambda _: report.summary())
+
+
+@main.command()
+@click.argument("saga_id")
+@click.argument("effect_id")
+@click.option(
+    "--committed", is_flag=True, help="The destination has the effect: settle as success."
+)
+@click.option("--not-committed", is_flag=True, help="It does not: then --retry or --fail.")
+@click.option("--retry", "send_again", is_flag=True, help="Send again: same key, new attempt.")
+@click.option("--fail", "give_up", is_flag=True, help="Treat as a permanent failure.")
+@click.option("--result", "result_json", help="With --committed: the step's result (JSON).")
+@click.option("--evidence", help="What you checked (required; goes on the timeline).")
+@click.option(
+    "--direction",
+    type=click.Choice(["forward", "compensation"]),
+    help="Which dispatch of the effect (default: the one in blocked_unknown).",
+)
+@actor_option
+@json_option
+@click.pass_obj
+def resolve(
+    obj: Context,
+    saga_id: str,
+    effect_id: str,
+    committed: bool,
+    not_committed: bool,
+    send_again: bool,
+    give_up: bool,
+    result_json: str | None,
+    evidence: str | None,
+    direction: str | None,
+    actor: str | None,
+    as_json: bool,
+) -> None:
+    """Settle a dispatch in blocked_unknown from what you found out at the destination.
+
+    \b
+    --committed [--result JSON]   it took effect: the saga moves on
+    --not-committed --retry       it did not: send again with the same key
+    --not-committed --fail        it did not: fail the step (compensation starts)
+    """
+    from effectusd import operator
+    from effectusd.client import default_actor
+    from effectusd.core import operator_decisions as decide
+    from effectusd.core.states import Direction
+
+    def build(registry: Any) -> Any:
+        where = Direction(direction) if direction else None
+        return operator.resolve(
+            saga_id,
+            effect_id,
+            decide.resolution(
+                committed, not_committed, send_again, give_up, result_json is not None
+            ),
+            registry=registry,
+            actor=actor or default_actor(),
+            evidence=decide.required_evidence(evidence),
+            result=decide.committed_result(result_json, where),
+            direction=where,
+        )
+
+    _operator_action(obj, build, as_json)
+
+
+@main.command("retry")
+@click.argument("saga_id")
+@click.option("--evidence", help="Why it is safe to send again now (goes on the timeline).")
+@actor_option
+@json_option
+@click.pass_obj
+def retry_command(
+    obj: Context, saga_id: str, evidence: str | None, actor: str | None, as_json: bool
+) -> None:
+    """Send the dispatch that blocked the saga again, with a fresh retry budget.
+
+    For blocked_fence, blocked_contract (only once the loaded config has the pinned contract
+    again) and blocked_compensation.
+    """
+    from effectusd import operator
+    from effectusd.client import default_actor
+    from effectusd.core.operator_decisions import optional_evidence
+
+    _operator_action(
+        obj,
+        lambda registry: operator.retry(
+            saga_id,
+            registry=registry,
+            actor=actor or default_actor(),
+            evidence=optional_evidence(evidence),
+        ),
+        as_json,
+    )
+
+
+@main.command()
+@click.argument("saga_id")
+@click.option("--evidence", help="Why it is canceled (goes on the timeline).")
+@actor_option
+@json_option
+@click.pass_obj
+def cancel(
+    obj: Context, saga_id: str, evidence: str | None, actor: str | None, as_json: bool
+) -> None:
+    """Cancel a running saga: undo its succeeded steps in reverse order.
+
+    A dispatch not yet sent is canceled now; one in flight finishes first (the engine then
+    compensates). Terminal and blocked sagas are refused.
+    """
+    from effectusd import operator
+    from effectusd.client import default_actor
+    from effectusd.core.operator_decisions import optional_evidence
+
+    _operator_action(
+        obj,
+        lambda registry: operator.cancel(
+            saga_id,
+            registry=registry,
+            actor=actor or default_actor(),
+            evidence=optional_evidence(evidence),
+        ),
+        as_json,
+    )
+
+
+@main.command()
+@click.option("--older-than", required=True, help="Finished longer ago than this (e.g. 30d).")
+@click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
+@click.option("--batch-size", default=500, show_default=True, type=click.IntRange(1, 100_000))
+@json_option
+@click.pass_obj
+def prune(obj: Context, older_than: str, dry_run: bool, batch_size: int, as_json: bool) -> None:
+    """Delete finished sagas (completed, compensated, failed) with their steps, outbox rows,
+    attempts and timeline; each batch is its own transaction. Blocked and live sagas stay."""
+    from effectusd import operator
+
+    try:
+        age = parse_duration(older_than)
+    except ValueError as exc:
+        fail(f"--older-than: {exc}", EXIT_INVALID)
+    try:
+        with obj.connect() as conn:
+            report = operator.prune(conn, age, batch_size, dry_run)
+    except psycopg.OperationalError as exc:
+        fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
+    emit(report.as_dict(), as_json, lambda _: report.summary())
