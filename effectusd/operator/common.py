@@ -23,7 +23,7 @@ from effectusd.core.operator_decisions import RefusalKind, Refused, resumed_stop
 from effectusd.core.plan import CheckedPlan
 from effectusd.core.states import OutcomeClass, SagaState, StepState
 from effectusd.store.operations import Operation, Query, Rows
-from effectusd.store.postgres.dispatch import _dispatch_facts, _Writes
+from effectusd.store.rows import TransitionRows, dispatch_facts
 
 Writes = Generator[Query, Rows, None]
 
@@ -106,7 +106,7 @@ def lock_saga(saga_id: str) -> Operation[Locked]:
         row,
         saga,
         {d["dispatch_id"]: d for d in dispatch_rows},
-        [_dispatch_facts(d) for d in dispatch_rows],
+        [dispatch_facts(d) for d in dispatch_rows],
     )
 
 
@@ -119,10 +119,10 @@ def write_transition(
     completion: Completion | None = None,
     dispatch_row: dict[str, Any] | None = None,
 ) -> Writes:
-    """The rows of an engine transition, shaped by the recorder's own _Writes. The attempt
+    """The rows of an engine transition, shaped as the recorder shapes them. The attempt
     rows are left alone: they keep the outcome their call had. The dispatch row is written
     only for a settlement (``completion`` with its ``dispatch_row``)."""
-    writes = _Writes()
+    writes = TransitionRows()
     writes.apply(
         completion or _NO_ATTEMPT,
         dispatch_row or {"saga_id": saga_id, "lease_token": None},

@@ -6,10 +6,9 @@ reads the facts under lock, asks the engine, and writes what it says.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -20,8 +19,6 @@ from effectusd import faults
 from effectusd.core.canonical import canonical_text
 from effectusd.core.engine import (
     Completion,
-    DispatchFacts,
-    Event,
     SagaFacts,
     StepFacts,
     Transition,
@@ -43,6 +40,7 @@ from effectusd.core.states import (
 from effectusd.fencing.protocol import FenceBusy, FenceHolder, FencingProvider
 from effectusd.store.postgres.queries import sql
 from effectusd.store.records import Claim, WriteAhead
+from effectusd.store.rows import TransitionRows, batches, dispatch_facts
 
 Cursor = psycopg.AsyncCursor[dict[str, Any]]
 
@@ -213,7 +211,7 @@ class PostgresDispatchStore:
                 row["effect_id"], row["sequence"], StepState(row["state"]), row["result"]
             )
 
-        writes = _Writes()
+        writes = TransitionRows()
         touched: set[str] = set()
         for completion in completions:
             drow = dispatches.get(completion.dispatch_id)
@@ -224,7 +222,7 @@ class PostgresDispatchStore:
             if drow["saga_id"] in touched:
                 report.deferred.append(completion)  # one transition per saga per batch
                 continue
-            dispatch = _dispatch_facts(drow)
+            dispatch = dispatch_facts(drow)
             guard_holds = (
                 drow["state"] == DispatchState.IN_FLIGHT.value
                 and drow["attempt"] == completion.attempt
@@ -256,7 +254,7 @@ class PostgresDispatchStore:
             writes.apply(completion, drow, transition)
             report.applied += 1
             report.transitions.append((completion, transition, drow))
-        await writes.flush(cur)
+        await flush(cur, writes)
         await self.fencing.release(cur, writes.released)
         report.notified = writes.destinations
         return report
@@ -295,134 +293,13 @@ def grants_json(grants: Iterable[tuple[str, int]]) -> str:
     return canonical_text([{"resource": r, "token": t} for r, t in sorted(grants)])
 
 
-class _Writes:
-    """Statements of one recording batch, sent with executemany (pipelined) at flush."""
-
-    def __init__(self) -> None:
-        self.attempts: list[dict[str, Any]] = []
-        self.lates: list[dict[str, Any]] = []
-        self.dispatches: list[dict[str, Any]] = []
-        self.steps: list[dict[str, Any]] = []
-        self.sagas: list[dict[str, Any]] = []
-        self.inserts: list[dict[str, Any]] = []
-        self.events: list[dict[str, Any]] = []
-        self.released: list[tuple[int, str]] = []
-        self.destinations: set[str] = set()
-
-    def late(self, completion: Completion) -> None:
-        self.lates.append({**_outcome_params(completion)})
-
-    def apply(self, completion: Completion, row: dict[str, Any], transition: Transition) -> None:
-        saga_id = row["saga_id"]
-        self.attempts.append(
-            {
-                **_outcome_params(completion),
-                "settled_by": completion.settled_by,
-                "fencing_status": completion.fencing_status.value
-                if completion.fencing_status
-                else None,
-            }
-        )
-        self.dispatches.append(
-            {
-                "dispatch_id": completion.dispatch_id,
-                "state": transition.dispatch_state.value,
-                "retry_delay_s": (
-                    None
-                    if transition.retry_delay is None
-                    else transition.retry_delay.total_seconds()
-                ),
-                "uncertain_attempt": transition.uncertain_attempt,
-                "last_outcome": transition.last_outcome.value if transition.last_outcome else None,
-                "last_error": transition.last_error,
-            }
-        )
-        if row["lease_token"] is not None:
-            self.released.append((completion.dispatch_id, str(row["lease_token"])))
-        for step in transition.steps:
-            self.steps.append(
-                {
-                    "saga_id": saga_id,
-                    "effect_id": step.effect_id,
-                    "state": step.state.value,
-                    "set_result": step.set_result,
-                    "result": json.dumps(step.result) if step.set_result else None,
-                    "args": step.args,
-                    "args_hash": step.args_hash,
-                }
-            )
-        if transition.saga is not None:
-            self.sagas.append(
-                {
-                    "saga_id": saga_id,
-                    "state": transition.saga.state.value,
-                    "stop_reason": transition.saga.stop_reason,
-                }
-            )
-        for spec in transition.new_dispatches:
-            params = asdict(spec)
-            params["fencing_resources"] = canonical_text(spec.fencing_resources)
-            params["not_before"] = None
-            self.inserts.append(params)
-            self.destinations.add(spec.destination)
-        for event in transition.events:
-            self.events.append(_event_params(saga_id, event))
-
-    async def flush(self, cur: Cursor) -> None:
-        batches = (
-            ("settle_attempt", self.attempts),
-            ("record_late_completion", self.lates),
-            ("update_dispatch_settled", self.dispatches),
-            ("update_step", self.steps),
-            ("update_saga_state", self.sagas),
-            ("insert_dispatch", self.inserts),
-            ("insert_event", self.events),
-        )
-        for name, rows in batches:
-            if rows:
-                await cur.executemany(sql(name), rows)
-        for destination in sorted(self.destinations):
-            await cur.execute(sql("notify_outbox"), {"destination": destination})
-
-
-def _outcome_params(completion: Completion) -> dict[str, Any]:
-    return {
-        "dispatch_id": completion.dispatch_id,
-        "attempt": completion.attempt,
-        "outcome": completion.outcome.value,
-        "status_code": completion.status_code,
-        "error": completion.error,
-        "evidence": json.dumps(dict(completion.evidence), default=str),
-    }
-
-
-def _event_params(saga_id: str, event: Event) -> dict[str, Any]:
-    return {
-        "saga_id": saga_id,
-        "effect_id": event.effect_id,
-        "direction": event.direction,
-        "attempt": event.attempt,
-        "kind": event.kind,
-        "from_state": event.from_state,
-        "to_state": event.to_state,
-        "actor": event.actor,
-        "evidence": event.evidence,
-        "detail": json.dumps(dict(event.detail), default=str),
-    }
-
-
-def _dispatch_facts(row: dict[str, Any]) -> DispatchFacts:
-    return DispatchFacts(
-        dispatch_id=row["dispatch_id"],
-        effect_id=row["effect_id"],
-        direction=Direction(row["direction"]),
-        delivery=Delivery(row["delivery"]),
-        verb=row["verb"],
-        state=DispatchState(row["state"]),
-        attempt=row["attempt"],
-        max_attempts=row["max_attempts"],
-        uncertain_attempt=row["uncertain_attempt"],
-    )
+async def flush(cur: Cursor, rows: TransitionRows) -> None:
+    """Send a batch's statements with executemany (pipelined), then its notifications."""
+    for name, params in batches(rows):
+        if params:
+            await cur.executemany(sql(name), params)
+    for destination in sorted(rows.destinations):
+        await cur.execute(sql("notify_outbox"), {"destination": destination})
 
 
 def _claim_from_row(row: dict[str, Any]) -> Claim:

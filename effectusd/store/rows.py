@@ -1,0 +1,142 @@
+"""An engine Transition (plus the completion it settles) as the rows to write, by query name.
+
+Store-neutral: the recorder and the operator actions both shape their writes here, and each
+store executes the named statements in its own dialect.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from effectusd.core.canonical import canonical_text
+from effectusd.core.engine import Completion, DispatchFacts, Event, Transition
+from effectusd.core.states import Delivery, Direction, DispatchState
+
+
+class TransitionRows:
+    """The statements of one batch of transitions, grouped by query name."""
+
+    def __init__(self) -> None:
+        self.attempts: list[dict[str, Any]] = []
+        self.lates: list[dict[str, Any]] = []
+        self.dispatches: list[dict[str, Any]] = []
+        self.steps: list[dict[str, Any]] = []
+        self.sagas: list[dict[str, Any]] = []
+        self.inserts: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+        self.released: list[tuple[int, str]] = []
+        self.destinations: set[str] = set()
+
+    def late(self, completion: Completion) -> None:
+        self.lates.append({**outcome_params(completion)})
+
+    def apply(self, completion: Completion, row: dict[str, Any], transition: Transition) -> None:
+        saga_id = row["saga_id"]
+        self.attempts.append(
+            {
+                **outcome_params(completion),
+                "settled_by": completion.settled_by,
+                "fencing_status": completion.fencing_status.value
+                if completion.fencing_status
+                else None,
+            }
+        )
+        self.dispatches.append(
+            {
+                "dispatch_id": completion.dispatch_id,
+                "state": transition.dispatch_state.value,
+                "retry_delay_s": (
+                    None
+                    if transition.retry_delay is None
+                    else transition.retry_delay.total_seconds()
+                ),
+                "uncertain_attempt": transition.uncertain_attempt,
+                "last_outcome": transition.last_outcome.value if transition.last_outcome else None,
+                "last_error": transition.last_error,
+            }
+        )
+        if row["lease_token"] is not None:
+            self.released.append((completion.dispatch_id, str(row["lease_token"])))
+        for step in transition.steps:
+            self.steps.append(
+                {
+                    "saga_id": saga_id,
+                    "effect_id": step.effect_id,
+                    "state": step.state.value,
+                    "set_result": step.set_result,
+                    "result": json.dumps(step.result) if step.set_result else None,
+                    "args": step.args,
+                    "args_hash": step.args_hash,
+                }
+            )
+        if transition.saga is not None:
+            self.sagas.append(
+                {
+                    "saga_id": saga_id,
+                    "state": transition.saga.state.value,
+                    "stop_reason": transition.saga.stop_reason,
+                }
+            )
+        for spec in transition.new_dispatches:
+            params = asdict(spec)
+            params["fencing_resources"] = canonical_text(spec.fencing_resources)
+            params["not_before"] = None
+            self.inserts.append(params)
+            self.destinations.add(spec.destination)
+        for event in transition.events:
+            self.events.append(event_params(saga_id, event))
+
+
+def outcome_params(completion: Completion) -> dict[str, Any]:
+    return {
+        "dispatch_id": completion.dispatch_id,
+        "attempt": completion.attempt,
+        "outcome": completion.outcome.value,
+        "status_code": completion.status_code,
+        "error": completion.error,
+        "evidence": json.dumps(dict(completion.evidence), default=str),
+    }
+
+
+def event_params(saga_id: str, event: Event) -> dict[str, Any]:
+    return {
+        "saga_id": saga_id,
+        "effect_id": event.effect_id,
+        "direction": event.direction,
+        "attempt": event.attempt,
+        "kind": event.kind,
+        "from_state": event.from_state,
+        "to_state": event.to_state,
+        "actor": event.actor,
+        "evidence": event.evidence,
+        "detail": json.dumps(dict(event.detail), default=str),
+    }
+
+
+def dispatch_facts(row: dict[str, Any]) -> DispatchFacts:
+    return DispatchFacts(
+        dispatch_id=row["dispatch_id"],
+        effect_id=row["effect_id"],
+        direction=Direction(row["direction"]),
+        delivery=Delivery(row["delivery"]),
+        verb=row["verb"],
+        state=DispatchState(row["state"]),
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        uncertain_attempt=row["uncertain_attempt"],
+    )
+
+
+def batches(rows: TransitionRows) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(query name, parameter rows) in the order they must run."""
+    return [
+        ("settle_attempt", rows.attempts),
+        ("record_late_completion", rows.lates),
+        ("update_dispatch_settled", rows.dispatches),
+        ("update_step", rows.steps),
+        ("update_saga_state", rows.sagas),
+        ("insert_dispatch", rows.inserts),
+        ("insert_event", rows.events),
+    ]
