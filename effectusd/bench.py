@@ -1,6 +1,8 @@
 """`effectusd bench`: throughput and latency of the whole pipeline against a no-op destination.
 
-A benchmark, never a test: it prints what it measured on this machine.
+A benchmark, never a test: it prints what it measured on this machine. Beside the pipeline it
+runs a bare loop of the same executor class against the same sink (no database), so
+``efficiency`` says how much of the transport's speed the pipeline keeps.
 """
 
 from __future__ import annotations
@@ -8,17 +10,23 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import resource
 import statistics
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 
 from effectusd.client import Client
 from effectusd.config import Config, parse_config
+from effectusd.core.states import Direction, OutcomeClass
 from effectusd.dispatcher.daemon import Daemon
+from effectusd.executors.factory import executor_for
+from effectusd.executors.protocol import Executor, Invocation
 from effectusd.store.postgres.migrations import migrate
 from effectusd.store.postgres.queries import sql
 
@@ -75,16 +83,22 @@ class BenchResult:
     idle_enqueue_to_dispatch_p50_ms: float
     commits_per_step: float
     completed: int
+    transport: str
+    bare_calls_per_s: float  # the same executor class, same concurrency and sink, no database
+    efficiency: float  # steps_per_s / bare_calls_per_s
+    wal_bytes_per_step: float  # whole-cluster WAL: other writers on the server count too
+    rss_mb: float  # resident set of the process that ran the daemon, after the run
 
 
-def _bench_config(base_url: str, steps: int, concurrency: int) -> Config:
+def _bench_config(base_url: str, concurrency: int, transport: str | None) -> Config:
+    sink: dict[str, Any] = {"base_url": base_url, "max_concurrency": concurrency, "timeout": "10s"}
+    if transport is not None:
+        sink["transport"] = transport
     return parse_config(
         {
             "dispatcher": {"concurrency": concurrency, "poll_interval": "100ms"},
             "database": {"pool_max_size": 10},
-            "destinations": {
-                "sink": {"base_url": base_url, "max_concurrency": concurrency, "timeout": "10s"}
-            },
+            "destinations": {"sink": sink},
             "verbs": {"sink.noop": {"destination": "sink", "path": "/noop"}},
         }
     )
@@ -127,7 +141,10 @@ def run_bench(
     concurrency: int,
     destination: str | None = None,
     progress: Any = print,
+    transport: str | None = None,
 ) -> BenchResult:
+    """``transport`` picks the executor class ("httpx" or "aiohttp"); None keeps the config's
+    default."""
     sink = None
     if destination is None:
         port = _free_port()
@@ -142,7 +159,10 @@ def run_bench(
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             migrate(conn)
-        config = _bench_config(destination, steps, concurrency)
+        config = _bench_config(destination, concurrency, transport)
+        chosen = config.destinations["sink"].transport
+        progress(f"bare {chosen} loop at concurrency {concurrency}…")
+        bare = asyncio.run(_bare_calls_per_s(config, concurrency))
         client = Client(config, database_url=url)
         progress(f"submitting {sagas} saga(s) of {steps} step(s)…")
         with psycopg.connect(url) as conn:
@@ -152,11 +172,14 @@ def run_bench(
                     conn.commit()
             conn.commit()
         commits_before = _scalar(url, "bench_commits")
-        progress(f"dispatching {sagas * steps} step(s) at concurrency {concurrency}…")
+        wal_before = _scalar(url, "bench_wal_position")
+        progress(f"dispatching {sagas * steps} step(s) at concurrency {concurrency} ({chosen})…")
         started = time.perf_counter()
-        asyncio.run(Daemon(config, url).run(until_idle=True))
+        asyncio.run(_with_executors(config, lambda ex: Daemon(config, url, executors=ex).run(True)))
         seconds = time.perf_counter() - started
-        commits = _scalar(url, "bench_commits") - commits_before
+        wal_bytes = _scalar(url, "bench_wal_position") - wal_before
+        rss_mb = _rss_mb()
+        commits = _settled_commits(url) - commits_before
         latencies = _latencies(url)
         progress("measuring idle enqueue→dispatch latency…")
         idle = asyncio.run(_idle_latency(config, url, client, samples=30))
@@ -180,6 +203,11 @@ def run_bench(
             else float("nan"),
             commits_per_step=round(commits / total, 2),
             completed=completed,
+            transport=chosen,
+            bare_calls_per_s=round(bare, 1),
+            efficiency=round(total / seconds / bare, 3),
+            wal_bytes_per_step=round(wal_bytes / total, 1),
+            rss_mb=round(rss_mb, 1),
         )
     finally:
         _drop_database(server_url, url)
@@ -188,9 +216,81 @@ def run_bench(
             sink.join(5)
 
 
+async def _with_executors(config: Config, run: Any) -> Any:
+    """Run ``run(executors)`` with one executor per destination, by its configured transport,
+    made in the running loop and closed afterwards."""
+    executors = {name: executor_for(name, dest) for name, dest in config.destinations.items()}
+    try:
+        return await run(executors)
+    finally:
+        for executor in executors.values():
+            await executor.aclose()
+
+
+async def _bare_calls_per_s(config: Config, concurrency: int, seconds: float = 2.0) -> float:
+    """Calls/s of the bare executor against the sink: ``concurrency`` callers, no database."""
+    inv = Invocation(
+        request_id="bench",
+        execution_id="bench",
+        saga_id="0" * 64,
+        effect_id="s0",
+        attempt=1,
+        direction=Direction.FORWARD,
+        verb="sink.noop",
+        method="POST",
+        path="/noop",
+        body=b'{"i":0}',
+        argument_hash="0" * 64,
+        contract_hash="0" * 64,
+        idempotency_key="0" * 64,
+        fencing_grants=(),
+        deadline=datetime.now(UTC) + timedelta(hours=1),
+        timeout=10.0,
+    )
+
+    async def loop(executors: Mapping[str, Executor]) -> float:
+        executor = executors["sink"]
+        for _ in range(concurrency * 20):  # warm up: connections, caches
+            await _checked(executor.call(inv))
+        calls = 0
+        stop = time.perf_counter() + seconds
+
+        async def caller() -> None:
+            nonlocal calls
+            while time.perf_counter() < stop:
+                await _checked(executor.call(inv))
+                calls += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(caller() for _ in range(concurrency)))
+        return calls / (time.perf_counter() - started)
+
+    rate: float = await _with_executors(config, loop)
+    return rate
+
+
+async def _checked(call: Any) -> None:
+    result = await call
+    if result.outcome is not OutcomeClass.SUCCESS:
+        raise RuntimeError(f"bench sink call failed: {result.error}")
+
+
+def _rss_mb() -> float:
+    """Current resident set of this process (VmRSS), else its peak (ru_maxrss, in KiB)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 async def _idle_latency(config: Config, url: str, client: Client, samples: int) -> list[float]:
     """Submit one saga at a time to an idle, running daemon; time until its request was sent."""
-    daemon = Daemon(config, url)
+    executors = {name: executor_for(name, dest) for name, dest in config.destinations.items()}
+    daemon = Daemon(config, url, executors=executors)
     task = asyncio.create_task(daemon.run())
     try:
         while not daemon.listening:
@@ -201,14 +301,23 @@ async def _idle_latency(config: Config, url: str, client: Client, samples: int) 
             view = await asyncio.to_thread(client.wait, saga.saga_id, 10.0, 0.005)
             attempt = view["steps"][0]["dispatches"][0]["attempts"][0]
             created = view["steps"][0]["dispatches"][0]["created_at"]
-            from datetime import datetime
-
             delta = datetime.fromisoformat(attempt["sent_at"]) - datetime.fromisoformat(created)
             results.append(delta.total_seconds() * 1000)
         return results
     finally:
         daemon.stopping.set()
         await task
+        for executor in executors.values():
+            await executor.aclose()
+
+
+def _settled_commits(url: str, patience_s: float = 10.0) -> int:
+    """xact_commit once the daemon's sessions have gone: a backend reports its counts at most
+    once a second while it lives, and always when it exits."""
+    give_up = time.monotonic() + patience_s
+    while _scalar(url, "bench_other_backends") and time.monotonic() < give_up:
+        time.sleep(0.05)
+    return _scalar(url, "bench_commits")
 
 
 def _latencies(url: str) -> list[float]:

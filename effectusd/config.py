@@ -85,6 +85,7 @@ class DestinationConfig(BaseModel):
     ca_file: str | None = None
     max_response_bytes: int = Field(default=1_048_576, ge=1)
     status_map: dict[int, OutcomeClass] = Field(default_factory=dict)
+    transport: Literal["httpx", "aiohttp"] = "aiohttp"  # HTTP client library; both classify alike
 
     @field_validator("base_url")
     @classmethod

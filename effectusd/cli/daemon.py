@@ -82,10 +82,21 @@ def run(
 @click.option("--steps", default=5, show_default=True, type=click.IntRange(1, 100))
 @click.option("--concurrency", default=32, show_default=True, type=click.IntRange(1, 10_000))
 @click.option("--destination", help="Drive this HTTP endpoint instead of the built-in no-op one.")
+@click.option(
+    "--transport",
+    type=click.Choice(["httpx", "aiohttp"]),
+    help="HTTP transport to measure (default: the destination default, aiohttp).",
+)
 @json_option
 @click.pass_obj
 def bench(
-    obj: Context, sagas: int, steps: int, concurrency: int, destination: str | None, as_json: bool
+    obj: Context,
+    sagas: int,
+    steps: int,
+    concurrency: int,
+    destination: str | None,
+    transport: str | None,
+    as_json: bool,
 ) -> None:
     """Measure steps/s, enqueue→dispatch latency and commits per step (uses a scratch DB on
     the configured server, dropped afterwards)."""
@@ -97,7 +108,9 @@ def bench(
         click.echo(message, err=True)
 
     try:
-        result = run_bench(obj.database_url, sagas, steps, concurrency, destination, progress)
+        result = run_bench(
+            obj.database_url, sagas, steps, concurrency, destination, progress, transport
+        )
     except psycopg.OperationalError as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
     emit(asdict(result), as_json, lambda _: format_result(result))

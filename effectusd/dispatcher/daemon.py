@@ -19,7 +19,7 @@ from effectusd.client import registry_from_config
 from effectusd.config import Config, ConfigError
 from effectusd.dispatcher.observability import ObservabilityServer
 from effectusd.dispatcher.pipeline import Capacity, Pipeline
-from effectusd.executors.http import HttpExecutor
+from effectusd.executors.factory import executor_for
 from effectusd.executors.protocol import Executor
 from effectusd.fencing.memory import MemoryFencing
 from effectusd.fencing.postgres import PostgresFencing
@@ -95,7 +95,7 @@ class Daemon:
         await pool.open(wait=True)
         self._pool = pool
         executors = self._executors or {
-            name: HttpExecutor(name, destination)
+            name: executor_for(name, destination)
             for name, destination in self.config.destinations.items()
         }
         store = PostgresDispatchStore(

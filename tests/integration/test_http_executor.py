@@ -1,5 +1,6 @@
-"""HttpExecutor against real servers on 127.0.0.1: raw sockets for wire faults, http.server
-for well-formed exchanges. Nothing in httpx is mocked; every classification is earned on the wire.
+"""Both HTTP executors (httpx and aiohttp) against real servers on 127.0.0.1: raw sockets for
+wire faults, http.server for well-formed exchanges. Every test runs once per transport; nothing
+in either library is mocked, so every classification is earned on the wire.
 """
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gzip
 import hashlib
 import shutil
 import socket
@@ -24,7 +26,8 @@ import pytest
 
 from effectusd.config import DestinationConfig
 from effectusd.core.states import Direction, OutcomeClass
-from effectusd.executors.http import HttpExecutor
+from effectusd.executors.common import BaseHttpExecutor
+from effectusd.executors.factory import EXECUTOR_CLASSES, executor_for
 from effectusd.executors.protocol import CallResult, FencingGrant, Invocation
 
 # DESIGN.md section 3 vectors: namespace default, execution order-7, plan checkout, step charge.
@@ -35,6 +38,19 @@ ARGS_HASH = "c15a5ceb896021e05f9224fdba000d9c5dfb42b47fe52db99e0e8d3699ab34d4"
 CONTRACT_HASH = "ab" * 32
 TOKEN = "tok-Zq8mW3xR7vK1pL"
 SHORT = 0.3  # seconds; every stalled exchange ends here, never by sleeping
+
+
+class Chosen:
+    """The transport under test; set per test by the ``transport`` fixture."""
+
+    transport = "httpx"
+
+
+@pytest.fixture(autouse=True, params=sorted(EXECUTOR_CLASSES))
+def transport(request: pytest.FixtureRequest) -> Iterator[str]:
+    Chosen.transport = request.param
+    yield request.param
+    Chosen.transport = "httpx"
 
 
 def invocation(**changes: Any) -> Invocation:
@@ -62,12 +78,16 @@ def invocation(**changes: Any) -> Invocation:
 def destination(base_url: str, **fields: Any) -> DestinationConfig:
     fields.setdefault("timeout", "2s")
     fields.setdefault("connect_timeout", "1s")
+    fields.setdefault("transport", Chosen.transport)
     return DestinationConfig(base_url=base_url, **fields)
 
 
 @contextlib.asynccontextmanager
-async def executor(config: DestinationConfig, **kwargs: Any) -> AsyncIterator[HttpExecutor]:
-    ex = HttpExecutor("payments", config, **kwargs)
+async def executor(
+    config: DestinationConfig, **kwargs: Any
+) -> AsyncIterator[BaseHttpExecutor[Any, Any]]:
+    ex = executor_for("payments", config, **kwargs)
+    assert ex.transport == Chosen.transport
     try:
         yield ex
     finally:
@@ -192,6 +212,7 @@ class RawServer:
         self.behaviour = behaviour
         self.connections = 0
         self.requests: list[bytes] = []
+        self.writers: list[asyncio.StreamWriter] = []  # one per accepted connection
         self.request_read = asyncio.Event()
         self.release = asyncio.Event()  # lets stalled behaviours finish at teardown
         self._tasks: set[asyncio.Task[None]] = set()
@@ -217,6 +238,7 @@ class RawServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._tasks.add(asyncio.current_task())  # type: ignore[arg-type]
         self.connections += 1
+        self.writers.append(writer)
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
             await self.behaviour(self, reader, writer)
         writer.close()
@@ -340,6 +362,7 @@ async def test_static_headers_are_sent_but_never_override_reserved_ones(
             "Content-Type": "text/plain",
             "Authorization": "Bearer inline",
         },
+        transport=Chosen.transport,
     )
     async with executor(config) as ex:
         await ex.call(invocation())
@@ -366,14 +389,14 @@ async def test_bearer_token_comes_from_the_named_environment_variable(
 async def test_unset_bearer_variable_is_refused_by_name_at_construction() -> None:
     config = destination("http://127.0.0.1:9", bearer_token_env="PAYMENTS_TOKEN")
     with pytest.raises(ValueError, match="PAYMENTS_TOKEN") as raised:
-        HttpExecutor("payments", config, environ={"OTHER": TOKEN})
+        executor_for("payments", config, environ={"OTHER": TOKEN})
     assert "not set" in str(raised.value)
 
 
 async def test_unsendable_bearer_value_is_refused_without_echoing_it() -> None:
     config = destination("http://127.0.0.1:9", bearer_token_env="PAYMENTS_TOKEN")
     with pytest.raises(ValueError, match="PAYMENTS_TOKEN") as raised:
-        HttpExecutor("payments", config, environ={"PAYMENTS_TOKEN": "bad token\x01"})
+        executor_for("payments", config, environ={"PAYMENTS_TOKEN": "bad token\x01"})
     assert "bad token" not in str(raised.value)
 
 
@@ -488,6 +511,21 @@ async def test_status_map_classifies_answers_without_a_valid_outcome_header(
         OutcomeClass.PERMANENT,  # the destination's own word beats the config's guess
         OutcomeClass.UNKNOWN,
     ]
+
+
+async def test_repeated_outcome_header_is_no_outcome(recorder: Recorder) -> None:
+    recorder.reply(
+        Reply(
+            status=503,
+            headers=[
+                ("X-Effectus-Outcome", "permanent_failure"),
+                ("X-Effectus-Outcome", "retryable_failure_known_not_committed"),
+            ],
+        )
+    )
+    async with executor(destination(recorder.base_url)) as ex:
+        result = await ex.call(invocation())
+    assert_unknown_after_sending(result)  # neither copy is believed over the other
 
 
 async def test_2xx_that_names_a_failure_class_is_unknown(recorder: Recorder) -> None:
@@ -616,7 +654,9 @@ async def test_connect_timeout_is_retryable_not_sent() -> None:
         filler.close()
         listener.close()
     assert_retryable_not_sent(result)
-    assert "ConnectTimeout" in (result.error or "")
+    # httpx says ConnectTimeout, aiohttp ConnectionTimeoutError: the class is named, not trusted.
+    assert "Timeout" in (result.error or "")
+    assert "before the request was sent" in (result.error or "")
 
 
 async def test_unresolvable_host_is_retryable_not_sent() -> None:
@@ -684,7 +724,13 @@ async def test_slow_trickling_body_is_bounded_by_the_overall_timeout() -> None:
     assert result.evidence["elapsed_ms"] < 2000
 
 
-async def test_reused_keep_alive_connection_reset_after_reading_is_unknown() -> None:
+# aiohttp on its own re-sends PUT and DELETE once when a pooled connection fails: each case
+# runs with a non-idempotent and an idempotent method and checks that one copy arrived.
+RESEND_METHODS = pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
+
+
+@RESEND_METHODS
+async def test_reused_keep_alive_connection_reset_after_reading_is_unknown(method: str) -> None:
     async def behaviour(server: RawServer, reader: Any, writer: Any) -> None:
         await server.read_request(reader)
         writer.write(response("200 OK", b"{}"))
@@ -693,15 +739,16 @@ async def test_reused_keep_alive_connection_reset_after_reading_is_unknown() -> 
         reset(writer)
 
     async with RawServer(behaviour) as server, executor(destination(server.base_url)) as ex:
-        first = await ex.call(invocation())
-        second = await ex.call(invocation(attempt=4, request_id="req-0002"))
+        first = await ex.call(invocation(method=method))
+        second = await ex.call(invocation(method=method, attempt=4, request_id="req-0002"))
     assert first.outcome is OutcomeClass.SUCCESS
     assert_unknown_after_sending(second)
     assert second.evidence["connection"] == "reused"
-    assert server.connections == 1 and len(server.requests) == 2
+    assert server.connections == 1 and len(server.requests) == 2  # never re-sent
 
 
-async def test_reused_keep_alive_connection_reset_mid_request_is_unknown() -> None:
+@RESEND_METHODS
+async def test_reused_keep_alive_connection_reset_mid_request_is_unknown(method: str) -> None:
     async def behaviour(server: RawServer, reader: Any, writer: Any) -> None:
         await server.read_request(reader)
         writer.write(response("200 OK", b"{}"))
@@ -710,11 +757,27 @@ async def test_reused_keep_alive_connection_reset_mid_request_is_unknown() -> No
         reset(writer)
 
     async with RawServer(behaviour) as server, executor(destination(server.base_url)) as ex:
-        await ex.call(invocation())
-        second = await ex.call(invocation(attempt=4, request_id="req-0002"))
+        await ex.call(invocation(method=method))
+        second = await ex.call(invocation(method=method, attempt=4, request_id="req-0002"))
     assert_unknown_after_sending(second)
     assert second.evidence["connection"] == "reused"
     assert server.connections == 1
+
+
+@RESEND_METHODS
+async def test_reused_connection_closed_in_order_after_reading_is_unknown(method: str) -> None:
+    async def behaviour(server: RawServer, reader: Any, writer: Any) -> None:
+        await server.read_request(reader)
+        writer.write(response("200 OK", b"{}"))
+        await writer.drain()
+        await server.read_request(reader)  # then an orderly close (FIN), no answer
+
+    async with RawServer(behaviour) as server, executor(destination(server.base_url)) as ex:
+        await ex.call(invocation(method=method))
+        second = await ex.call(invocation(method=method, attempt=4, request_id="req-0002"))
+    assert_unknown_after_sending(second)
+    assert second.evidence["connection"] == "reused"
+    assert server.connections == 1 and len(server.requests) == 2  # never re-sent
 
 
 async def test_idle_connection_closed_by_server_is_replaced_without_a_false_outcome() -> None:
@@ -757,3 +820,75 @@ async def test_waiting_for_a_pooled_connection_past_the_deadline_is_retryable() 
     assert_retryable_not_sent(queued)
     assert held.outcome is OutcomeClass.SUCCESS
     assert server.connections == 1 and len(server.requests) == 1
+
+
+@RESEND_METHODS
+async def test_pooled_connection_the_server_closed_unnoticed_is_not_written_to(
+    method: str,
+) -> None:
+    async def behaviour(server: RawServer, reader: Any, writer: Any) -> None:
+        await server.read_request(reader)
+        writer.write(response("200 OK", b"{}"))
+        await writer.drain()
+        await server.read_request(reader)  # whatever still arrives on it is recorded
+        writer.write(response("200 OK", b"{}"))
+        await writer.drain()
+
+    async with RawServer(behaviour) as server, executor(destination(server.base_url)) as ex:
+        await ex.call(invocation(method=method))
+        # The server closes its side now, and the client's event loop gets no turn to read
+        # the FIN before the next call starts: only a check at reuse time can see it.
+        server.writers[0].get_extra_info("socket").shutdown(socket.SHUT_WR)
+        second = await ex.call(invocation(method=method, attempt=4, request_id="req-0002"))
+    assert second.outcome is OutcomeClass.SUCCESS, second
+    assert second.evidence["connection"] == "new"
+    assert server.connections == 2 and len(server.requests) == 2
+
+
+async def test_connections_never_exceed_max_concurrency() -> None:
+    async def behaviour(server: RawServer, reader: Any, writer: Any) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError):
+            while True:
+                await server.read_request(reader)
+                writer.write(response("200 OK", b"{}"))
+                await writer.drain()
+
+    async with (
+        RawServer(behaviour) as server,
+        executor(destination(server.base_url, max_concurrency=2)) as ex,
+    ):
+        results = await asyncio.gather(*(ex.call(invocation()) for _ in range(12)))
+    assert {result.outcome for result in results} == {OutcomeClass.SUCCESS}
+    assert server.connections <= 2 and len(server.requests) == 12
+
+
+async def test_literal_characters_in_a_configured_path_are_percent_encoded(
+    recorder: Recorder,
+) -> None:
+    async with executor(destination(recorder.base_url)) as ex:
+        result = await ex.call(invocation(path="/pay ments/café/r%2F1?x=1 2"))
+    assert result.outcome is OutcomeClass.SUCCESS
+    assert recorder.received[0].path == "/pay%20ments/caf%C3%A9/r%2F1?x=1%202"
+
+
+async def test_gzip_body_is_decoded_before_parsing() -> None:
+    async def behaviour(server: RawServer, reader: Any, writer: Any) -> None:
+        await server.read_request(reader)
+        writer.write(response("200 OK", gzip.compress(b'{"ok":true}'), "Content-Encoding: gzip"))
+        await writer.drain()
+
+    result, _ = await call_raw(behaviour)
+    assert (result.outcome, result.result) == (OutcomeClass.SUCCESS, {"ok": True})
+
+
+async def test_gzip_body_that_decodes_over_the_limit_is_unknown() -> None:
+    bomb = gzip.compress(b'{"pad":"' + b"x" * 1_000_000 + b'"}')  # about 1 kB on the wire
+
+    async def behaviour(server: RawServer, reader: Any, writer: Any) -> None:
+        await server.read_request(reader)
+        writer.write(response("200 OK", bomb, "Content-Encoding: gzip"))
+        await writer.drain()
+
+    result, _ = await call_raw(behaviour, max_response_bytes=10_000)
+    assert_unknown_after_sending(result)
+    assert "max_response_bytes" in (result.error or "")

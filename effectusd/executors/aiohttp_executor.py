@@ -1,0 +1,294 @@
+"""The HTTP executor on aiohttp (DESIGN.md section 9): one destination, one ClientSession.
+
+Same request, same classification as the httpx executor (``effectusd.executors.common``); only
+the evidence of what reached the wire differs. aiohttp raises ServerDisconnectedError and
+ClientOSError for resets both before and after a request was written, so exception classes
+prove nothing. The proof is aiohttp's tracing: the connector fires ``connection_create_end``
+or ``connection_reuseconn`` before it hands a request the connection it will be written on,
+and no request byte can be written without one. A call that failed after its trace said it
+was queued for, or opening, a connection but before either of those signals never had a
+connection to write on: that, and only that, is "not sent". Everything else is unknown.
+
+aiohttp re-sends idempotent methods (PUT, DELETE, …) once when a pooled connection fails;
+a middleware turns that failure into one aiohttp does not retry, because a re-send is the
+engine's decision (a new attempt with a new request ID), never the transport's.
+
+aiohttp notices a server's close of an idle pooled connection only when the event loop next
+reads it, and would write the next request into it: an avoidable unknown outcome. The connector
+therefore checks, as httpcore does, that a pooled connection has nothing to read before handing
+it out, and drops it if it has (nothing was written on it: the request never had it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import ssl
+import string
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from types import SimpleNamespace
+from typing import Any, ClassVar
+from urllib.parse import quote
+
+import aiohttp
+from yarl import URL
+
+from effectusd import faults
+from effectusd.config import DestinationConfig
+from effectusd.executors.common import (
+    EVIDENCE_HEADERS,
+    USER_AGENT,
+    BaseHttpExecutor,
+    InvalidInvocation,
+    Wire,
+    error_name,
+    tls_context,
+)
+from effectusd.executors.protocol import CallResult, Invocation
+
+# Idle connections are dropped by us before the 5 s after which uvicorn and Node drop them, so
+# the race of reusing a connection the server is closing stays rare (it is still classified
+# correctly when it happens: unknown, never "not sent").
+KEEPALIVE_S = 4.0
+_HEAD_HEADERS = (*EVIDENCE_HEADERS, "Content-Length")
+_QUEUED, _CONNECTING = "queued", "connecting"
+# A path and query as the planner renders them (placeholders percent-encoded) go out byte for
+# byte; anything else (a literal space or non-ASCII letter in a configured path) is
+# percent-encoded first, and a fragment dropped, as httpx does.
+_PATH_SAFE = "/?%!$&'()*+,;=:@[]"
+_PATH_CHARS = frozenset(string.ascii_letters + string.digits + "-._~" + _PATH_SAFE)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class _Wire(Wire):
+    """What one request did, as reported by aiohttp's trace signals and the response."""
+
+    __slots__ = ("acquired", "stage")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stage: str | None = None  # set only by a trace signal: proof that tracing is live
+        self.acquired: str | None = None  # "new" / "reused": a connection was handed over
+
+    def provably_not_sent(self, exc: BaseException) -> bool:
+        return self.acquired is None and self.status_code is None and self.stage in _BEFORE_SENDING
+
+    @property
+    def connection(self) -> str | None:
+        if self.acquired is not None:
+            return self.acquired
+        return "new" if self.stage == _CONNECTING else None
+
+
+_BEFORE_SENDING = frozenset({_QUEUED, _CONNECTING})
+_CURRENT: ContextVar[_Wire | None] = ContextVar("effectusd_aiohttp_wire", default=None)
+
+
+class _CheckedConnector(aiohttp.TCPConnector):
+    """A TCPConnector that never hands out a pooled connection the server has already closed."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._handed_out: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    async def connect(self, req: Any, *args: Any, **kwargs: Any) -> Any:
+        while True:
+            conn = await super().connect(req, *args, **kwargs)
+            protocol = conn.protocol
+            if protocol not in self._handed_out:
+                self._handed_out.add(protocol)  # new: a TLS ticket may be pending, that's fine
+                return conn
+            if not _has_input(protocol):
+                return conn
+            # An idle HTTP/1.1 connection has nothing to say: this is a close (FIN or RST)
+            # or junk the loop has not read yet. This request never had it; try the next.
+            conn.close()
+            wire = _CURRENT.get()
+            if wire is not None:
+                wire.acquired = None
+
+
+def _has_input(protocol: Any) -> bool:
+    transport = protocol.transport
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return True
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
+
+
+class _TransportRetryRefused(aiohttp.ClientError):
+    """A pooled-connection failure, re-raised as a class aiohttp does not re-send on."""
+
+
+class AiohttpExecutor(BaseHttpExecutor[tuple[str, URL, bytes, dict[str, str], Any], _Wire]):
+    """Executor for one HTTP destination on aiohttp. Callers limit concurrency to
+    ``max_concurrency``."""
+
+    transport: ClassVar[str] = "aiohttp"
+
+    def __init__(
+        self, name: str, config: DestinationConfig, *, environ: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(name, config, environ=environ)
+        self._tls: ssl.SSLContext | bool = False
+        if config.verify_tls:
+            self._tls = tls_context(config) or _default_tls_context()
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+        self._default_timeout = aiohttp.ClientTimeout(
+            total=None, connect=None, sock_read=None, sock_connect=self._connect_timeout
+        )
+
+    def _open(self) -> aiohttp.ClientSession:
+        """The session, made on first use: aiohttp binds it to the running event loop."""
+        if self._closed:
+            raise RuntimeError("executor is closed")
+        connector = _CheckedConnector(
+            limit=self.max_concurrency,
+            limit_per_host=0,
+            ssl=self._tls,
+            keepalive_timeout=KEEPALIVE_S,
+            force_close=False,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),  # stateless calls: cookies are never sent back
+            trust_env=False,  # no proxies or netrc picked up from the environment
+            headers={"User-Agent": USER_AGENT, **self._static_headers},
+            timeout=self._default_timeout,
+            auto_decompress=True,  # bounded per chunk by aiohttp, capped in total by us
+            raise_for_status=False,
+            requote_redirect_url=False,
+            trace_configs=[_trace_config()],
+            middlewares=(_no_transport_retry,),
+        )
+        return self._session
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._session is not None:
+            await self._session.close()
+
+    def _new_wire(self) -> _Wire:
+        return _Wire()
+
+    def _build(
+        self, inv: Invocation, headers: dict[str, str], total: float, wire: _Wire
+    ) -> tuple[str, URL, bytes, dict[str, str], Any]:
+        path = inv.path
+        if not _PATH_CHARS.issuperset(path):
+            if _CONTROL.search(path):
+                raise InvalidInvocation("path contains a control character")
+            path = quote(path.partition("#")[0], safe=_PATH_SAFE)
+        url = URL(self._base_url + path, encoded=True)  # exactly these bytes, never re-quoted
+        timeout = self._default_timeout
+        if total < self._connect_timeout:
+            timeout = aiohttp.ClientTimeout(
+                total=None, connect=None, sock_read=None, sock_connect=total
+            )
+        return inv.method, url, inv.body, headers, timeout
+
+    async def _exchange(
+        self, request: tuple[str, URL, bytes, dict[str, str], Any], wire: _Wire, started: float
+    ) -> CallResult:
+        method, url, body, headers, timeout = request
+        session = self._session or self._open()
+        token = _CURRENT.set(wire)
+        try:
+            response = await session.request(
+                method,
+                url,
+                data=body,
+                headers=headers,
+                allow_redirects=False,
+                timeout=timeout,
+                trace_request_ctx=wire,
+            )
+        finally:
+            _CURRENT.reset(token)
+        try:
+            # Repeated headers are joined, as httpx does: a duplicated outcome is no outcome.
+            found = response.headers
+            head = {name: ", ".join(found.getall(name)) for name in _HEAD_HEADERS if name in found}
+            wire.answered(response.status, head)
+            result = await self._classify(wire, started, head, _body_reader(response))
+        except BaseException:
+            response.close()
+            raise
+        response.release()  # back to the pool only if the body was read to its end
+        return result
+
+    def _describe(self, exc: BaseException) -> str:
+        if isinstance(exc, _TransportRetryRefused) and exc.__cause__ is not None:
+            exc = exc.__cause__
+        return error_name(exc)
+
+
+def _default_tls_context() -> ssl.SSLContext:
+    """Verification against the same CA bundle as the httpx transport (certifi's)."""
+    import certifi
+
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+def _body_reader(response: aiohttp.ClientResponse) -> Callable[[int], Awaitable[bytes | None]]:
+    async def read(limit: int) -> bytes | None:
+        """The decoded body, or None once it is known to exceed ``limit`` bytes."""
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := await response.content.readany():
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    return read
+
+
+async def _no_transport_retry(
+    request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+) -> aiohttp.ClientResponse:
+    try:
+        return await handler(request)
+    except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
+        raise _TransportRetryRefused() from exc
+
+
+# --- trace signals: where the request is on its way to a connection -------------------------
+
+
+async def _queued(session: Any, context: SimpleNamespace, params: Any) -> None:
+    context.trace_request_ctx.stage = _QUEUED
+
+
+async def _connecting(session: Any, context: SimpleNamespace, params: Any) -> None:
+    context.trace_request_ctx.stage = _CONNECTING
+
+
+async def _connected_new(session: Any, context: SimpleNamespace, params: Any) -> None:
+    context.trace_request_ctx.acquired = "new"
+
+
+async def _connected_reused(session: Any, context: SimpleNamespace, params: Any) -> None:
+    context.trace_request_ctx.acquired = "reused"
+
+
+async def _body_sent(session: Any, context: SimpleNamespace, params: Any) -> None:
+    faults.point("after_send")  # the chaos suite's "request left, no answer yet"
+
+
+def _trace_config() -> aiohttp.TraceConfig:
+    config = aiohttp.TraceConfig()
+    config.on_connection_queued_start.append(_queued)
+    config.on_connection_create_start.append(_connecting)
+    config.on_connection_create_end.append(_connected_new)
+    config.on_connection_reuseconn.append(_connected_reused)
+    if os.environ.get("EFFECTUSD_FAULT") == "after_send":  # one signal less on the hot path
+        config.on_request_chunk_sent.append(_body_sent)
+    return config

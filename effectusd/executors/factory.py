@@ -1,0 +1,22 @@
+"""The executor for a destination, by its configured ``transport``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from effectusd.config import DestinationConfig
+from effectusd.executors.aiohttp_executor import AiohttpExecutor
+from effectusd.executors.common import BaseHttpExecutor
+from effectusd.executors.http import HttpExecutor
+
+EXECUTOR_CLASSES: dict[str, type[BaseHttpExecutor[Any, Any]]] = {
+    "httpx": HttpExecutor,
+    "aiohttp": AiohttpExecutor,
+}
+
+
+def executor_for(
+    name: str, config: DestinationConfig, *, environ: Mapping[str, str] | None = None
+) -> BaseHttpExecutor[Any, Any]:
+    return EXECUTOR_CLASSES[config.transport](name, config, environ=environ)
