@@ -84,9 +84,11 @@ async def test_plain_aiohttp_would_resend_a_put_when_a_pooled_connection_fails()
     assert len(server.requests) == 3 and server.connections == 2
 
 
-async def test_executor_with_no_calls_closes_cleanly() -> None:
+async def test_executor_closed_before_any_call_opens_nothing_afterwards() -> None:
     ex = AiohttpExecutor("payments", destination("http://127.0.0.1:9", transport="aiohttp"))
-    await ex.aclose()
+    await ex.aclose()  # no session was ever made: closing must not make one
+    with pytest.raises(RuntimeError, match="closed"):
+        ex._open()
 
 
 # --- wire-fault soak: both transports, many connections, every fault mixed ------------------

@@ -199,8 +199,12 @@ def test_bad_execution_id_is_refused(
 
 
 @pytest.mark.parametrize("execution_id", ["x" * EXECUTION_ID_MAX, "a", "order:7/#~!"])
-def test_execution_id_of_printable_ascii_up_to_the_limit_is_accepted(execution_id: str) -> None:
-    validate_execution_id(execution_id)
+def test_execution_id_of_printable_ascii_up_to_the_limit_is_accepted(
+    checked: CheckedPlan, core_registry: Registry, execution_id: str
+) -> None:
+    rows = prepare_submission(checked, core_registry, VECTOR_NAMESPACE, execution_id, VECTOR_FACTS)
+    assert rows.execution_id == execution_id
+    assert rows.saga_id == saga_id(VECTOR_NAMESPACE, execution_id, checked.plan_id)
 
 
 # --- ensure_checked ----------------------------------------------------------------------------
