@@ -10,7 +10,7 @@ import pytest
 from effectusd.core.canonical import canonical_bytes, canonical_hash, canonical_text
 from effectusd.core.checker import PlanCheckError, check
 from effectusd.core.contracts import VerbContract
-from effectusd.core.identity import idempotency_key
+from effectusd.core.identity import idempotency_key, saga_id
 from effectusd.core.plan import CheckedPlan
 from effectusd.core.registry import Registry
 from effectusd.core.states import Direction
@@ -21,7 +21,6 @@ from effectusd.core.submission import (
     conflict_with_existing,
     ensure_checked,
     prepare_submission,
-    validate_execution_id,
 )
 from tests.unit.conftest import VECTOR_EXECUTION, VECTOR_FACTS, VECTOR_NAMESPACE
 
