@@ -1,0 +1,61 @@
+"""The claim path reads only live rows: with a large backlog of finished dispatches, the claim
+and next-due queries use their partial indexes instead of scanning the outbox."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from effectusd.store.postgres.queries import sql
+
+pytestmark = pytest.mark.postgres
+
+TERMINAL_ROWS = 200_000
+HEX = "lpad(to_hex(g), 64, '0')"
+
+BACKLOG = f"""
+INSERT INTO effectus_saga_instances
+    (saga_id, namespace, execution_id, plan_id, plan_digest, plan, facts, facts_hash, state,
+     finished_at)
+SELECT {HEX}, 'default', 'e' || g, 'p', repeat('a', 64), '{{}}', '{{}}', repeat('b', 64),
+       'completed', now()
+FROM generate_series(1, %(n)s) AS g;
+INSERT INTO effectus_saga_steps (saga_id, effect_id, sequence, verb, contract_hash, args,
+                                 args_hash, state)
+SELECT {HEX}, 's', 0, 'v', repeat('c', 64), '{{}}', repeat('d', 64), 'succeeded'
+FROM generate_series(1, %(n)s) AS g;
+INSERT INTO effectus_saga_outbox
+    (saga_id, effect_id, direction, namespace, execution_id, destination, verb, contract_hash,
+     delivery, method, path, args_canonical, args_hash, idempotency_key, timeout_ms,
+     max_attempts, state, attempt, next_attempt_at)
+SELECT {HEX}, 's', 'forward', 'default', 'e' || g, 'dest', 'v', repeat('c', 64),
+       'at_most_once', 'POST', '/', '{{}}', repeat('d', 64), {HEX}, 1000, 5,
+       CASE WHEN g %% 10000 = 0 THEN 'queued' ELSE 'succeeded' END,
+       CASE WHEN g %% 10000 = 0 THEN 0 ELSE 1 END, now() - interval '1 minute'
+FROM generate_series(1, %(n)s) AS g;
+ANALYZE effectus_saga_instances, effectus_saga_steps, effectus_saga_outbox
+"""
+
+
+def plan_of(conn: psycopg.Connection, query: str, params: dict[str, object]) -> str:
+    rows = conn.execute(b"EXPLAIN " + query.encode(), params).fetchall()  # type: ignore[arg-type]
+    return "\n".join(row[0] for row in rows)
+
+
+def test_claim_and_next_due_use_the_ready_index_over_a_large_finished_backlog(db: str) -> None:
+    with psycopg.connect(db) as conn:  # one transaction, rolled back: nothing is left behind
+        for statement in BACKLOG.split(";"):
+            if statement.strip():
+                conn.execute(statement.encode(), {"n": TERMINAL_ROWS})  # type: ignore[arg-type]
+        claim = plan_of(
+            conn,
+            sql("claim_ready").as_string(conn),
+            {"destinations": ["dest"], "limits": [16], "owner": "o", "margin_s": 1.0},
+        )
+        due = plan_of(conn, sql("next_due").as_string(conn), {"destinations": ["dest"]})
+        expired = plan_of(conn, sql("select_expired_leases").as_string(conn), {"limit": 10})
+        conn.rollback()
+    assert "effectus_saga_outbox_ready" in claim, claim
+    assert "Seq Scan on effectus_saga_outbox" not in claim, claim
+    assert "effectus_saga_outbox_ready" in due, due
+    assert "effectus_saga_outbox_leased" in expired, expired
