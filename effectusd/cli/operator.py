@@ -54,6 +54,32 @@ def _operator_action(obj: Context, build: Callable[..., Any], as_json: bool) -> 
     emit(report.as_dict(), as_json, lambda _: report.summary())
 
 
+def _saga_action(
+    obj: Context,
+    name: str,
+    saga_id: str,
+    evidence: str | None,
+    actor: str | None,
+    as_json: bool,
+) -> None:
+    """retry and cancel: the same arguments, one operator action each."""
+    from effectusd import operator
+    from effectusd.client import default_actor
+    from effectusd.core.operator_decisions import optional_evidence
+
+    action = getattr(operator, name)
+    _operator_action(
+        obj,
+        lambda registry: action(
+            saga_id,
+            registry=registry,
+            actor=actor or default_actor(),
+            evidence=optional_evidence(evidence),
+        ),
+        as_json,
+    )
+
+
 @main.command()
 @click.argument("saga_id")
 @click.argument("effect_id")
@@ -131,20 +157,7 @@ def retry_command(
     For blocked_fence, blocked_contract (only once the loaded config has the pinned contract
     again) and blocked_compensation.
     """
-    from effectusd import operator
-    from effectusd.client import default_actor
-    from effectusd.core.operator_decisions import optional_evidence
-
-    _operator_action(
-        obj,
-        lambda registry: operator.retry(
-            saga_id,
-            registry=registry,
-            actor=actor or default_actor(),
-            evidence=optional_evidence(evidence),
-        ),
-        as_json,
-    )
+    _saga_action(obj, "retry", saga_id, evidence, actor, as_json)
 
 
 @main.command()
@@ -161,20 +174,7 @@ def cancel(
     A dispatch not yet sent is canceled now; one in flight finishes first (the engine then
     compensates). Terminal and blocked sagas are refused.
     """
-    from effectusd import operator
-    from effectusd.client import default_actor
-    from effectusd.core.operator_decisions import optional_evidence
-
-    _operator_action(
-        obj,
-        lambda registry: operator.cancel(
-            saga_id,
-            registry=registry,
-            actor=actor or default_actor(),
-            evidence=optional_evidence(evidence),
-        ),
-        as_json,
-    )
+    _saga_action(obj, "cancel", saga_id, evidence, actor, as_json)
 
 
 @main.command()
