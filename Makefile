@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-export EFFECTUSD_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/effectusd
+# The bench measures PostgreSQL (the production store); it makes its own scratch database there.
+BENCH_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
 
 .PHONY: install test lint demo bench chaos clean
 
@@ -23,11 +24,12 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Needs nothing but Python: effectusd and the example shop keep SQLite files in .demo/.
 demo: install
 	$(BIN)/python contrib/demo.py
 
 bench: install
-	$(BIN)/effectusd --config examples/effectusd.toml bench
+	$(BIN)/effectusd --config examples/effectusd.toml --database-url $(BENCH_DATABASE_URL) bench
 
 # The long chaos run (about half an hour): prints the evidence table published in README.md.
 chaos: install

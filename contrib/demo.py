@@ -1,8 +1,9 @@
 """`make demo`: the example shop (built on the destination kit), the daemon and two sagas,
 then what the shop committed and both sagas' timelines.
 
-Uses the database server of EFFECTUSD_DATABASE_URL (default: local PostgreSQL): database
-`effectusd_demo` for effectusd and `effectusd_demo_shop` for the shop, created if needed.
+Needs nothing but Python: effectusd and the shop each keep a SQLite file in `.demo/`.
+Set EFFECTUSD_DATABASE_URL (and SHOP_DATABASE_URL for the shop) to a postgresql:// URL to
+run the same demo on PostgreSQL instead.
 """
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
-
-import psycopg
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -26,20 +27,12 @@ from effectusd.client import Client  # noqa: E402
 from effectusd.config import load_config  # noqa: E402
 from effectusd.core.canonical import parse_json  # noqa: E402
 from effectusd.dispatcher.daemon import Daemon  # noqa: E402
-from effectusd.store.postgres.migrations import migrate  # noqa: E402
+from effectusd.store import backends  # noqa: E402
 
-SERVER_URL = os.environ.get(
-    "EFFECTUSD_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-)
+WORKDIR = ROOT / ".demo"
+DATABASE_URL = os.environ.get("EFFECTUSD_DATABASE_URL", "sqlite:///.demo/effectusd.db")
+SHOP_DATABASE_URL = os.environ.get("SHOP_DATABASE_URL", "sqlite:///.demo/shop.db")
 SHOP_PORT = 8765  # examples/effectusd.toml points its destinations here
-
-
-def database(name: str) -> str:
-    admin = psycopg.conninfo.make_conninfo(SERVER_URL, dbname="postgres")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
-    return psycopg.conninfo.make_conninfo(SERVER_URL, dbname=name)
 
 
 def start_shop(url: str) -> subprocess.Popen[bytes]:
@@ -52,6 +45,7 @@ def start_shop(url: str) -> subprocess.Popen[bytes]:
             "--database-url",
             url,
         ],
+        cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -68,33 +62,48 @@ def start_shop(url: str) -> subprocess.Popen[bytes]:
     raise SystemExit("the shop did not start within 20 s")
 
 
+def shop_rows(url: str, query: str) -> list[Any]:
+    if backends.is_sqlite(url):
+        conn = sqlite3.connect(ROOT / backends.sqlite_path(url))
+        try:
+            return conn.execute(query).fetchall()
+        finally:
+            conn.close()
+    import psycopg
+
+    with psycopg.connect(url) as pg:
+        return pg.execute(query).fetchall()
+
+
 def shop_log(url: str) -> list[str]:
-    with psycopg.connect(url) as conn:
-        lines = [
-            f"reserved {q} x {sku} for {order}" + (" (released)" if released else "")
-            for order, sku, q, released in conn.execute(
-                "SELECT order_id, sku, quantity, released_at FROM kit_shop_reservations"
-            )
-        ]
-        lines += [
-            f"charged {amount} {currency} to {account} for {order}"
-            + (" (refunded)" if refunded else "")
-            for amount, currency, account, order, refunded in conn.execute(
-                "SELECT amount, currency, account_id, order_id, refunded_at FROM kit_shop_charges"
-            )
-        ]
-        lines += [
-            f"shipping scheduled for {order}"
-            for (order,) in conn.execute("SELECT order_id FROM kit_shop_shipments")
-        ]
+    lines = [
+        f"reserved {q} x {sku} for {order}" + (" (released)" if released else "")
+        for order, sku, q, released in shop_rows(
+            url, "SELECT order_id, sku, quantity, released_at FROM kit_shop_reservations"
+        )
+    ]
+    lines += [
+        f"charged {amount} {currency} to {account} for {order}"
+        + (" (refunded)" if refunded else "")
+        for amount, currency, account, order, refunded in shop_rows(
+            url,
+            "SELECT amount, currency, account_id, order_id, refunded_at FROM kit_shop_charges",
+        )
+    ]
+    lines += [
+        f"shipping scheduled for {order}"
+        for (order,) in shop_rows(url, "SELECT order_id FROM kit_shop_shipments")
+    ]
     return lines
 
 
 def main() -> None:
-    url = database("effectusd_demo")
-    with psycopg.connect(url, autocommit=True) as conn:
-        migrate(conn)
-    shop_url = database("effectusd_demo_shop")
+    os.chdir(ROOT)  # the SQLite URLs are relative to the repository
+    WORKDIR.mkdir(exist_ok=True)
+    url, shop_url = DATABASE_URL, SHOP_DATABASE_URL
+    with backends.connection(url, create=True) as conn:
+        backends.migrations_of(conn).migrate(conn)
+    print(f"▶ effectusd's store: {url}")
     shop = start_shop(shop_url)
     print(f"▶ the example shop (effectusd.destination) on http://127.0.0.1:{SHOP_PORT}")
     try:

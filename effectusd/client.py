@@ -1,6 +1,6 @@
 """Client and AsyncClient: submit sagas inside the application's own transaction, read them.
 
-with psycopg.connect(url) as conn:
+with psycopg.connect(url) as conn:            # or sqlite3.connect("effectusd.db")
     conn.execute("INSERT INTO orders ...")
     client.submit(plan, execution_id="order-7", facts={...}, conn=conn)
 # committed together: the saga exists if and only if the order does
@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import getpass
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,18 +25,23 @@ from effectusd.core.registry import Registry
 from effectusd.core.states import SagaState
 from effectusd.core.submission import ensure_checked, prepare_submission
 from effectusd.core.views import SagaView
-from effectusd.store import operations
+from effectusd.store import backends, operations
 from effectusd.store.operations import SubmitResult
-from effectusd.store.postgres.runner import (
-    join_transaction,
-    join_transaction_async,
-    run,
-    run_async,
-)
+from effectusd.store.postgres.runner import join_transaction_async, run_async
 
 PlanInput = CheckedPlan | PlanSpec | Mapping[str, Any]
 
-__all__ = ["AsyncClient", "Client", "SubmitResult"]
+
+@dataclass(frozen=True)
+class Submission:
+    """One saga for ``Client.submit_many``."""
+
+    plan: PlanInput
+    execution_id: str
+    facts: Mapping[str, JsonValue] | None = None
+
+
+__all__ = ["AsyncClient", "Client", "Submission", "SubmitResult"]
 
 
 def registry_from_config(config: Config) -> Registry:
@@ -71,7 +77,8 @@ class _ClientBase:
 
 
 class Client(_ClientBase):
-    """Synchronous client. Pass ``conn`` to write inside your own open transaction."""
+    """Synchronous client. Pass ``conn`` (a psycopg or a sqlite3 connection to the store's
+    database) to write inside your own open transaction."""
 
     def submit(
         self,
@@ -79,21 +86,40 @@ class Client(_ClientBase):
         *,
         execution_id: str,
         facts: Mapping[str, JsonValue] | None = None,
-        conn: psycopg.Connection[Any] | None = None,
+        conn: backends.Connection | None = None,
         not_before: datetime | None = None,
         actor: str = "client",
     ) -> SubmitResult:
         rows = self._prepare(plan, execution_id, facts)
         operation = operations.submit(rows, actor, not_before)
         if conn is not None:
-            join_transaction(conn)
-            return run(conn, operation)
-        with psycopg.connect(self.database_url) as own:
-            return run(own, operation)
+            backends.join_transaction(conn)
+            return backends.run(conn, operation)
+        with backends.connection(self.database_url) as own:
+            return backends.run(own, operation)
+
+    def submit_many(
+        self,
+        submissions: Iterable[Submission],
+        *,
+        conn: backends.Connection | None = None,
+        not_before: datetime | None = None,
+        actor: str = "client",
+    ) -> list[SubmitResult]:
+        """Submit many sagas at once: one transaction and a fixed number of statements for the
+        whole batch, whatever its size. All or nothing: a plan that fails its check or a
+        conflict with an existing saga raises and writes nothing. Results come in order."""
+        batch = [self._prepare(s.plan, s.execution_id, s.facts) for s in submissions]
+        operation = operations.submit_many(batch, actor, not_before)
+        if conn is not None:
+            backends.join_transaction(conn)
+            return backends.run(conn, operation)
+        with backends.connection(self.database_url) as own:
+            return backends.run(own, operation)
 
     def get(self, saga_id: str) -> SagaView | None:
-        with psycopg.connect(self.database_url) as conn:
-            return run(conn, operations.load_saga(saga_id))
+        with backends.connection(self.database_url) as conn:
+            return backends.run(conn, operations.load_saga(saga_id))
 
     def list(
         self,
@@ -103,8 +129,8 @@ class Client(_ClientBase):
         older_than: timedelta | None = None,
     ) -> list[dict[str, Any]]:
         """Sagas newest first; ``older_than`` keeps those created before now minus it."""
-        with psycopg.connect(self.database_url) as conn:
-            return run(
+        with backends.connection(self.database_url) as conn:
+            return backends.run(
                 conn, operations.list_sagas(state, plan_id, self.namespace, limit, older_than)
             )
 
@@ -124,7 +150,8 @@ class Client(_ClientBase):
 
 
 class AsyncClient(_ClientBase):
-    """Asynchronous client over psycopg's AsyncConnection; same semantics as Client."""
+    """Asynchronous client; same semantics as Client. On PostgreSQL it speaks psycopg's
+    AsyncConnection; on SQLite the synchronous client runs in a worker thread."""
 
     async def submit(
         self,
@@ -136,6 +163,15 @@ class AsyncClient(_ClientBase):
         not_before: datetime | None = None,
         actor: str = "client",
     ) -> SubmitResult:
+        if conn is None and backends.is_sqlite(self.database_url):
+            return await asyncio.to_thread(
+                self._sync().submit,
+                plan,
+                execution_id=execution_id,
+                facts=facts,
+                not_before=not_before,
+                actor=actor,
+            )
         rows = self._prepare(plan, execution_id, facts)
         operation = operations.submit(rows, actor, not_before)
         if conn is not None:
@@ -145,8 +181,13 @@ class AsyncClient(_ClientBase):
             return await run_async(own, operation)
 
     async def get(self, saga_id: str) -> SagaView | None:
+        if backends.is_sqlite(self.database_url):
+            return await asyncio.to_thread(self._sync().get, saga_id)
         async with await psycopg.AsyncConnection.connect(self.database_url) as conn:
             return await run_async(conn, operations.load_saga(saga_id))
+
+    def _sync(self) -> Client:
+        return Client(self.config, database_url=self.database_url)
 
     async def wait(self, saga_id: str, timeout: float = 30.0, interval: float = 0.05) -> SagaView:
         deadline = time.monotonic() + timeout

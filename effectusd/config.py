@@ -25,12 +25,13 @@ from pydantic import (
 from effectusd.core.contracts import VerbContract
 from effectusd.core.durations import parse_duration
 from effectusd.core.states import OutcomeClass
+from effectusd.store.backends import check_url
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 RESERVED_HEADERS = frozenset({"idempotency-key", "content-type", "content-length", "host"})
 RESERVED_PREFIX = "x-effectus-"
-DEFAULT_DATABASE_URL = "postgresql:///effectusd"
+DEFAULT_DATABASE_URL = "sqlite:///effectusd.db"  # the embedded default for one machine
 
 
 def is_reserved_header(name: str) -> bool:
@@ -48,19 +49,35 @@ class DatabaseConfig(BaseModel):
     pool_min_size: int = Field(default=2, ge=1)
     pool_max_size: int = Field(default=10, ge=1)
 
+    @field_validator("url")
+    @classmethod
+    def _known_store(cls, value: str) -> str:
+        return check_url(value)
+
 
 class DispatcherConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     concurrency: int = Field(default=64, ge=1, le=10_000)
     lease_margin: Duration = timedelta(seconds=30)
     batch_size: int = Field(default=64, ge=1, le=10_000)
-    poll_interval: Duration = timedelta(seconds=1)
+    # How often an idle daemon looks for due work without being woken. PostgreSQL wakes it by
+    # LISTEN/NOTIFY, so polling is only the fallback there (1s); SQLite has no notifications,
+    # so the daemon polls it often (50ms, a cheap indexed read).
+    poll_interval: Duration | None = None
+
+    def poll_seconds(self, sqlite: bool) -> float:
+        if self.poll_interval is not None:
+            return self.poll_interval.total_seconds()
+        return 0.05 if sqlite else 1.0
+
     shutdown_grace: Duration = timedelta(seconds=30)
 
 
 class FencingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    provider: Literal["postgres", "memory"] = "postgres"
+    # "store": tokens kept by the database itself (durable_monotonic; "postgres" is the same
+    # thing under its first name). "memory": local_advisory, tests only.
+    provider: Literal["store", "postgres", "memory"] = "store"
     test_setup: bool = False
     lease_ttl: Duration = timedelta(seconds=60)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -76,3 +77,22 @@ def empty_database() -> Iterator[str]:
     url = create_database("effectusd_empty")
     yield url
     drop_database(url)
+
+
+def migrated_sqlite(directory: Path) -> str:
+    """A new SQLite store file in ``directory``, migrated; its URL."""
+    from effectusd.store import backends
+
+    url = f"sqlite:///{directory / 'effectusd.db'}"
+    with backends.connection(url, create=True) as conn:
+        backends.migrations_of(conn).migrate(conn)
+    return url
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of an empty, migrated store: each test using it runs once per store."""
+    if request.param == "sqlite":
+        return migrated_sqlite(tmp_path)
+    url: str = request.getfixturevalue("db")
+    return url

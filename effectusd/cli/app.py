@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
-import psycopg
 
 from effectusd.client import Client
 from effectusd.config import Config, ConfigError, load_config
 from effectusd.core.canonical import parse_json
 from effectusd.core.checker import PlanCheckError
+from effectusd.store import backends
 
 EXIT_FAILURE = 1
 EXIT_INVALID = 3
@@ -53,11 +54,14 @@ class Context:
     def client(self) -> Client:
         return Client(self.config, database_url=self.database_url)
 
-    def connect(self) -> psycopg.Connection[Any]:
-        try:
-            return psycopg.connect(self.database_url, autocommit=True)
-        except psycopg.OperationalError as exc:
-            fail(f"cannot connect to the database: {str(exc).strip()}", EXIT_FAILURE)
+    @contextmanager
+    def connect(self, *, create: bool = False) -> Iterator[backends.Connection]:
+        with ExitStack() as stack:
+            try:
+                conn = stack.enter_context(backends.connection(self.database_url, create=create))
+            except backends.UNAVAILABLE as exc:
+                fail(f"cannot connect to the database: {str(exc).strip()}", EXIT_FAILURE)
+            yield conn
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -104,7 +108,10 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 @click.option(
     "--database-url",
     envvar="EFFECTUSD_DATABASE_URL",
-    help="PostgreSQL URL (env EFFECTUSD_DATABASE_URL; overrides the config).",
+    help=(
+        "postgresql://… or sqlite:///file.db (env EFFECTUSD_DATABASE_URL; overrides the "
+        "config; default sqlite:///effectusd.db)."
+    ),
 )
 @click.version_option(package_name="effectusd")
 @click.pass_context

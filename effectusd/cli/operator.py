@@ -6,7 +6,6 @@ from collections.abc import Callable
 from typing import Any
 
 import click
-import psycopg
 
 from effectusd.cli.app import (
     EXIT_CONFLICT,
@@ -20,6 +19,7 @@ from effectusd.cli.app import (
     main,
 )
 from effectusd.core.durations import parse_duration
+from effectusd.store import backends
 
 # -- operator actions: resolve, retry, cancel, prune --------------------------------------
 # Each of resolve/retry/cancel is one transaction that locks the saga row, then its dispatch
@@ -34,7 +34,7 @@ def _operator_action(obj: Context, build: Callable[..., Any], as_json: bool) -> 
     """Run one operator operation (built by ``build(registry)``) and report it."""
     from effectusd.client import registry_from_config
     from effectusd.core.operator_decisions import RefusalKind, Refused
-    from effectusd.store.postgres.runner import run as run_operation
+    from effectusd.store.backends import run as run_operation
 
     codes = {
         RefusalKind.CONFLICT: EXIT_CONFLICT,
@@ -49,7 +49,7 @@ def _operator_action(obj: Context, build: Callable[..., Any], as_json: bool) -> 
         if as_json:
             emit({"ok": False, "refused": exc.kind.value, "error": exc.message}, True, str)
         fail(exc.message, codes[exc.kind])
-    except psycopg.OperationalError as exc:
+    except backends.UNAVAILABLE as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
     emit(report.as_dict(), as_json, lambda _: report.summary())
 
@@ -195,6 +195,6 @@ def prune(obj: Context, older_than: str, dry_run: bool, batch_size: int, as_json
     try:
         with obj.connect() as conn:
             report = operator.prune(conn, age, batch_size, dry_run)
-    except psycopg.OperationalError as exc:
+    except backends.UNAVAILABLE as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
     emit(report.as_dict(), as_json, lambda _: report.summary())

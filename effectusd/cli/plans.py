@@ -8,7 +8,6 @@ from datetime import datetime
 from pathlib import Path
 
 import click
-import psycopg
 
 from effectusd.cli.app import (
     EXIT_CONFLICT,
@@ -26,7 +25,7 @@ from effectusd.cli.app import (
 from effectusd.core.canonical import parse_json
 from effectusd.core.checker import PlanCheckError, check
 from effectusd.core.submission import SubmitConflict, SubmitError
-from effectusd.store.postgres import migrations
+from effectusd.store import backends
 
 
 @main.command()
@@ -36,8 +35,9 @@ from effectusd.store.postgres import migrations
 @json_option
 @click.pass_obj
 def migrate(obj: Context, check_only: bool, as_json: bool) -> None:
-    """Apply pending schema migrations (under an advisory lock)."""
-    with obj.connect() as conn:
+    """Apply pending schema migrations (one migrator at a time)."""
+    with obj.connect(create=not check_only) as conn:
+        migrations = backends.migrations_of(conn)
         try:
             if check_only:
                 current = migrations.status(conn)
@@ -151,7 +151,7 @@ def submit(
         fail(str(exc), EXIT_CONFLICT)
     except SubmitError as exc:
         fail(str(exc), EXIT_INVALID)
-    except psycopg.OperationalError as exc:
+    except backends.UNAVAILABLE as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
     emit(
         {"saga_id": result.saga_id, "created": result.created},

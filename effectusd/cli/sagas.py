@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-import psycopg
 
 from effectusd import render
 from effectusd.cli.app import (
@@ -18,6 +17,7 @@ from effectusd.cli.app import (
 )
 from effectusd.core.durations import parse_duration
 from effectusd.core.states import SagaState
+from effectusd.store import backends
 
 
 @main.group()
@@ -47,7 +47,7 @@ def sagas_list(
         fail(f"--older-than: {exc}", EXIT_INVALID)
     try:
         rows = obj.client().list(state=state, plan_id=plan_id, limit=limit, older_than=age)
-    except psycopg.OperationalError as exc:
+    except backends.UNAVAILABLE as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
     from effectusd.core.views import jsonable
 
@@ -62,7 +62,7 @@ def sagas_show(obj: Context, saga_id: str, as_json: bool) -> None:
     """Show one saga: steps, dispatches, attempts and its timeline."""
     try:
         view = obj.client().get(saga_id)
-    except psycopg.OperationalError as exc:
+    except backends.UNAVAILABLE as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
     if view is None:
         fail(f"saga {saga_id} not found", EXIT_NOT_FOUND)

@@ -1,5 +1,5 @@
 """The destination kit: honour effectusd's destination contract (DESIGN.md section 10) in a
-Python service on PostgreSQL, atomically with the service's own business writes.
+Python service on PostgreSQL or SQLite, atomically with the service's own business writes.
 
     from effectusd.destination import install, parse_request, handle, PermanentFailure
 
@@ -13,9 +13,23 @@ Python service on PostgreSQL, atomically with the service's own business writes.
         await conn.execute(INSERT_CHARGE, request.arguments)  # commits with the ledger row
         return {"charge_id": ...}
 
-Starlette helpers live in ``effectusd.destination.asgi`` (extra ``destination``).
+On SQLite the same contract, over a ``sqlite3`` connection and a plain (sync) mutation:
+
+    conn = connect_sqlite("sqlite:///shop.db")   # WAL, busy timeout, foreign keys
+    install_sqlite(conn)
+    reply = handle_sqlite(conn, request, charge)  # def charge(conn, request): ...
+
+and ``SqlitePool`` runs that in worker threads for async code. Starlette helpers live in
+``effectusd.destination.asgi`` (extra ``destination``); ``effectus_app`` takes either URL.
 """
 
+from effectusd.core.database_url import (
+    Database,
+    DatabaseURLError,
+    PostgresDatabase,
+    SqliteDatabase,
+    parse_database_url,
+)
 from effectusd.destination.ledger import (
     DEFAULT_RETENTION,
     AsyncMutation,
@@ -32,24 +46,47 @@ from effectusd.destination.protocol import (
     parse_request,
 )
 from effectusd.destination.replies import PermanentFailure, Reply, RetryableFailure
-from effectusd.destination.schema import SchemaError, install, install_sync
+from effectusd.destination.schema import SchemaError, install, install_sqlite, install_sync
+from effectusd.destination.sqlite import (
+    DEFAULT_BUSY_TIMEOUT,
+    SqliteMutation,
+    connect_sqlite,
+    handle_sqlite,
+    prune_ledger_sqlite,
+    write_transaction,
+)
+from effectusd.destination.sqlite_pool import SqlitePool, SqlitePoolTimeout
 
 __all__ = [
+    "DEFAULT_BUSY_TIMEOUT",
     "DEFAULT_RETENTION",
     "AsyncMutation",
+    "Database",
+    "DatabaseURLError",
     "EffectusRequest",
     "FencingGrant",
     "PermanentFailure",
+    "PostgresDatabase",
     "ProtocolError",
     "Reply",
     "RetryableFailure",
     "SchemaError",
+    "SqliteDatabase",
+    "SqliteMutation",
+    "SqlitePool",
+    "SqlitePoolTimeout",
     "SyncMutation",
+    "connect_sqlite",
     "handle",
+    "handle_sqlite",
     "handle_sync",
     "install",
+    "install_sqlite",
     "install_sync",
+    "parse_database_url",
     "parse_request",
     "prune_ledger",
+    "prune_ledger_sqlite",
     "prune_ledger_sync",
+    "write_transaction",
 ]

@@ -2,19 +2,26 @@
 
 Only this module imports Starlette, so the rest of the kit works in any framework.
 
-    app = effectus_app(database_url, {"/payments/charge": charge})
+    app = effectus_app("sqlite:///shop.db", {"/payments/charge": charge})      # def charge
+    app = effectus_app("postgresql://…/shop", {"/payments/charge": charge})    # async def charge
 
-or, inside an existing Starlette app with its own pool:
+On SQLite a mutation is a plain function of ``(sqlite3.Connection, request)`` run in a worker
+thread; on PostgreSQL it is a coroutine function of ``(psycopg.AsyncConnection, request)``.
+Inside an existing Starlette app with its own pool:
 
     Route("/payments/charge", effectus_endpoint(pool, charge), methods=["POST"])
+
+where ``pool`` is a psycopg ``AsyncConnectionPool`` or a ``SqlitePool``.
 """
 
 from __future__ import annotations
 
+import inspect
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast, overload
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -23,31 +30,58 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from effectusd.core.database_url import SqliteDatabase, parse_database_url
 from effectusd.core.states import OutcomeClass
 from effectusd.destination.ledger import DEFAULT_RETENTION, AsyncMutation, handle
-from effectusd.destination.protocol import ProtocolError, parse_request
+from effectusd.destination.protocol import EffectusRequest, ProtocolError, parse_request
 from effectusd.destination.replies import Reply, error_reply
-from effectusd.destination.schema import install
+from effectusd.destination.schema import install, install_sqlite
+from effectusd.destination.sqlite import SqliteMutation, handle_sqlite, write_transaction
+from effectusd.destination.sqlite_pool import SqlitePool, SqlitePoolTimeout
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 Endpoint = Callable[[Request], Awaitable[Response]]
 Setup = Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]]
+SqliteSetup = Callable[[sqlite3.Connection], None]
+_Answer = Callable[[EffectusRequest], Awaitable[Reply]]
+_NO_CONNECTION = "no database connection available; nothing was done"
 
 
 def to_response(reply: Reply) -> Response:
     return Response(reply.body, status_code=reply.status, headers=reply.headers)
 
 
+@overload
 def effectus_endpoint(
     pool: AsyncConnectionPool[Any],
     mutation: AsyncMutation,
     *,
+    retention: timedelta = ...,
+    max_body_bytes: int = ...,
+) -> Endpoint: ...
+@overload
+def effectus_endpoint(
+    pool: SqlitePool,
+    mutation: SqliteMutation,
+    *,
+    retention: timedelta = ...,
+    max_body_bytes: int = ...,
+) -> Endpoint: ...
+def effectus_endpoint(
+    pool: AsyncConnectionPool[Any] | SqlitePool,
+    mutation: AsyncMutation | SqliteMutation,
+    *,
     retention: timedelta = DEFAULT_RETENTION,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> Endpoint:
-    """A Starlette endpoint: verify the request, run ``mutation`` through ``handle`` on a
+    """A Starlette endpoint: verify the request, run ``mutation`` under the contract on a
     connection from ``pool``, answer the reply. Unexpected errors propagate, so the server
     answers 500 without an outcome header: unknown, as it should be."""
+    if isinstance(pool, SqlitePool):
+        _require_plain_function(mutation, "the mutation")
+        answer = _sqlite_answer(pool, cast(SqliteMutation, mutation), retention)
+    else:
+        answer = _postgres_answer(pool, cast(AsyncMutation, mutation), retention)
 
     async def endpoint(request: Request) -> Response:
         body = await _read_capped(request, max_body_bytes)
@@ -59,36 +93,94 @@ def effectus_endpoint(
             parsed = parse_request(request.headers.raw, body)
         except ProtocolError as exc:
             return to_response(exc.reply())
-        try:
-            conn = await pool.getconn()
-        except PoolTimeout:
-            message = "no database connection available; nothing was done"
-            return to_response(error_reply(503, OutcomeClass.RETRYABLE, message))
-        try:
-            reply = await handle(conn, parsed, mutation, retention=retention)
-        finally:
-            await pool.putconn(conn)  # the pool discards a connection left broken
-        return to_response(reply)
+        return to_response(await answer(parsed))
 
     return endpoint
 
 
+def _postgres_answer(
+    pool: AsyncConnectionPool[Any], mutation: AsyncMutation, retention: timedelta
+) -> _Answer:
+    async def answer(parsed: EffectusRequest) -> Reply:
+        try:
+            conn = await pool.getconn()
+        except PoolTimeout:
+            return error_reply(503, OutcomeClass.RETRYABLE, _NO_CONNECTION)
+        try:
+            return await handle(conn, parsed, mutation, retention=retention)
+        finally:
+            await pool.putconn(conn)  # the pool discards a connection left broken
+
+    return answer
+
+
+def _sqlite_answer(pool: SqlitePool, mutation: SqliteMutation, retention: timedelta) -> _Answer:
+    async def answer(parsed: EffectusRequest) -> Reply:
+        try:
+            return await pool.run(
+                lambda conn: handle_sqlite(conn, parsed, mutation, retention=retention)
+            )
+        except SqlitePoolTimeout:
+            return error_reply(503, OutcomeClass.RETRYABLE, _NO_CONNECTION)
+
+    return answer
+
+
 def effectus_app(
     database_url: str,
-    routes: Mapping[str, AsyncMutation],
+    routes: Mapping[str, AsyncMutation] | Mapping[str, SqliteMutation],
     *,
-    setup: Setup | None = None,
+    setup: Setup | SqliteSetup | None = None,
     retention: timedelta = DEFAULT_RETENTION,
     min_size: int = 1,
     max_size: int = 10,
     methods: tuple[str, ...] = ("POST",),
 ) -> Starlette:
-    """An app serving each path with its mutation. At startup it opens a pool, installs the
-    kit's tables and runs ``setup(conn)`` (e.g. the application's own tables)."""
-    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-        database_url, min_size=min_size, max_size=max_size, open=False
-    )
+    """An app serving each path with its mutation. At startup it installs the kit's tables,
+    then runs ``setup(conn)`` (e.g. the application's own tables) in a transaction.
 
+    ``database_url``: ``sqlite:///relative.db``, ``sqlite:////absolute.db`` or a PostgreSQL
+    URL. On PostgreSQL the routes and ``setup`` are coroutine functions and ``min_size`` /
+    ``max_size`` bound the connection pool; on SQLite they are plain functions, run in
+    ``max_size`` worker threads with a connection each (``min_size`` does not apply).
+    """
+    database = parse_database_url(database_url)
+    if isinstance(database, SqliteDatabase):
+        for path, mutation in routes.items():
+            _require_plain_function(mutation, f"route {path}")
+        if setup is not None:
+            _require_plain_function(setup, "setup")
+        sqlite_pool = SqlitePool(database.path, size=max_size)
+        lifespan = _sqlite_lifespan(sqlite_pool, cast(SqliteSetup | None, setup))
+        endpoints = {
+            path: effectus_endpoint(
+                sqlite_pool, cast(SqliteMutation, mutation), retention=retention
+            )
+            for path, mutation in routes.items()
+        }
+        pool: SqlitePool | AsyncConnectionPool[Any] = sqlite_pool
+    else:
+        pg_pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            database.conninfo, min_size=min_size, max_size=max_size, open=False
+        )
+        lifespan = _postgres_lifespan(pg_pool, cast(Setup | None, setup))
+        endpoints = {
+            path: effectus_endpoint(pg_pool, cast(AsyncMutation, mutation), retention=retention)
+            for path, mutation in routes.items()
+        }
+        pool = pg_pool
+    app = Starlette(
+        routes=[Route(path, endpoint, methods=[*methods]) for path, endpoint in endpoints.items()],
+        lifespan=lifespan,
+    )
+    app.state.pool = pool
+    return app
+
+
+_Lifespan = Callable[[Starlette], AbstractAsyncContextManager[None]]
+
+
+def _postgres_lifespan(pool: AsyncConnectionPool[Any], setup: Setup | None) -> _Lifespan:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await pool.open(wait=True)
@@ -102,15 +194,32 @@ def effectus_app(
         finally:
             await pool.close()
 
-    app = Starlette(
-        routes=[
-            Route(path, effectus_endpoint(pool, mutation, retention=retention), methods=[*methods])
-            for path, mutation in routes.items()
-        ],
-        lifespan=lifespan,
-    )
-    app.state.pool = pool
-    return app
+    return lifespan
+
+
+def _sqlite_lifespan(pool: SqlitePool, setup: SqliteSetup | None) -> _Lifespan:
+    def prepare(conn: sqlite3.Connection) -> None:
+        install_sqlite(conn)
+        if setup is not None:
+            with write_transaction(conn):
+                setup(conn)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with pool:
+            await pool.run(prepare)
+            yield
+
+    return lifespan
+
+
+def _require_plain_function(function: Callable[..., Any], what: str) -> None:
+    if inspect.iscoroutinefunction(function):
+        # Called from a worker thread it would return an unawaited coroutine, not a result.
+        raise TypeError(
+            f"{what}: on SQLite it must be a plain function of (sqlite3.Connection, …), "
+            "not a coroutine function"
+        )
 
 
 async def _read_capped(request: Request, limit: int) -> bytes | None:

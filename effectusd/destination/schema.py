@@ -1,8 +1,9 @@
 """Install the kit's tables into the application's database: ordered, checksummed .sql files
-under migrations/, applied in one transaction under an advisory lock, so every instance of a
-service may call ``install`` at startup and exactly one of them does the work.
+under migrations/ (PostgreSQL) or migrations/sqlite/ (SQLite), applied in one transaction that
+only one installer at a time may hold (an advisory lock on PostgreSQL, SQLite's write lock),
+so every instance of a service may install at startup and exactly one of them does the work.
 
-``install`` may run inside the caller's own open transaction (it becomes a savepoint), so an
+Both may run inside the caller's own open transaction (they become a savepoint), so an
 application can create its tables and the kit's atomically.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sqlite3
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
@@ -18,7 +20,9 @@ from typing import Any
 import psycopg
 from psycopg import sql as psql
 
-from effectusd.destination.queries import sql
+from effectusd.core.database_url import Dialect
+from effectusd.destination.queries import sql, sqlite_sql
+from effectusd.destination.sqlite import atomic
 
 _FILE = re.compile(r"(\d+)_([a-z0-9_]+)\.sql")
 
@@ -39,17 +43,20 @@ class Migration:
 
 
 @cache
-def migrations() -> tuple[Migration, ...]:
+def migrations(dialect: Dialect = "postgresql") -> tuple[Migration, ...]:
+    folder = files(__package__) / "migrations"
+    if dialect == "sqlite":
+        folder = folder / "sqlite"
     found = []
-    for item in (files(__package__) / "migrations").iterdir():
+    for item in folder.iterdir():
         match = _FILE.fullmatch(item.name)
         if match:
             found.append(Migration(int(match[1]), match[2], item.read_text("utf-8")))
     return tuple(sorted(found, key=lambda migration: migration.version))
 
 
-def _pending(applied: list[tuple[Any, ...]]) -> list[Migration]:
-    known = {migration.version: migration for migration in migrations()}
+def _pending(applied: list[tuple[Any, ...]], dialect: Dialect) -> list[Migration]:
+    known = {migration.version: migration for migration in migrations(dialect)}
     for version, name, checksum in applied:
         migration = known.get(version)
         # A version we do not know is a newer kit's: additive, so older code may still run.
@@ -58,7 +65,7 @@ def _pending(applied: list[tuple[Any, ...]]) -> list[Migration]:
                 f"destination kit migration {version}_{name} was changed after it was applied"
             )
     done = {row[0] for row in applied}
-    return [migration for migration in migrations() if migration.version not in done]
+    return [migration for migration in migrations(dialect) if migration.version not in done]
 
 
 def install_sync(conn: psycopg.Connection[Any]) -> list[int]:
@@ -67,7 +74,7 @@ def install_sync(conn: psycopg.Connection[Any]) -> list[int]:
         conn.execute(sql("install_lock"))
         conn.execute(sql("install_create_migrations_table"))
         applied = conn.execute(sql("install_applied")).fetchall()
-        pending = _pending(applied)
+        pending = _pending(applied, "postgresql")
         for migration in pending:
             conn.execute(psql.SQL(migration.text))  # our own file, not user input
             conn.execute(sql("install_record"), _record(migration))
@@ -80,11 +87,42 @@ async def install(conn: psycopg.AsyncConnection[Any]) -> list[int]:
         await conn.execute(sql("install_lock"))
         await conn.execute(sql("install_create_migrations_table"))
         applied = await (await conn.execute(sql("install_applied"))).fetchall()
-        pending = _pending(applied)
+        pending = _pending(applied, "postgresql")
         for migration in pending:
             await conn.execute(psql.SQL(migration.text))  # our own file, not user input
             await conn.execute(sql("install_record"), _record(migration))
     return [migration.version for migration in pending]
+
+
+def install_sqlite(conn: sqlite3.Connection) -> list[int]:
+    """``install_sync`` for SQLite: BEGIN IMMEDIATE holds the database's only write lock, so
+    instances starting together install one after the other, the later ones finding nothing
+    to do. Inside the caller's open transaction it runs as a savepoint."""
+    with atomic(conn, "effectus_install"):
+        conn.execute(sqlite_sql("install_create_migrations_table"))
+        applied = conn.execute(sqlite_sql("install_applied")).fetchall()
+        pending = _pending(applied, "sqlite")
+        for migration in pending:
+            for statement in sqlite_statements(migration.text):
+                conn.execute(statement)  # our own file, not user input
+            conn.execute(sqlite_sql("install_record"), _record(migration))
+    return [migration.version for migration in pending]
+
+
+def sqlite_statements(script: str) -> list[str]:
+    """The statements of a SQLite script, one by one. Not ``executescript``: it COMMITs any
+    open transaction first, which would split the install from its lock and its record."""
+    statements: list[str] = []
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            statements.append(pending.strip())
+            pending = ""
+    leftover = [line for line in pending.splitlines() if line.strip()]
+    if any(not line.lstrip().startswith("--") for line in leftover):
+        raise SchemaError("a destination kit SQLite migration ends inside a statement")
+    return statements
 
 
 def _record(migration: Migration) -> dict[str, Any]:

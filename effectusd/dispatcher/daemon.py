@@ -22,18 +22,21 @@ from effectusd.dispatcher.pipeline import Capacity, Pipeline
 from effectusd.executors.factory import executor_for
 from effectusd.executors.protocol import Executor
 from effectusd.fencing.memory import MemoryFencing
-from effectusd.fencing.postgres import PostgresFencing
 from effectusd.fencing.protocol import FencingProvider
+from effectusd.fencing.store import StoreFencing
 from effectusd.metrics import Metrics
-from effectusd.store.postgres import migrations
+from effectusd.store import backends
+from effectusd.store.dispatch import DispatchStore
 from effectusd.store.postgres.dispatch import PostgresDispatchStore
 from effectusd.store.postgres.queries import sql
+from effectusd.store.sqlite.dispatch import SqliteDispatchStore
 
 log = logging.getLogger("effectusd.daemon")
 
 RECLAIM_INTERVAL_S = 1.0
 SAMPLE_INTERVAL_S = 5.0
 IDLE_HORIZON_S = 2.0  # --until-idle waits for retries due within this long
+_HEALTH_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *backends.DATABASE_ERRORS)
 
 
 def fencing_provider(config: Config) -> FencingProvider:
@@ -45,7 +48,7 @@ def fencing_provider(config: Config) -> FencingProvider:
                 "fencing.test_setup = true to use it there, or use the postgres provider."
             )
         return MemoryFencing()
-    return PostgresFencing()
+    return StoreFencing()
 
 
 def new_owner_id() -> str:
@@ -73,18 +76,22 @@ class Daemon:
         self.pipeline: Pipeline | None = None
         self.metrics = Metrics()
         self.http_port: int | None = None  # the bound port, once the endpoints are up
-        self._pool: AsyncConnectionPool[Any] | None = None
+        self.sqlite = backends.is_sqlite(database_url)
+        self._store: DispatchStore | None = None
 
     def check_startup(self) -> None:
         """Refuse to run on a schema we do not match, or with test-only fencing in a real
         setup, before touching anything else."""
         fencing_provider(self.config)
-        with psycopg.connect(self.database_url, autocommit=True) as conn:
-            migrations.require_current(conn)
+        with backends.connection(self.database_url) as conn:
+            backends.migrations_of(conn).require_current(conn)
 
-    async def run(self, until_idle: bool = False) -> int:
-        self.check_startup()
-        settings = self.config.dispatcher
+    async def _open_store(self) -> DispatchStore:
+        margin = self.config.dispatcher.lease_margin.total_seconds()
+        fencing = fencing_provider(self.config)
+        if self.sqlite:
+            path = backends.sqlite_path(self.database_url)
+            return SqliteDispatchStore(path, self.registry, self.owner, margin, fencing)
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             self.database_url,
             min_size=self.config.database.pool_min_size,
@@ -93,18 +100,16 @@ class Daemon:
             kwargs={"autocommit": True},
         )
         await pool.open(wait=True)
-        self._pool = pool
+        return PostgresDispatchStore(pool, self.registry, self.owner, margin, fencing)
+
+    async def run(self, until_idle: bool = False) -> int:
+        self.check_startup()
+        settings = self.config.dispatcher
+        store = self._store = await self._open_store()
         executors = self._executors or {
             name: executor_for(name, destination)
             for name, destination in self.config.destinations.items()
         }
-        store = PostgresDispatchStore(
-            pool,
-            self.registry,
-            self.owner,
-            settings.lease_margin.total_seconds(),
-            fencing_provider(self.config),
-        )
         capacity = Capacity(
             limits={name: d.max_concurrency for name, d in self.config.destinations.items()},
             total_limit=settings.concurrency,
@@ -113,9 +118,10 @@ class Daemon:
         self.pipeline = pipeline
         background = [
             asyncio.create_task(pipeline.record_forever(), name="recorder"),
-            asyncio.create_task(self._listen_forever(), name="listener"),
-            asyncio.create_task(self._sample_forever(pool), name="sampler"),
+            asyncio.create_task(self._sample_forever(store), name="sampler"),
         ]
+        if not self.sqlite:  # SQLite has no notifications: the claim loop polls it
+            background.append(asyncio.create_task(self._listen_forever(), name="listener"))
         observability = self.config.observability
         server = None
         if observability.http_port is not None:
@@ -137,14 +143,12 @@ class Daemon:
             if self._executors is None:
                 for executor in executors.values():
                     await executor.aclose()
-            await pool.close()
+            await store.close()
             log.info("daemon %s stopped", self.owner)
         return 0
 
-    async def _loop(
-        self, pipeline: Pipeline, store: PostgresDispatchStore, until_idle: bool
-    ) -> None:
-        poll = self.config.dispatcher.poll_interval.total_seconds()
+    async def _loop(self, pipeline: Pipeline, store: DispatchStore, until_idle: bool) -> None:
+        poll = self.config.dispatcher.poll_seconds(self.sqlite)
         destinations = list(self.config.destinations)
         last_reclaim = 0.0
         failures = 0
@@ -168,7 +172,7 @@ class Daemon:
                     if due_in is not None:
                         wait = min(wait, max(due_in, 0.001))
                 failures = 0
-            except (psycopg.Error, OSError) as exc:
+            except backends.DATABASE_ERRORS as exc:
                 failures += 1
                 wait = min(0.1 * 2**failures, 5.0)
                 log.warning("database trouble in the claim loop (%s); retrying in %.1fs", exc, wait)
@@ -195,34 +199,29 @@ class Daemon:
                 task.cancel()  # their leases expire; the next daemon settles them
         await pipeline.completions.join()
 
-    async def _sample_forever(self, pool: AsyncConnectionPool[Any]) -> None:
+    async def _sample_forever(self, store: DispatchStore) -> None:
         """Queue depth, oldest due age and live sagas by state, for the gauges."""
         seen: set[str] = set()
         while True:
             try:
-                async with pool.connection() as conn, conn.cursor() as cur:
-                    await cur.execute(sql("metrics_ready_queue"))
-                    depth, oldest = await cur.fetchone() or (0, 0.0)
-                    await cur.execute(sql("metrics_live_sagas"))
-                    states = dict(await cur.fetchall())
-                self.metrics.ready_depth.set(depth)
-                self.metrics.oldest_ready_age.set(max(oldest, 0.0))
-                for state in seen | set(states):
-                    self.metrics.sagas.labels(state).set(states.get(state, 0))
-                seen |= set(states)
-            except (psycopg.Error, OSError) as exc:
+                sample = await store.sample()
+                self.metrics.ready_depth.set(sample.ready_depth)
+                self.metrics.oldest_ready_age.set(sample.oldest_ready_s)
+                for state in seen | set(sample.sagas):
+                    self.metrics.sagas.labels(state).set(sample.sagas.get(state, 0))
+                seen |= set(sample.sagas)
+            except backends.DATABASE_ERRORS as exc:
                 log.warning("metrics sampling failed: %s", exc)
             await asyncio.sleep(SAMPLE_INTERVAL_S)
 
     async def _healthy(self) -> tuple[bool, dict[str, object]]:
         """The process answers and the database does."""
-        if self._pool is None:
+        if self._store is None:
             return False, {"database": "not connected"}
         try:
             async with asyncio.timeout(2):
-                async with self._pool.connection() as conn:
-                    await conn.execute(sql("health_ping"))
-        except (TimeoutError, psycopg.Error, OSError) as exc:
+                await self._store.ping()
+        except _HEALTH_ERRORS as exc:
             return False, {"database": type(exc).__name__}
         return True, {"database": "ok"}
 
@@ -235,6 +234,7 @@ class Daemon:
             "started": self.started,
             "draining": self.stopping.is_set(),
             "notifications": "listening" if self.listening else "polling",
+            "store": "sqlite" if self.sqlite else "postgresql",
         }
 
     async def _listen_forever(self) -> None:

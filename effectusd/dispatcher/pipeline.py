@@ -24,7 +24,7 @@ from effectusd.core.registry import Registry
 from effectusd.core.states import FencingStatus, OutcomeClass
 from effectusd.executors.protocol import CallResult, Executor, FencingGrant, Invocation
 from effectusd.metrics import Metrics
-from effectusd.store.postgres.dispatch import PostgresDispatchStore, RecordReport
+from effectusd.store.dispatch import DispatchStore, RecordReport
 from effectusd.store.records import Claim, WriteAhead
 
 log = logging.getLogger("effectusd.dispatcher")
@@ -66,7 +66,7 @@ class Capacity:
 class Pipeline:
     def __init__(
         self,
-        store: PostgresDispatchStore,
+        store: DispatchStore,
         executors: Mapping[str, Executor],
         registry: Registry,
         capacity: Capacity,

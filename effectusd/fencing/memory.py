@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from effectusd.core.states import FencingGuarantee, FencingStatus
 from effectusd.fencing.protocol import FenceBusy, FenceHolder, Grants
+from effectusd.store.operations import Operation, without_queries
 
 
 class MemoryFencing:
@@ -25,35 +25,24 @@ class MemoryFencing:
     def status(self) -> FencingStatus:
         return FencingStatus.LOCAL_LOCK_ONLY
 
-    async def acquire(self, cursor: Any, holder: FenceHolder, resources: Sequence[str]) -> Grants:
+    def acquire(self, holder: FenceHolder, resources: Sequence[str]) -> Operation[Grants]:
         now = datetime.now(UTC)
+        mine = (holder.dispatch_id, holder.lease_token)
         for resource in resources:
             lease = self.leases.get(resource)
-            if (
-                lease
-                and lease[3] > now
-                and (lease[0], lease[1])
-                != (
-                    holder.dispatch_id,
-                    holder.lease_token,
-                )
-            ):
+            if lease and lease[3] > now and (lease[0], lease[1]) != mine:
                 raise FenceBusy(resource)
         grants = []
         for resource in resources:
             token = self.counters.get(resource, 0) + 1
             self.counters[resource] = token
-            self.leases[resource] = (
-                holder.dispatch_id,
-                holder.lease_token,
-                token,
-                holder.expires_at,
-            )
+            self.leases[resource] = (*mine, token, holder.expires_at)
             grants.append((resource, token))
-        return tuple(grants)
+        return without_queries(tuple(grants))
 
-    async def release(self, cursor: Any, holders: Sequence[tuple[int, str]]) -> None:
+    def release(self, holders: Sequence[tuple[int, str]]) -> Operation[None]:
         released = set(holders)
         for resource, lease in list(self.leases.items()):
             if (lease[0], lease[1]) in released:
                 del self.leases[resource]
+        return without_queries(None)

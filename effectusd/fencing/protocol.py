@@ -1,14 +1,15 @@
-"""The fencing port. Acquisition runs inside the write-ahead transaction (its cursor is
-passed in), so a durable provider's grants commit together with ``sent_at``."""
+"""The fencing port. Acquisition is a store operation run inside the write-ahead
+transaction, so a durable provider's grants commit together with ``sent_at``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from effectusd.core.states import FencingGuarantee, FencingStatus
+from effectusd.store.operations import Operation
 
 Grants = tuple[tuple[str, int], ...]
 
@@ -36,10 +37,10 @@ class FencingProvider(Protocol):
         """What an attempt fenced by this provider may claim before the destination answers."""
         ...
 
-    async def acquire(self, cursor: Any, holder: FenceHolder, resources: Sequence[str]) -> Grants:
+    def acquire(self, holder: FenceHolder, resources: Sequence[str]) -> Operation[Grants]:
         """Take every resource (given in canonical order) or none: raise FenceBusy."""
         ...
 
-    async def release(self, cursor: Any, holders: Sequence[tuple[int, str]]) -> None:
+    def release(self, holders: Sequence[tuple[int, str]]) -> Operation[None]:
         """Release what the (dispatch_id, lease_token) holders took."""
         ...

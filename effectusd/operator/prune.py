@@ -12,10 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-import psycopg
-
-from effectusd.store.operations import Operation, Rows
-from effectusd.store.postgres.runner import run
+from effectusd.store.backends import Connection, run
+from effectusd.store.operations import single
 
 
 @dataclass
@@ -58,28 +56,21 @@ class PruneReport:
         return "\n".join([head, *rows])
 
 
-def _one(name: str, params: dict[str, Any]) -> Operation[Rows]:
-    rows = yield (name, params)
-    return rows
-
-
-def prune(
-    conn: psycopg.Connection[Any], older_than: timedelta, batch_size: int, dry_run: bool
-) -> PruneReport:
+def prune(conn: Connection, older_than: timedelta, batch_size: int, dry_run: bool) -> PruneReport:
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     seconds = older_than.total_seconds()
-    [row] = run(conn, _one("op_prune_cutoff", {"older_than_s": seconds}))
+    [row] = run(conn, single("op_prune_cutoff", {"older_than_s": seconds}))
     report = PruneReport(seconds, row["cutoff"], dry_run)
     states: Counter[str] = Counter()
     if dry_run:
-        report.sagas = run(conn, _one("op_prune_preview", {"cutoff": report.cutoff}))
+        report.sagas = run(conn, single("op_prune_preview", {"cutoff": report.cutoff}))
         states.update(s["state"] for s in report.sagas)
         report.count = len(report.sagas)
     else:
         while True:
             deleted = run(
-                conn, _one("op_prune_batch", {"cutoff": report.cutoff, "limit": batch_size})
+                conn, single("op_prune_batch", {"cutoff": report.cutoff, "limit": batch_size})
             )
             if deleted:
                 report.batches += 1

@@ -1,13 +1,14 @@
 """Store operations written once, run by a sync or an async runner.
 
 An operation is a generator that yields ``(query_name, params)`` and receives the rows
-(as dicts). The runner executes the named statement of its own store inside one transaction.
+(as dicts); ``params`` may be a list of rows, to run the statement once per row. The runner
+executes the named statement of its own store inside one transaction.
 That keeps the client's sync and async APIs, and later stores, on one piece of logic.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -18,7 +19,9 @@ from effectusd.core.views import SagaView, build_saga_view
 
 T = TypeVar("T")
 Rows = list[dict[str, Any]]
-Query = tuple[str, Mapping[str, Any]]
+Params = Mapping[str, Any]
+# A list of parameter rows runs the statement once per row (executemany); it returns no rows.
+Query = tuple[str, Params | Sequence[Params]]
 Operation = Generator[Query, Rows, T]
 
 
@@ -40,7 +43,7 @@ def event(
     to_state: str | None = None,
     evidence: str | None = None,
     detail: Mapping[str, Any] | None = None,
-) -> Query:
+) -> tuple[str, dict[str, Any]]:
     return (
         "insert_event",
         {
@@ -58,62 +61,110 @@ def event(
     )
 
 
+def _saga_params(rows: SubmitRows) -> dict[str, Any]:
+    return {
+        "saga_id": rows.saga_id,
+        "namespace": rows.namespace,
+        "execution_id": rows.execution_id,
+        "plan_id": rows.plan_id,
+        "plan_digest": rows.plan_digest,
+        "plan": rows.plan,
+        "facts": rows.facts,
+        "facts_hash": rows.facts_hash,
+    }
+
+
+def _submission_writes(
+    batch: Sequence[SubmitRows], actor: str, not_before: datetime | None
+) -> Generator[Query, Rows, None]:
+    """Everything a new saga writes after its saga row, for a whole batch: each statement once
+    with all its parameter rows, and one notification per destination."""
+    if not_before is not None and not_before.tzinfo is None:
+        not_before = not_before.replace(tzinfo=UTC)  # naive times are UTC, as on the CLI
+    steps, starts, dispatches, events = [], [], [], []
+    for rows in batch:
+        steps += [asdict(step) for step in rows.steps]
+        dispatch = rows.first_dispatch
+        starts.append(
+            {
+                "saga_id": rows.saga_id,
+                "effect_id": dispatch.effect_id,
+                "args": rows.first_step_args,
+                "args_hash": rows.first_step_args_hash,
+            }
+        )
+        params = asdict(dispatch)
+        params["fencing_resources"] = canonical_text(dispatch.fencing_resources)
+        params["not_before"] = not_before
+        dispatches.append(params)
+        events += [
+            event(
+                rows.saga_id,
+                "saga_submitted",
+                actor,
+                to_state="running",
+                detail={"plan_id": rows.plan_id, "plan_digest": rows.plan_digest},
+            )[1],
+            event(
+                rows.saga_id,
+                "dispatch_enqueued",
+                actor,
+                effect_id=dispatch.effect_id,
+                direction=dispatch.direction,
+                to_state="queued",
+                detail={
+                    "idempotency_key": dispatch.idempotency_key,
+                    "args_hash": dispatch.args_hash,
+                },
+            )[1],
+        ]
+    yield ("insert_step", steps)
+    yield ("start_step", starts)
+    yield ("insert_dispatch", dispatches)
+    yield ("insert_event", events)
+    for destination in sorted({rows.first_dispatch.destination for rows in batch}):
+        yield ("notify_outbox", {"destination": destination})
+
+
 def submit(rows: SubmitRows, actor: str, not_before: datetime | None) -> Operation[SubmitResult]:
-    inserted = yield (
-        "insert_saga",
-        {
-            "saga_id": rows.saga_id,
-            "namespace": rows.namespace,
-            "execution_id": rows.execution_id,
-            "plan_id": rows.plan_id,
-            "plan_digest": rows.plan_digest,
-            "plan": rows.plan,
-            "facts": rows.facts,
-            "facts_hash": rows.facts_hash,
-        },
-    )
+    inserted = yield ("insert_saga", _saga_params(rows))
     if not inserted:
         existing = yield ("select_saga_identity", {"saga_id": rows.saga_id})
         reason = conflict_with_existing(rows, existing[0]["plan_digest"], existing[0]["facts_hash"])
         if reason is not None:
             raise SubmitConflict(reason)
         return SubmitResult(rows.saga_id, created=False)
-    for step in rows.steps:
-        yield ("insert_step", asdict(step))
-    dispatch = rows.first_dispatch
-    yield (
-        "start_step",
-        {
-            "saga_id": rows.saga_id,
-            "effect_id": dispatch.effect_id,
-            "args": rows.first_step_args,
-            "args_hash": rows.first_step_args_hash,
-        },
-    )
-    params = asdict(dispatch)
-    params["fencing_resources"] = canonical_text(dispatch.fencing_resources)
-    if not_before is not None and not_before.tzinfo is None:
-        not_before = not_before.replace(tzinfo=UTC)  # naive times are UTC, as on the CLI
-    params["not_before"] = not_before
-    yield ("insert_dispatch", params)
-    yield event(
-        rows.saga_id,
-        "saga_submitted",
-        actor,
-        to_state="running",
-        detail={"plan_id": rows.plan_id, "plan_digest": rows.plan_digest},
-    )
-    yield event(
-        rows.saga_id,
-        "dispatch_enqueued",
-        actor,
-        effect_id=dispatch.effect_id,
-        direction=dispatch.direction,
-        to_state="queued",
-        detail={"idempotency_key": dispatch.idempotency_key, "args_hash": dispatch.args_hash},
-    )
-    yield ("notify_outbox", {"destination": dispatch.destination})
+    yield from _submission_writes([rows], actor, not_before)
     return SubmitResult(rows.saga_id, created=True)
+
+
+def submit_many(
+    batch: Sequence[SubmitRows], actor: str, not_before: datetime | None
+) -> Operation[list[SubmitResult]]:
+    """Submit many sagas in one transaction and a fixed number of statements. All or nothing:
+    one conflict (with a stored saga or within the batch) raises and writes nothing."""
+    ids = sorted({rows.saga_id for rows in batch})
+    known = {
+        row["saga_id"]: (row["plan_digest"], row["facts_hash"])
+        for row in (yield ("select_saga_identities", {"saga_ids": ids}))
+    }
+    results, fresh = [], []
+    for rows in batch:
+        if rows.saga_id in known:
+            reason = conflict_with_existing(rows, *known[rows.saga_id])
+            if reason is not None:
+                raise SubmitConflict(reason)
+            results.append(SubmitResult(rows.saga_id, created=False))
+            continue
+        known[rows.saga_id] = (rows.plan_digest, rows.facts_hash)
+        fresh.append(rows)
+        results.append(SubmitResult(rows.saga_id, created=True))
+    if fresh:
+        # A plain insert: a saga submitted concurrently by someone else between our read and
+        # this write makes the whole batch fail (and write nothing) instead of half-apply.
+        yield ("insert_sagas", [_saga_params(rows) for rows in fresh])
+        yield from _submission_writes(fresh, actor, not_before)
+    return results
 
 
 def load_saga(saga_id: str) -> Operation[SagaView | None]:
@@ -146,3 +197,14 @@ def list_sagas(
         },
     )
     return rows
+
+
+def single(name: str, params: Params) -> Operation[Rows]:
+    """An operation of one statement: its rows."""
+    return (yield (name, params))
+
+
+def without_queries(value: T) -> Operation[T]:
+    """An operation that needs no statement (an in-memory provider's): it just returns."""
+    return value
+    yield  # unreachable; makes this function a generator

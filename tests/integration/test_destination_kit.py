@@ -1,9 +1,14 @@
-"""The destination kit against a real PostgreSQL, through real HTTP servers on 127.0.0.1.
+"""The destination kit against a real PostgreSQL and a real SQLite file, through real HTTP
+servers on 127.0.0.1.
 
 Kit endpoints are served by uvicorn inside the test's own event loop, on a socket bound and
 listening before serving starts (so nothing waits for readiness), which lets a mutation block
-on an asyncio.Event the test controls. End-to-end tests put effectusd's HttpExecutor in front
-of contrib/kit_shop_service.py; the one-command tests start the contrib services as processes.
+on an asyncio.Event the test controls. Every contract rule is checked on both backends (the
+``kit`` and ``shop`` fixtures are parametrised); tests of PostgreSQL's own behaviour (a key held
+by an open transaction, serialization failures, the advisory-locked install) are marked
+``postgres``, and SQLite's own (the write lock, busy timeouts) are in
+test_destination_sqlite.py. End-to-end tests put effectusd's HttpExecutor in front of
+contrib/kit_shop_service.py; the one-command tests start the contrib services as processes.
 """
 
 from __future__ import annotations
@@ -14,10 +19,11 @@ import dataclasses
 import hashlib
 import re
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,7 +37,7 @@ from psycopg_pool import AsyncConnectionPool
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from contrib.kit_shop_service import BUSINESS_TABLES, SCHEMA
+from contrib.kit_shop_service import BUSINESS_TABLES, SCHEMA, SQLITE_SCHEMA
 from contrib.kit_shop_service import build_app as build_shop
 from effectusd.config import DestinationConfig
 from effectusd.core.canonical import canonical_bytes, parse_json, sha256_hex
@@ -41,19 +47,24 @@ from effectusd.destination import (
     PermanentFailure,
     RetryableFailure,
     SchemaError,
+    SqlitePool,
+    connect_sqlite,
     handle,
     handle_sync,
     install,
+    install_sqlite,
     install_sync,
     parse_request,
     prune_ledger,
+    write_transaction,
 )
 from effectusd.destination.asgi import effectus_endpoint
 from effectusd.executors.http import HttpExecutor, reserved_headers
 from effectusd.executors.protocol import FencingGrant, Invocation
 from tests.conftest import create_database, drop_database
 
-pytestmark = pytest.mark.postgres
+postgres = pytest.mark.postgres
+BACKENDS = [pytest.param("postgresql", marks=postgres), "sqlite"]
 
 ROOT = Path(__file__).resolve().parents[2]
 KIT_TABLES = ("effectus_dest_keys", "effectus_dest_watermarks")
@@ -61,6 +72,11 @@ TEST_TABLES = (
     """CREATE TABLE kit_test_effects (
         id bigserial PRIMARY KEY, idempotency_key text NOT NULL, attempt integer NOT NULL)""",
     "CREATE TABLE kit_test_counter (n integer NOT NULL)",
+)
+SQLITE_TEST_TABLES = (  # INTEGER PRIMARY KEY restarts at 1 once the table is emptied
+    """CREATE TABLE kit_test_effects (
+        id INTEGER PRIMARY KEY, idempotency_key TEXT NOT NULL, attempt INTEGER NOT NULL)""",
+    "CREATE TABLE kit_test_counter (n INTEGER NOT NULL)",
 )
 
 
@@ -149,14 +165,16 @@ class Control:
 
 @dataclasses.dataclass
 class Kit:
+    """A kit server on one backend; ``query`` reads its database (portable SQL only)."""
+
+    backend: str
     base_url: str
-    pool: AsyncConnectionPool[Any]
     control: Control
+    query: Callable[[str], Awaitable[list[tuple[Any, ...]]]]
+    reset: Callable[[], Awaitable[None]]
 
     async def rows(self, query: str) -> list[tuple[Any, ...]]:
-        async with self.pool.connection() as conn:
-            rows: list[tuple[Any, ...]] = await (await conn.execute(query)).fetchall()
-            return rows
+        return await self.query(query)
 
     async def count(self, table: str) -> int:
         [(n,)] = await self.rows(f"SELECT count(*) FROM {table}")
@@ -204,6 +222,38 @@ def mutations_for(control: Control) -> dict[str, Any]:
     return {"/ok": ok, "/decline": decline, "/flaky": flaky, "/boom": boom, "/hold": hold}
 
 
+def sqlite_mutations_for(control: Control) -> dict[str, Any]:
+    """The same mutations for SQLite: plain functions, run by the kit in a worker thread."""
+
+    def record(conn: sqlite3.Connection, request: EffectusRequest) -> Any:
+        control.runs += 1
+        [(row,)] = conn.execute(
+            "INSERT INTO kit_test_effects (idempotency_key, attempt) VALUES (?, ?) RETURNING id",
+            (request.idempotency_key, request.attempt),
+        ).fetchall()
+        return {"row": row, "attempt": request.attempt}
+
+    def ok(conn: sqlite3.Connection, request: EffectusRequest) -> Any:
+        return record(conn, request)
+
+    def decline(conn: sqlite3.Connection, request: EffectusRequest) -> Any:
+        record(conn, request)  # rolled back with the refusal
+        raise PermanentFailure("declined", status=402)
+
+    def flaky(conn: sqlite3.Connection, request: EffectusRequest) -> Any:
+        result = record(conn, request)
+        if control.retryable_left > 0:
+            control.retryable_left -= 1
+            raise RetryableFailure("ledger of record unavailable", retry_after=1)
+        return result
+
+    def boom(conn: sqlite3.Connection, request: EffectusRequest) -> Any:
+        record(conn, request)
+        raise RuntimeError("bug in the mutation")
+
+    return {"/ok": ok, "/decline": decline, "/flaky": flaky, "/boom": boom}
+
+
 @pytest.fixture(scope="module")
 def kit_db() -> Iterator[str]:
     url = create_database("effectusd_kit")
@@ -215,33 +265,108 @@ def kit_db() -> Iterator[str]:
     drop_database(url)
 
 
+@pytest.fixture(scope="module")
+def sqlite_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A SQLite file with the kit's tables, the test tables and the shop's; its URL."""
+    path = tmp_path_factory.mktemp("kit") / "kit.db"
+    url = f"sqlite:///{path}"  # path is absolute: four slashes in all
+    conn = connect_sqlite(url)
+    try:
+        install_sqlite(conn)
+        for statement in (*SQLITE_TEST_TABLES, *SQLITE_SCHEMA):
+            conn.execute(statement)
+    finally:
+        conn.close()
+    return url
+
+
+def routes_for(endpoints: dict[str, Any]) -> Starlette:
+    return Starlette(
+        routes=[Route(path, endpoint, methods=["POST"]) for path, endpoint in endpoints.items()]
+    )
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def kit_server(kit_db: str) -> AsyncIterator[Kit]:
+async def postgresql_server(kit_db: str) -> AsyncIterator[Kit]:
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(kit_db, max_size=8, open=False)
     await pool.open(wait=True)
     control = Control()
-    routes = [
-        Route(path, effectus_endpoint(pool, mutation), methods=["POST"])
-        for path, mutation in mutations_for(control).items()
-    ]
-    tiny = effectus_endpoint(pool, mutations_for(control)["/ok"], max_body_bytes=16)
-    app = Starlette(routes=[*routes, Route("/tiny", tiny, methods=["POST"])])
-    async with serving(app) as base_url:
-        yield Kit(base_url, pool, control)
+    endpoints = {
+        path: effectus_endpoint(pool, mutation) for path, mutation in mutations_for(control).items()
+    }
+    endpoints["/tiny"] = effectus_endpoint(pool, mutations_for(control)["/ok"], max_body_bytes=16)
+
+    async def query(text: str) -> list[tuple[Any, ...]]:
+        async with pool.connection() as conn:
+            rows: list[tuple[Any, ...]] = await (await conn.execute(text)).fetchall()
+            return rows
+
+    async def reset() -> None:
+        tables = ", ".join([*KIT_TABLES, "kit_test_effects", *BUSINESS_TABLES])
+        async with pool.connection() as conn:
+            await conn.execute(f"TRUNCATE {tables} RESTART IDENTITY")
+            await conn.execute("DELETE FROM kit_test_counter")
+            await conn.execute("INSERT INTO kit_test_counter VALUES (0)")
+
+    async with serving(routes_for(endpoints)) as base_url:
+        yield Kit("postgresql", base_url, control, query, reset)
     await pool.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def sqlite_server(sqlite_db: str) -> AsyncIterator[Kit]:
+    control = Control()
+    async with SqlitePool(sqlite_db, size=4) as pool:
+        endpoints = {
+            path: effectus_endpoint(pool, mutation)
+            for path, mutation in sqlite_mutations_for(control).items()
+        }
+        endpoints["/tiny"] = effectus_endpoint(
+            pool, sqlite_mutations_for(control)["/ok"], max_body_bytes=16
+        )
+
+        async def query(text: str) -> list[tuple[Any, ...]]:
+            return await pool.run(lambda conn: conn.execute(text).fetchall())
+
+        def empty(conn: sqlite3.Connection) -> None:
+            with write_transaction(conn):
+                for table in (*KIT_TABLES, "kit_test_effects", *BUSINESS_TABLES):
+                    conn.execute(f"DELETE FROM {table}")
+                conn.execute("DELETE FROM kit_test_counter")
+                conn.execute("INSERT INTO kit_test_counter VALUES (0)")
+
+        async def reset() -> None:
+            await pool.run(empty)
+
+        async with serving(routes_for(endpoints)) as base_url:
+            yield Kit("sqlite", base_url, control, query, reset)
+
+
+@pytest.fixture(params=BACKENDS)
+def kit_server(request: pytest.FixtureRequest) -> Kit:
+    # Looked up by name, so a SQLite-only run never starts (or needs) PostgreSQL. A plain
+    # fixture: async ones cannot look up other async fixtures from inside the running loop.
+    server: Kit = request.getfixturevalue(f"{request.param}_server")
+    return server
+
+
+async def emptied(server: Kit) -> Kit:
+    await server.reset()
+    control = server.control
+    control.entered, control.release = asyncio.Event(), asyncio.Event()
+    control.retryable_left = control.runs = 0
+    return server
 
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def kit(kit_server: Kit) -> Kit:
-    tables = ", ".join([*KIT_TABLES, "kit_test_effects", *BUSINESS_TABLES])
-    async with kit_server.pool.connection() as conn:
-        await conn.execute(f"TRUNCATE {tables} RESTART IDENTITY")
-        await conn.execute("DELETE FROM kit_test_counter")
-        await conn.execute("INSERT INTO kit_test_counter VALUES (0)")
-    control = kit_server.control
-    control.entered, control.release = asyncio.Event(), asyncio.Event()
-    control.retryable_left = control.runs = 0
-    return kit_server
+    return await emptied(kit_server)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def pg_kit(postgresql_server: Kit) -> Kit:
+    """The PostgreSQL kit alone, for tests of PostgreSQL's own behaviour."""
+    return await emptied(postgresql_server)
 
 
 # --- replay and argument-hash conflicts -----------------------------------------------------
@@ -285,7 +410,10 @@ async def test_same_key_with_other_arguments_is_refused_422_permanent_without_mu
 # --- a key still in progress ----------------------------------------------------------------
 
 
-async def test_a_key_held_by_an_open_transaction_answers_409_unknown_at_once(kit: Kit) -> None:
+@postgres
+async def test_a_key_held_by_an_open_transaction_answers_409_unknown_at_once(pg_kit: Kit) -> None:
+    # SQLite cannot get here: its second writer waits for the lock (test_destination_sqlite.py).
+    kit = pg_kit
     first = asyncio.create_task(post(kit.base_url, invocation(path="/hold")))
     await kit.control.entered.wait()  # transaction 1 holds the key, its mutation is blocked
     second = await post(kit.base_url, invocation(attempt=2, path="/hold"))
@@ -401,9 +529,12 @@ async def test_an_exception_mid_mutation_rolls_back_the_ledger_row_and_answers_5
     assert await kit.watermarks() == {}
 
 
+@postgres
 async def test_a_serialization_failure_answers_503_with_nothing_committed(
-    kit: Kit, kit_db: str
+    pg_kit: Kit, kit_db: str
 ) -> None:
+    kit = pg_kit
+
     async def bump(conn: psycopg.AsyncConnection[Any], request: EffectusRequest) -> Any:
         async with await psycopg.AsyncConnection.connect(kit_db, autocommit=True) as other:
             await other.execute("UPDATE kit_test_counter SET n = n + 1")
@@ -454,6 +585,7 @@ async def test_a_body_over_the_limit_answers_413_permanent(kit: Kit) -> None:
 # --- the Python API directly ----------------------------------------------------------------
 
 
+@postgres
 async def test_handle_refuses_a_connection_already_inside_a_transaction(kit_db: str) -> None:
     async with await psycopg.AsyncConnection.connect(kit_db) as conn:
         await conn.execute("SELECT 1")
@@ -461,9 +593,11 @@ async def test_handle_refuses_a_connection_already_inside_a_transaction(kit_db: 
             await handle(conn, request_of(invocation()), mutations_for(Control())["/ok"])
 
 
+@postgres
 async def test_handle_sync_replays_refuses_conflicts_and_fences_like_handle(
-    kit: Kit, kit_db: str
+    pg_kit: Kit, kit_db: str
 ) -> None:
+    kit = pg_kit
     runs: list[int] = []
 
     def mutation(conn: psycopg.Connection[Any], request: EffectusRequest) -> Any:
@@ -486,9 +620,13 @@ async def test_handle_sync_replays_refuses_conflicts_and_fences_like_handle(
     assert await kit.count("kit_test_effects") == 1
 
 
-async def test_prune_removes_only_expired_keys_and_a_replay_extends_a_key(kit: Kit) -> None:
+@postgres
+async def test_prune_removes_only_expired_keys_and_a_replay_extends_a_key(
+    pg_kit: Kit, kit_db: str
+) -> None:
+    kit = pg_kit
     mutation = mutations_for(kit.control)["/ok"]
-    async with kit.pool.connection() as conn:
+    async with await psycopg.AsyncConnection.connect(kit_db) as conn:
         for key in ("short", "replayed"):
             await handle(conn, request_of(invocation(key)), mutation, retention=timedelta(0))
         await handle(conn, request_of(invocation("long")), mutation)
@@ -501,6 +639,7 @@ async def test_prune_removes_only_expired_keys_and_a_replay_extends_a_key(kit: K
     assert await kit.count("kit_test_effects") == 3  # pruning forgets keys, not business rows
 
 
+@postgres
 async def test_install_is_idempotent_and_safe_when_instances_start_together() -> None:
     url = create_database("effectusd_kit_install")
     try:
@@ -522,17 +661,44 @@ async def test_install_is_idempotent_and_safe_when_instances_start_together() ->
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def shop_server(kit_server: Kit, kit_db: str) -> AsyncIterator[str]:
+async def postgresql_shop(postgresql_server: Kit, kit_db: str) -> AsyncIterator[str]:
     async with serving(build_shop(kit_db, pool_max_size=4)) as base_url:
         yield base_url
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def shop(shop_server: str, kit: Kit) -> AsyncIterator[HttpExecutor]:
-    config = DestinationConfig.model_validate({"base_url": shop_server, "timeout": "10s"})
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def sqlite_shop(sqlite_server: Kit, sqlite_db: str) -> AsyncIterator[str]:
+    async with serving(build_shop(sqlite_db, pool_max_size=4)) as base_url:
+        yield base_url
+
+
+@contextlib.asynccontextmanager
+async def executor_for(base_url: str) -> AsyncIterator[HttpExecutor]:
+    config = DestinationConfig.model_validate({"base_url": base_url, "timeout": "10s"})
     executor = HttpExecutor("shop", config)
-    yield executor
-    await executor.aclose()
+    try:
+        yield executor
+    finally:
+        await executor.aclose()
+
+
+@pytest.fixture
+def shop_url(request: pytest.FixtureRequest, kit_server: Kit) -> str:
+    """The kit shop on the same backend (and database) as ``kit``."""
+    url: str = request.getfixturevalue(f"{kit_server.backend}_shop")
+    return url
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def shop(shop_url: str, kit: Kit) -> AsyncIterator[HttpExecutor]:
+    async with executor_for(shop_url) as executor:
+        yield executor
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def pg_shop(postgresql_shop: str, pg_kit: Kit) -> AsyncIterator[HttpExecutor]:
+    async with executor_for(postgresql_shop) as executor:
+        yield executor
 
 
 def charge(key: str, amount: int = 1250, **changes: Any) -> Invocation:
@@ -577,10 +743,11 @@ async def test_executor_gets_permanent_for_a_key_reused_with_other_arguments(
     assert (reused.outcome, reused.status_code) == (OutcomeClass.PERMANENT, 422)
 
 
+@postgres
 async def test_executor_gets_unknown_while_the_key_is_in_progress_then_the_replay(
-    shop: HttpExecutor, kit: Kit
+    pg_shop: HttpExecutor, pg_kit: Kit, kit_db: str
 ) -> None:
-    inv = charge("a")
+    shop, kit, inv = pg_shop, pg_kit, charge("a")
 
     async def held_charge(conn: psycopg.AsyncConnection[Any], request: EffectusRequest) -> Any:
         await conn.execute(
@@ -593,7 +760,7 @@ async def test_executor_gets_unknown_while_the_key_is_in_progress_then_the_repla
         await kit.control.release.wait()
         return {"charge_id": "ch-held"}
 
-    async with kit.pool.connection() as conn:
+    async with await psycopg.AsyncConnection.connect(kit_db) as conn:
         holder = asyncio.create_task(handle(conn, request_of(inv), held_charge))
         await kit.control.entered.wait()
         busy = await shop.call(dataclasses.replace(inv, attempt=2, request_id="req-a-2"))
@@ -643,13 +810,22 @@ async def test_every_shop_endpoint_answers_the_example_shop_shapes(
 
 
 @contextlib.contextmanager
-def started(script: str, database_url: str) -> Iterator[str]:
-    """Run ``python contrib/SCRIPT --port 0 --database-url URL``; yield its base URL once
-    uvicorn reports it listening (its startup line is the readiness signal)."""
+def started(
+    script: str,
+    database_url: str | None,
+    *,
+    cwd: Path = ROOT,
+    env: dict[str, str] | None = None,
+) -> Iterator[str]:
+    """Run ``python contrib/SCRIPT --port 0 [--database-url URL]`` in ``cwd``; yield its base
+    URL once uvicorn reports it listening (its startup line is the readiness signal)."""
     command = [sys.executable, str(ROOT / "contrib" / script), "--port", "0"]
+    if database_url is not None:
+        command += ["--database-url", database_url]
     process = subprocess.Popen(
-        [*command, "--database-url", database_url],
-        cwd=ROOT,
+        command,
+        cwd=cwd,
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -688,6 +864,7 @@ def send_twice(base_url: str, key: str) -> list[httpx.Response]:
         ]
 
 
+@postgres
 def test_kit_shop_starts_with_one_command_and_acts_once_per_key() -> None:
     url = create_database("effectusd_kit_shop")
     try:
@@ -701,6 +878,7 @@ def test_kit_shop_starts_with_one_command_and_acts_once_per_key() -> None:
         drop_database(url)
 
 
+@postgres
 def test_plain_control_starts_with_one_command_and_acts_on_every_duplicate() -> None:
     url = create_database("effectusd_plain")
     try:

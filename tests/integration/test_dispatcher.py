@@ -41,13 +41,13 @@ RESERVED = (
 
 
 async def test_three_step_saga_completes_and_each_step_is_called_once_with_its_identity(
-    db: str,
+    store_url: str,
 ) -> None:
     with running() as dest:
         config = make_config(dest.base_url, {"work": {}})
-        client = client_for(config, db)
+        client = client_for(config, store_url)
         saga = client.submit(serial_plan("three", ["work"] * 3), execution_id="x-1").saga_id
-        await run_until_idle(config, db)
+        await run_until_idle(config, store_url)
 
         view = client.get(saga)
         assert view is not None and view["state"] == "completed"
@@ -82,15 +82,17 @@ def fail_step(effect: str):  # type: ignore[no-untyped-def]
     return handler
 
 
-async def test_permanent_failure_compensates_succeeded_steps_in_reverse_order(db: str) -> None:
+async def test_permanent_failure_compensates_succeeded_steps_in_reverse_order(
+    store_url: str,
+) -> None:
     with running(fail_step("s3")) as dest:
         config = make_config(dest.base_url, {"do": {}, "undo": {}})
-        client = client_for(config, db)
+        client = client_for(config, store_url)
         plan = serial_plan(
             "rev", ["do", "do", "do"], compensate={"s1": "undo", "s2": "undo", "s3": "undo"}
         )
         saga = client.submit(plan, execution_id="x-2").saga_id
-        await run_until_idle(config, db)
+        await run_until_idle(config, store_url)
 
         view = client.get(saga)
         assert view is not None and view["state"] == "compensated"
@@ -113,12 +115,12 @@ async def test_permanent_failure_compensates_succeeded_steps_in_reverse_order(db
         assert [s["state"] for s in view["steps"]] == ["compensated", "compensated", "failed"]
 
 
-async def test_failure_with_nothing_to_undo_ends_failed(db: str) -> None:
+async def test_failure_with_nothing_to_undo_ends_failed(store_url: str) -> None:
     with running(fail_step("s1")) as dest:
         config = make_config(dest.base_url, {"do": {}})
-        client = client_for(config, db)
+        client = client_for(config, store_url)
         saga = client.submit(serial_plan("f", ["do", "do"]), execution_id="x-3").saga_id
-        await run_until_idle(config, db)
+        await run_until_idle(config, store_url)
         view = client.get(saga)
         assert view is not None and view["state"] == "failed"
         assert len(dest.requests) == 1
@@ -129,7 +131,7 @@ def unknown_503(request: Request) -> Response:
 
 
 async def test_unknown_outcome_at_least_once_retries_with_the_same_key_until_blocked(
-    db: str,
+    store_url: str,
 ) -> None:
     with running(unknown_503) as dest:
         verbs = {
@@ -140,41 +142,41 @@ async def test_unknown_outcome_at_least_once_retries_with_the_same_key_until_blo
             "refund": {},
         }
         config = make_config(dest.base_url, verbs)
-        client = client_for(config, db)
+        client = client_for(config, store_url)
         plan = serial_plan("u", ["pay"], compensate={"s1": "refund"})
         saga = client.submit(plan, execution_id="x-4").saga_id
-        await run_until_idle(config, db)
+        await run_until_idle(config, store_url)
 
         assert [r.attempt for r in dest.requests] == [1, 2, 3]
         assert len({r.key for r in dest.requests}) == 1
         assert len({r.headers["x-effectus-request-id"] for r in dest.requests}) == 3
         view = client.get(saga)
         assert view is not None and view["state"] == "blocked_unknown"
-        dispatch = dispatch_of(db, saga, "s1")
+        dispatch = dispatch_of(store_url, saga, "s1")
         assert dispatch["state"] == "blocked_unknown"
         assert dispatch["uncertain_attempt"] == 1
         assert not [r for r in dest.requests if r.direction == "compensation"]
 
 
-async def test_unknown_outcome_at_most_once_blocks_after_one_call(db: str) -> None:
+async def test_unknown_outcome_at_most_once_blocks_after_one_call(store_url: str) -> None:
     with running(unknown_503) as dest:
         config = make_config(dest.base_url, {"pay": {"retry": {"max_attempts": 5}}, "refund": {}})
-        client = client_for(config, db)
+        client = client_for(config, store_url)
         saga = client.submit(
             serial_plan("m", ["pay"], {"s1": "refund"}), execution_id="x-5"
         ).saga_id
-        await run_until_idle(config, db)
+        await run_until_idle(config, store_url)
 
         assert len(dest.requests) == 1
         view = client.get(saga)
         assert view is not None and view["state"] == "blocked_unknown"
         assert "at_most_once" in view["stop_reason"]
-        [attempt] = attempts_of(db, saga, "s1")
+        [attempt] = attempts_of(store_url, saga, "s1")
         assert attempt["outcome"] == "unknown_outcome" and attempt["status_code"] == 503
 
 
 async def test_commit_then_stall_past_timeout_is_unknown_and_the_retry_carries_the_same_key(
-    db: str,
+    store_url: str,
 ) -> None:
     committed: list[str] = []
     release = threading.Event()
@@ -194,13 +196,13 @@ async def test_commit_then_stall_past_timeout_is_unknown_and_the_retry_carries_t
             }
         }
         config = make_config(dest.base_url, verbs)
-        client = client_for(config, db)
+        client = client_for(config, store_url)
         saga = client.submit(serial_plan("stall", ["pay"]), execution_id="x-6").saga_id
         try:
-            await run_until_idle(config, db)
+            await run_until_idle(config, store_url)
         finally:
             release.set()
-        attempts = attempts_of(db, saga, "s1")
+        attempts = attempts_of(store_url, saga, "s1")
         assert [a["outcome"] for a in attempts] == ["unknown_outcome", "success"]
         assert dest.requests[0].key == dest.requests[1].key
         view = client.get(saga)
@@ -214,7 +216,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def test_connection_refused_is_retried_as_not_committed_then_compensated(db: str) -> None:
+async def test_connection_refused_is_retried_as_not_committed_then_compensated(
+    store_url: str,
+) -> None:
     with running() as dest:
         config = make_config(
             dest.base_url,
@@ -228,12 +232,12 @@ async def test_connection_refused_is_retried_as_not_committed_then_compensated(d
             },
             destinations={"down": {"base_url": f"http://127.0.0.1:{free_port()}"}},
         )
-        client = client_for(config, db)
+        client = client_for(config, store_url)
         plan = serial_plan("refused", ["ok", "gone"], compensate={"s1": "undo"})
         saga = client.submit(plan, execution_id="x-7").saga_id
-        await run_until_idle(config, db)
+        await run_until_idle(config, store_url)
 
-        attempts = attempts_of(db, saga, "s2")
+        attempts = attempts_of(store_url, saga, "s2")
         assert [a["outcome"] for a in attempts] == ["retryable_failure_known_not_committed"] * 3
         view = client.get(saga)
         assert view is not None and view["state"] == "compensated"
@@ -243,10 +247,10 @@ async def test_connection_refused_is_retried_as_not_committed_then_compensated(d
         ]
 
 
-async def test_arguments_cannot_set_reserved_headers(db: str) -> None:
+async def test_arguments_cannot_set_reserved_headers(store_url: str) -> None:
     with running() as dest:
         config = make_config(dest.base_url, {"work": {}})
-        client = client_for(config, db)
+        client = client_for(config, store_url)
         plan = {
             "plan_id": "inject",
             "steps": [
@@ -263,39 +267,39 @@ async def test_arguments_cannot_set_reserved_headers(db: str) -> None:
             ],
         }
         saga = client.submit(plan, execution_id="x-8").saga_id
-        await run_until_idle(config, db)
+        await run_until_idle(config, store_url)
         [request] = dest.requests
         assert request.key == idempotency_key("default", saga, "s1", Direction.FORWARD)
         assert request.attempt == 1
         assert request.json()["Idempotency-Key"] == "forged"  # it stays an argument, nothing more
 
 
-async def test_contract_drift_blocks_before_anything_is_sent(db: str) -> None:
+async def test_contract_drift_blocks_before_anything_is_sent(store_url: str) -> None:
     with running() as dest:
         config = make_config(dest.base_url, {"work": {}})
-        client = client_for(config, db)
+        client = client_for(config, store_url)
         saga = client.submit(serial_plan("drift", ["work"]), execution_id="x-9").saga_id
         drifted = make_config(dest.base_url, {"work": {"version": 2}})
-        await run_until_idle(drifted, db)
+        await run_until_idle(drifted, store_url)
 
         assert dest.requests == []
         view = client.get(saga)
         assert view is not None and view["state"] == "blocked_contract"
-        assert dispatch_of(db, saga, "s1")["state"] == "blocked_contract"
-        [attempt] = attempts_of(db, saga, "s1")
+        assert dispatch_of(store_url, saga, "s1")["state"] == "blocked_contract"
+        [attempt] = attempts_of(store_url, saga, "s1")
         assert attempt["sent_at"] is None and attempt["settled_by"] == "guard"
 
 
-async def test_every_transition_is_on_the_timeline(db: str) -> None:
+async def test_every_transition_is_on_the_timeline(store_url: str) -> None:
     with running() as dest:
         config = make_config(dest.base_url, {"work": {}})
-        client = client_for(config, db)
+        client = client_for(config, store_url)
         saga = client.submit(serial_plan("tl", ["work", "work"]), execution_id="x-10").saga_id
-        await run_until_idle(config, db)
+        await run_until_idle(config, store_url)
         kinds = [
             e["kind"]
             for e in fetch(
-                db,
+                store_url,
                 "SELECT kind FROM effectus_saga_events WHERE saga_id = %s ORDER BY event_id",
                 saga,
             )

@@ -13,6 +13,7 @@ import pytest
 
 from effectusd.executors.http import HttpExecutor
 from effectusd.executors.protocol import CallResult, Invocation
+from effectusd.store import backends
 from tests.support.destination import running
 from tests.support.harness import (
     attempts_of,
@@ -53,10 +54,14 @@ class PausedExecutor:
 
 def expire_leases(url: str) -> None:
     """Make every live lease run out now (the database clock decides expiry)."""
-    with psycopg.connect(url, autocommit=True) as conn:
+    past = (
+        "((julianday('now') - 2440587.5) * 86400.0) - 1"  # SQLite keeps epoch seconds
+        if backends.is_sqlite(url)
+        else "now() - interval '1 second'"
+    )
+    with backends.connection(url) as conn:
         conn.execute(
-            "UPDATE effectus_saga_outbox SET lease_expires_at = now() - interval '1 second'"
-            " WHERE state = 'in_flight'"
+            f"UPDATE effectus_saga_outbox SET lease_expires_at = {past} WHERE state = 'in_flight'"
         )
 
 
@@ -68,24 +73,24 @@ async def wait_for(predicate: Any, timeout: float = 20.0) -> None:
 
 @pytest.mark.parametrize("delivery", ["at_least_once", "at_most_once"])
 async def test_late_completion_after_lease_expiry_is_kept_as_evidence(
-    db: str, delivery: str
+    store_url: str, delivery: str
 ) -> None:
     with running() as dest:
         verbs = {"pay": {"delivery": delivery, "retry": {"initial_backoff": "10ms"}}}
         config = make_config(dest.base_url, verbs)
-        client = client_for(config, db)
+        client = client_for(config, store_url)
         saga = client.submit(serial_plan("zombie", ["pay"]), execution_id="z-1").saga_id
 
         zombie = PausedExecutor(HttpExecutor("dest", config.destinations["dest"]))
-        async with daemon_running(config, db, executors={"dest": zombie}):
+        async with daemon_running(config, store_url, executors={"dest": zombie}):
             await asyncio.wait_for(zombie.entered.wait(), 20)  # written ahead, call not yet made
-            expire_leases(db)
-            await run_until_idle(config, db)  # a second daemon reclaims the expired lease
+            expire_leases(store_url)
+            await run_until_idle(config, store_url)  # a second daemon reclaims the expired lease
             zombie.release.set()  # the zombie wakes, calls, and reports attempt 1
             await wait_for(lambda: zombie.results)
-            await wait_for(lambda: attempts_of(db, saga, "s1")[0]["late"])
+            await wait_for(lambda: attempts_of(store_url, saga, "s1")[0]["late"])
 
-        attempts = attempts_of(db, saga, "s1")
+        attempts = attempts_of(store_url, saga, "s1")
         first = attempts[0]
         assert first["outcome"] == "unknown_outcome" and first["settled_by"] == "reclaim"
         assert first["late"] and first["late_outcome"] == "success"
@@ -102,24 +107,24 @@ async def test_late_completion_after_lease_expiry_is_kept_as_evidence(
             assert len(attempts) == 1
             assert len(dest.requests) == 1
             assert view["state"] == "completed"
-            assert dispatch_of(db, saga, "s1")["state"] == "succeeded"
+            assert dispatch_of(store_url, saga, "s1")["state"] == "succeeded"
 
 
-async def test_late_answer_does_not_settle_when_a_later_attempt_was_sent(db: str) -> None:
+async def test_late_answer_does_not_settle_when_a_later_attempt_was_sent(store_url: str) -> None:
     with running() as dest:
         verbs = {"pay": {"delivery": "at_least_once", "retry": {"initial_backoff": "10ms"}}}
         config = make_config(dest.base_url, verbs)
-        client = client_for(config, db)
+        client = client_for(config, store_url)
         saga = client.submit(serial_plan("z2", ["pay"]), execution_id="z-2").saga_id
         zombie = PausedExecutor(HttpExecutor("dest", config.destinations["dest"]))
-        async with daemon_running(config, db, executors={"dest": zombie}):
+        async with daemon_running(config, store_url, executors={"dest": zombie}):
             await asyncio.wait_for(zombie.entered.wait(), 20)
-            expire_leases(db)
-            await run_until_idle(config, db)
+            expire_leases(store_url)
+            await run_until_idle(config, store_url)
             zombie.release.set()
-            await wait_for(lambda: attempts_of(db, saga, "s1")[0]["late"])
+            await wait_for(lambda: attempts_of(store_url, saga, "s1")[0]["late"])
         events = fetch(
-            db,
+            store_url,
             "SELECT count(*) AS n FROM effectus_saga_events WHERE saga_id = %s"
             " AND kind = 'attempt_settled' AND attempt = 1",
             saga,
@@ -132,26 +137,26 @@ async def test_late_answer_does_not_settle_when_a_later_attempt_was_sent(db: str
     [("at_most_once", "blocked_unknown", 0), ("at_least_once", "completed", 1)],
 )
 async def test_daemon_killed_after_write_ahead_leaves_an_uncertain_dispatch(
-    db: str, tmp_path: Path, delivery: str, final_state: str, calls: int
+    store_url: str, tmp_path: Path, delivery: str, final_state: str, calls: int
 ) -> None:
     with running() as dest:
         verbs = {
             "pay": {"delivery": delivery, "timeout": "1s", "retry": {"initial_backoff": "10ms"}}
         }
         config = make_config(dest.base_url, verbs, dispatcher={"lease_margin": "1s"})
-        client = client_for(config, db)
+        client = client_for(config, store_url)
         saga = client.submit(serial_plan("kill", ["pay"]), execution_id="k-1").saga_id
         config_file = write_config_file(tmp_path, config)
 
-        victim = spawn_daemon(config_file, db, env={"EFFECTUSD_FAULT": "after_write_ahead"})
+        victim = spawn_daemon(config_file, store_url, env={"EFFECTUSD_FAULT": "after_write_ahead"})
         assert victim.wait(timeout=30) == -signal.SIGKILL
-        [attempt] = attempts_of(db, saga, "s1")
+        [attempt] = attempts_of(store_url, saga, "s1")
         assert attempt["sent_at"] is not None and attempt["outcome"] is None
         assert dest.requests == []
 
-        successor = spawn_daemon(config_file, db, "--until-idle")
+        successor = spawn_daemon(config_file, store_url, "--until-idle")
         assert successor.wait(timeout=60) == 0, successor.stderr.read() if successor.stderr else ""
-        first = attempts_of(db, saga, "s1")[0]
+        first = attempts_of(store_url, saga, "s1")[0]
         assert first["outcome"] == "unknown_outcome" and first["settled_by"] == "reclaim"
         view = client.get(saga)
         assert view is not None and view["state"] == final_state, view["stop_reason"]
@@ -159,37 +164,41 @@ async def test_daemon_killed_after_write_ahead_leaves_an_uncertain_dispatch(
 
 
 async def test_two_daemon_processes_share_the_work_without_double_claims(
-    db: str, tmp_path: Path
+    store_url: str, tmp_path: Path
 ) -> None:
     with running() as dest:
         config = make_config(dest.base_url, {"a": {}, "b": {}})
-        client = client_for(config, db)
+        client = client_for(config, store_url)
         sagas = [
             client.submit(serial_plan("race", ["a", "b"]), execution_id=f"r-{i}").saga_id
             for i in range(200)
         ]
         config_file = write_config_file(tmp_path, config)
-        daemons = [spawn_daemon(config_file, db, "--until-idle") for _ in range(2)]
+        daemons = [spawn_daemon(config_file, store_url, "--until-idle") for _ in range(2)]
         for daemon in daemons:
             assert daemon.wait(timeout=120) == 0, daemon.stderr.read() if daemon.stderr else ""
 
         states = fetch(
-            db,
-            "SELECT state, count(*) AS n, array_agg(DISTINCT stop_reason) AS why"
+            store_url,
+            "SELECT state, count(*) AS n, min(stop_reason) AS why"
             " FROM effectus_saga_instances GROUP BY state",
         )
         assert [(s["state"], s["n"]) for s in states] == [("completed", len(sagas))], states
         per_attempt = Counter((r.key, r.attempt) for r in dest.requests)
         assert len(per_attempt) == 400 and set(per_attempt.values()) == {1}
-        owners = fetch(db, "SELECT DISTINCT lease_owner FROM effectus_saga_attempts")
+        owners = fetch(store_url, "SELECT DISTINCT lease_owner FROM effectus_saga_attempts")
         assert len(owners) == 2  # both daemons really worked
         assert (
-            fetch(db, "SELECT count(*) AS n FROM effectus_saga_attempts WHERE attempt > 1")[0]["n"]
+            fetch(store_url, "SELECT count(*) AS n FROM effectus_saga_attempts WHERE attempt > 1")[
+                0
+            ]["n"]
             == 0
         )
 
 
-async def test_sigterm_drains_in_flight_calls_and_exits_zero(db: str, tmp_path: Path) -> None:
+async def test_sigterm_drains_in_flight_calls_and_exits_zero(
+    store_url: str, tmp_path: Path
+) -> None:
     import threading
 
     from tests.support.destination import Request, Response
@@ -204,14 +213,14 @@ async def test_sigterm_drains_in_flight_calls_and_exits_zero(db: str, tmp_path: 
 
     with running(slow) as dest:
         config = make_config(dest.base_url, {"pay": {}})
-        client = client_for(config, db)
+        client = client_for(config, store_url)
         saga = client.submit(serial_plan("term", ["pay"]), execution_id="t-1").saga_id
-        daemon = spawn_daemon(write_config_file(tmp_path, config), db)
+        daemon = spawn_daemon(write_config_file(tmp_path, config), store_url)
         assert await asyncio.to_thread(entered.wait, 30)
         daemon.send_signal(signal.SIGTERM)
         release.set()
         assert daemon.wait(timeout=30) == 0
-        [attempt] = attempts_of(db, saga, "s1")
+        [attempt] = attempts_of(store_url, saga, "s1")
         assert attempt["outcome"] == "success"
         assert len(dest.requests) == 1
 

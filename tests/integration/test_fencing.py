@@ -1,23 +1,20 @@
-"""Fencing against a real PostgreSQL: tokens, leases, zombies and stale answers."""
+"""Fencing through a running daemon on PostgreSQL: waiting for a held resource, zombies and
+stale answers, what attempts show. Provider-level tests (tokens, leases, partial
+acquisitions) are in tests/conformance/test_fencing.py, for every store."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
 from click.testing import CliRunner
-from psycopg.rows import dict_row
 
 from effectusd.cli import main
 from effectusd.core.canonical import parse_json
 from effectusd.executors.http import HttpExecutor
-from effectusd.fencing.memory import MemoryFencing
-from effectusd.fencing.postgres import PostgresFencing
-from effectusd.fencing.protocol import FenceBusy, FenceHolder
 from tests.integration.test_dispatcher_leases import PausedExecutor, expire_leases, wait_for
 from tests.support.destination import Request, Response, running
 from tests.support.harness import (
@@ -30,86 +27,6 @@ from tests.support.harness import (
 )
 
 pytestmark = pytest.mark.postgres
-
-
-def holder(n: int, ttl: float = 60.0) -> FenceHolder:
-    return FenceHolder(
-        n, f"00000000-0000-0000-0000-{n:012d}", datetime.now(UTC) + timedelta(seconds=ttl)
-    )
-
-
-async def acquire_and_release(
-    url: str,
-    provider: PostgresFencing,
-    who: int,
-    rounds: int,
-    log: list[tuple[int, int]],
-    turn: asyncio.Lock,
-) -> None:
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        taken = 0
-        while taken < rounds:
-            async with turn:  # interleave the two clients statement by statement
-                async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-                    try:
-                        [(_, token)] = await provider.acquire(cur, holder(who), ["account:1"])
-                    except FenceBusy:
-                        continue
-                    log.append((who, token))
-                    await provider.release(
-                        cur, [(holder(who).dispatch_id, holder(who).lease_token)]
-                    )
-            taken += 1
-            await asyncio.sleep(0)
-
-
-async def test_tokens_from_two_connections_strictly_increase_without_gaps_or_duplicates(
-    db: str,
-) -> None:
-    provider = PostgresFencing()
-    log: list[tuple[int, int]] = []
-    turn = asyncio.Lock()
-    await asyncio.gather(
-        acquire_and_release(db, provider, 1, 500, log, turn),
-        acquire_and_release(db, PostgresFencing(), 2, 500, log, turn),
-    )
-    tokens = [token for _, token in log]
-    assert tokens == list(range(1, 1001))  # every grant is the next token: none twice, none lost
-    assert {who for who, _ in log} == {1, 2}
-
-
-async def test_a_live_lease_refuses_another_holder_and_a_partial_acquisition_is_undone(
-    db: str,
-) -> None:
-    provider = PostgresFencing()
-    async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
-        async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-            assert await provider.acquire(cur, holder(1), ["b"]) == (("b", 1),)
-        async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-            with pytest.raises(FenceBusy) as busy:
-                await provider.acquire(cur, holder(2), ["a", "b"])
-            assert busy.value.resource == "b"
-        rows = await (await conn.execute("SELECT resource FROM effectus_fencing_leases")).fetchall()
-        assert rows == [("b",)]  # "a" was given back with the savepoint
-
-
-async def test_tokens_keep_growing_after_a_restart(db: str) -> None:
-    async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
-        async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-            [(_, before)] = await PostgresFencing().acquire(cur, holder(1, ttl=-1), ["r"])
-    async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
-        async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-            [(_, after)] = await PostgresFencing().acquire(cur, holder(2), ["r"])  # expired lease
-    assert after > before
-
-
-async def test_memory_provider_is_advisory_and_per_process() -> None:
-    first, second = MemoryFencing(), MemoryFencing()
-    assert await first.acquire(None, holder(1), ["r"]) == (("r", 1),)
-    assert await second.acquire(None, holder(2), ["r"]) == (("r", 1),)  # nothing shared
-    with pytest.raises(FenceBusy):
-        await first.acquire(None, holder(3), ["r"])
-    assert first.status.value == "local_lock_only"
 
 
 def fenced_plan(account: str, n: int) -> dict[str, object]:

@@ -380,6 +380,10 @@ def test_the_wheel_ships_the_migrations_and_the_named_queries(wheel: Path) -> No
     for migration in source_migrations.glob("*.sql"):
         assert f"effectusd/_migrations/{migration.name}" in names
     assert shipped == (source_migrations / f"{FIRST_MIGRATION}.sql").read_bytes()
+    for query in (REPO / "effectusd" / "store" / "sqlite" / "queries").glob("*.sql"):
+        assert f"effectusd/store/sqlite/queries/{query.name}" in names
+    for migration in (REPO / "schema" / "sqlite").glob("*.sql"):
+        assert f"effectusd/_sqlite_migrations/{migration.name}" in names
 
 
 def test_migrations_read_from_the_wheel_match_the_source_tree(wheel: Path) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -19,6 +20,7 @@ from effectusd.client import Client
 from effectusd.config import Config, parse_config
 from effectusd.dispatcher.daemon import Daemon
 from effectusd.executors.protocol import Executor
+from effectusd.store import backends
 
 
 def make_config(base_url: str, verbs: Mapping[str, Mapping[str, Any]], **sections: Any) -> Config:
@@ -56,8 +58,15 @@ async def daemon_running(
 
 
 def fetch(url: str, query: str, *params: Any) -> list[dict[str, Any]]:
-    with psycopg.connect(url, row_factory=dict_row) as conn:
-        return conn.execute(query, params).fetchall()  # type: ignore[arg-type]
+    """Rows of a query with %s placeholders, on either store (plain SQL both understand)."""
+    if backends.is_sqlite(url):
+        with backends.connection(url) as conn:
+            assert isinstance(conn, sqlite3.Connection)
+            cursor = conn.execute(query.replace("%s", "?"), params)
+            columns = [column[0] for column in cursor.description]
+            return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    with psycopg.connect(url, row_factory=dict_row) as pg:
+        return pg.execute(query, params).fetchall()  # type: ignore[arg-type]
 
 
 def attempts_of(
@@ -118,7 +127,7 @@ def write_config_file(tmp: Path, config: Config) -> Path:
     lines += [
         f"concurrency = {d.concurrency}",
         f'lease_margin = "{d.lease_margin.total_seconds()}s"',
-        f'poll_interval = "{d.poll_interval.total_seconds()}s"',
+        f'poll_interval = "{d.poll_seconds(sqlite=False)}s"',
         f'shutdown_grace = "{d.shutdown_grace.total_seconds()}s"',
     ]
     for name, dest in config.destinations.items():

@@ -3,13 +3,15 @@ caller already has one open: that is how a submit joins the application's transa
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
-from effectusd.store.operations import Operation
+from effectusd.store.operations import Operation, Rows
 from effectusd.store.postgres.queries import sql
 
 T = TypeVar("T")
@@ -32,20 +34,38 @@ def run(conn: psycopg.Connection[Any], operation: Operation[T]) -> T:
         try:
             name, params = next(operation)
             while True:
-                cursor.execute(sql(name), params)
-                rows = cursor.fetchall() if cursor.description else []
+                rows: Rows = []
+                if not isinstance(params, Mapping):  # parameter rows: once per row
+                    if params:
+                        cursor.executemany(sql(name), params)
+                else:
+                    cursor.execute(sql(name), params)
+                    rows = cursor.fetchall() if cursor.description else []
                 name, params = operation.send(rows)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
 
-async def run_async(conn: psycopg.AsyncConnection[Any], operation: Operation[T]) -> T:
-    async with conn.transaction(), conn.cursor(row_factory=dict_row) as cursor:
+async def run_async(
+    conn: psycopg.AsyncConnection[Any], operation: Operation[T], *, transaction: bool = True
+) -> T:
+    """``transaction=False`` runs a one-statement operation on an autocommit connection
+    without the BEGIN/COMMIT round trips (the statement is its own transaction)."""
+    async with AsyncExitStack() as stack:
+        if transaction:
+            await stack.enter_async_context(conn.transaction())
+        cursor = await stack.enter_async_context(conn.cursor(row_factory=dict_row))
         try:
             name, params = next(operation)
             while True:
-                await cursor.execute(sql(name), params)
-                rows = await cursor.fetchall() if cursor.description else []
+                rows: Rows = []
+                if not isinstance(params, Mapping):  # parameter rows: once per row
+                    if params:  # pipelined by psycopg: one round trip for the batch
+                        await cursor.executemany(sql(name), params)
+                else:
+                    await cursor.execute(sql(name), params)
+                    rows = await cursor.fetchall() if cursor.description else []
                 name, params = operation.send(rows)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -2,4 +2,3 @@
 UPDATE effectus_saga_steps
 SET state = 'in_progress', args = %(args)s::jsonb, args_hash = %(args_hash)s, updated_at = now()
 WHERE saga_id = %(saga_id)s AND effect_id = %(effect_id)s AND state = 'pending'
-RETURNING effect_id

@@ -1,0 +1,177 @@
+"""The destination contract's decisions for one request, written once for every database.
+
+Per request, atomically with the business mutation:
+
+- a completed key with the same argument hash replays the stored answer (no mutation);
+- a known key with another argument hash is refused: 422, permanent_failure;
+- a key whose transaction is still open elsewhere answers 409, unknown_outcome, at once;
+- a fencing token below its resource's watermark answers 409, stale_fence (no mutation).
+  A token equal to the watermark is accepted: each attempt gets a new, larger token, so an
+  equal one can only be the current holder's;
+- otherwise the mutation runs; its result (200) or its ``PermanentFailure`` is stored and
+  committed with it, and replayed to every later attempt under the key.
+
+A ``RetryableFailure`` or a transaction conflict (PostgreSQL: serialization failure or
+deadlock; SQLite: the database stayed locked past the busy timeout) rolls everything back,
+the key too, and answers 503 retryable_failure_known_not_committed. Any other exception rolls
+back and propagates: the server answers 500 without an outcome header, which the dispatcher
+must treat as unknown, and it is: a failed COMMIT may or may not have committed.
+
+The deadline header is not enforced: it is another machine's clock, and late work is harmless
+here because a retry replays it instead of repeating it.
+
+``Exchange.steps`` is a generator of named SQL steps; a driver per database (ledger.py for
+PostgreSQL, sqlite.py for SQLite) runs each step in its own dialect and sends the answer back,
+so the two backends cannot drift apart in what they decide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from effectusd.core.canonical import canonical_bytes
+from effectusd.core.states import OutcomeClass
+from effectusd.destination.protocol import EffectusRequest
+from effectusd.destination.replies import (
+    PermanentFailure,
+    Reply,
+    RetryableFailure,
+    error_reply,
+)
+
+DEFAULT_RETENTION = timedelta(days=7)  # must outlast every retry budget of every caller
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """Run the named statement (sql/NAME.sql in the driver's dialect) with ``params``."""
+
+    name: str
+    params: dict[str, Any]
+
+
+class Mutate:
+    """The step at which a driver runs the caller's mutation."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Sent back for ``MUTATE`` when the mutation raised PermanentFailure (its writes undone)."""
+
+    failure: PermanentFailure
+
+
+MUTATE = Mutate()
+Step = Query | Mutate
+
+
+class Abandon(Exception):
+    """Roll the whole transaction back and answer ``reply``."""
+
+    def __init__(self, reply: Reply) -> None:
+        super().__init__(reply.status)
+        self.reply = reply
+
+
+def busy_reply() -> Reply:
+    message = "a request with this Idempotency-Key is still in progress"
+    return error_reply(409, OutcomeClass.UNKNOWN, message)
+
+
+class Exchange:
+    """The contract's decisions for one request. ``steps`` yields each statement to run (sent
+    back its first row, or None) and ``MUTATE`` (sent back the mutation's result, or
+    ``Refused``), and returns the reply. Raising ``Abandon`` rolls everything back."""
+
+    def __init__(self, request: EffectusRequest, retention: timedelta) -> None:
+        self.request = request
+        self.retention = retention
+        self.checked_fences = False
+
+    def steps(self) -> Generator[Step, Any, Reply]:
+        request = self.request
+        key = {"key": request.idempotency_key}
+        (acquired,) = yield Query("try_lock_key", key)
+        if not acquired:
+            raise Abandon(busy_reply())
+        row = yield Query("select_key", key)
+        if row is not None:
+            reply = self._answer_known(row)
+            if reply.replayed:
+                yield Query("extend_key", {**key, "retention": self.retention})
+            return reply
+        # Grants come sorted by resource, so concurrent requests lock watermarks in one order.
+        self.checked_fences = bool(request.fencing_grants)
+        for grant in request.fencing_grants:
+            accepted = yield Query(
+                "raise_watermark", {"resource": grant.resource, "token": grant.token}
+            )
+            if accepted is None:
+                message = "X-Effectus-Fencing-Grants: a token is below its resource's watermark"
+                raise Abandon(
+                    error_reply(409, OutcomeClass.STALE_FENCE, message, acknowledged=True)
+                )
+        inserted = yield Query("insert_key", {**key, **self._identity()})
+        if inserted is None:
+            raise Abandon(busy_reply())  # only if a writer outside the kit holds the key
+        outcome = yield MUTATE
+        if isinstance(outcome, Refused):
+            reply = outcome.failure.reply(acknowledged=self.checked_fences)
+        else:
+            # Encoded before COMMIT: a result that is not JSON must roll the mutation back.
+            reply = Reply(200, canonical_bytes(outcome), fencing_acknowledged=self.checked_fences)
+        completion = {**key, **_stored(reply), "retention": self.retention}
+        stored = yield Query("complete_key", completion)
+        if stored is None:
+            raise RuntimeError("the ledger row vanished inside its own transaction")
+        return reply
+
+    def _answer_known(self, row: tuple[Any, ...]) -> Reply:
+        argument_hash, state, status, body, outcome, acknowledged = row
+        if argument_hash != self.request.argument_hash:
+            message = "Idempotency-Key was already used with other arguments"
+            return error_reply(422, OutcomeClass.PERMANENT, message)
+        if state != "completed":
+            return busy_reply()
+        return Reply(
+            status,
+            bytes(body),
+            OutcomeClass(outcome) if outcome is not None else None,
+            fencing_acknowledged=bool(acknowledged),  # SQLite stores booleans as 0/1
+            replayed=True,
+        )
+
+    def _identity(self) -> dict[str, Any]:
+        request = self.request
+        return {
+            "argument_hash": request.argument_hash,
+            "saga_id": request.saga_id,
+            "effect_id": request.effect_id,
+            "direction": request.direction.value,
+            "verb": request.verb,
+            "request_id": request.request_id,
+            "attempt": request.attempt,
+            "retention": self.retention,
+        }
+
+    def rolled_back(self, exc: BaseException) -> Reply:
+        """The answer after the transaction rolled back because of ``exc``."""
+        if isinstance(exc, Abandon):
+            return exc.reply
+        if isinstance(exc, RetryableFailure):
+            return exc.reply(acknowledged=self.checked_fences)
+        # PostgreSQL: a serialization failure or deadlock; SQLite: the lock stayed taken.
+        message = "transaction conflict or database busy; nothing was committed"
+        return error_reply(503, OutcomeClass.RETRYABLE, message, acknowledged=self.checked_fences)
+
+
+def _stored(reply: Reply) -> dict[str, Any]:
+    return {
+        "status_code": reply.status,
+        "response_body": reply.body,
+        "outcome": reply.outcome.value if reply.outcome is not None else None,
+        "fencing_acknowledged": reply.fencing_acknowledged,
+    }

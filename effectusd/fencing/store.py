@@ -1,0 +1,55 @@
+"""Fencing kept by the store itself (PostgreSQL or SQLite): durable_monotonic.
+
+Tokens live in effectus_fencing_counters and only ever increase (a trigger refuses anything
+else), across restarts and across every daemon sharing the database. On SQLite that is every
+process on the one host that opens the file; nothing beyond that host can share it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from effectusd.core.states import FencingGuarantee, FencingStatus
+from effectusd.fencing.protocol import FenceBusy, FenceHolder, Grants
+from effectusd.store.operations import Operation
+
+
+class StoreFencing:
+    guarantee = FencingGuarantee.DURABLE_MONOTONIC
+
+    @property
+    def status(self) -> FencingStatus:
+        return FencingStatus.PROPAGATED
+
+    def acquire(self, holder: FenceHolder, resources: Sequence[str]) -> Operation[Grants]:
+        grants: list[tuple[str, int]] = []
+        for resource in resources:
+            # One statement per resource takes the lease and the next token, or nothing when
+            # another live holder has it (acquire_fence.sql in each store's dialect).
+            rows = yield (
+                "acquire_fence",
+                {
+                    "resource": resource,
+                    "dispatch_id": holder.dispatch_id,
+                    "lease_token": holder.lease_token,
+                    "expires_at": holder.expires_at,
+                },
+            )
+            token = rows[0]["token"] if rows else None
+            if token is None:
+                # All or none: give back what this holder took. The tokens it used stay
+                # spent; a gap in the sequence is harmless, a reused token would not be.
+                yield from self.release([(holder.dispatch_id, holder.lease_token)])
+                raise FenceBusy(resource)
+            grants.append((resource, int(token)))
+        return tuple(grants)
+
+    def release(self, holders: Sequence[tuple[int, str]]) -> Operation[None]:
+        if holders:
+            yield (
+                "release_fences",
+                {
+                    "dispatch_ids": [dispatch_id for dispatch_id, _ in holders],
+                    "lease_tokens": [token for _, token in holders],
+                },
+            )

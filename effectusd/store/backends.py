@@ -1,0 +1,93 @@
+"""Which store a database URL names, and the pieces that differ per store.
+
+``postgresql://…`` (or ``postgres://…``) is PostgreSQL: the production store, the only one
+for several machines. ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` is a
+SQLite file: the embedded default for one machine (``sqlite:///effectusd.db``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Any, TypeVar
+
+import psycopg
+
+from effectusd.core.database_url import DatabaseURLError, SqliteDatabase, parse_database_url
+from effectusd.store.operations import Operation
+from effectusd.store.postgres import runner as pg_runner
+from effectusd.store.sqlite import runner as sqlite_runner
+from effectusd.store.sqlite.connection import connect as sqlite_connect
+
+T = TypeVar("T")
+
+# What a store raises when the database is unreachable or refuses: retried, never a crash.
+DATABASE_ERRORS: tuple[type[BaseException], ...] = (psycopg.Error, sqlite3.Error, OSError)
+# What "cannot reach / open the database" looks like, for the CLI's exit code 1.
+UNAVAILABLE: tuple[type[BaseException], ...] = (
+    psycopg.OperationalError,
+    sqlite3.OperationalError,
+    DatabaseURLError,
+)
+
+Connection = psycopg.Connection[Any] | sqlite3.Connection
+
+
+def is_sqlite(url: str) -> bool:
+    return isinstance(parse_database_url(url), SqliteDatabase)
+
+
+def sqlite_path(url: str) -> str:
+    """``sqlite:///x.db`` → ``x.db``; ``sqlite:////var/x.db`` → ``/var/x.db``."""
+    database = parse_database_url(url)
+    if not isinstance(database, SqliteDatabase):
+        raise DatabaseURLError("not a SQLite database URL")
+    return str(database.path)
+
+
+def check_url(url: str) -> str:
+    """The URL if some store understands it, else DatabaseURLError naming what is wrong."""
+    parse_database_url(url)
+    return url
+
+
+@contextmanager
+def connection(url: str, *, create: bool = False) -> Iterator[Connection]:
+    """A connection in autocommit mode, closed afterwards. ``create``: a SQLite file may be
+    created (only ``migrate`` does that)."""
+    if is_sqlite(check_url(url)):
+        conn = sqlite_connect(sqlite_path(url), create=create)
+        try:
+            yield conn
+        finally:
+            conn.close()
+    else:
+        with psycopg.connect(url, autocommit=True) as pg:
+            yield pg
+
+
+def join_transaction(conn: Connection) -> None:
+    if isinstance(conn, sqlite3.Connection):
+        sqlite_runner.join_transaction(conn)
+    else:
+        pg_runner.join_transaction(conn)
+
+
+def migrations_of(conn: Connection) -> ModuleType:
+    """The migrations module of the connection's store (same API on both)."""
+    if isinstance(conn, sqlite3.Connection):
+        from effectusd.store.sqlite import migrations as sqlite_migrations
+
+        return sqlite_migrations
+    from effectusd.store.postgres import migrations as pg_migrations
+
+    return pg_migrations
+
+
+def run(conn: Connection, operation: Operation[T]) -> T:
+    """Run a store operation in one transaction (a savepoint inside an open one)."""
+    if isinstance(conn, sqlite3.Connection):
+        return sqlite_runner.run(conn, operation)
+    return pg_runner.run(conn, operation)

@@ -1,0 +1,66 @@
+"""Opening a SQLite database the way every effectusd process must: WAL, a busy timeout,
+foreign keys on, and converters that give back the Python types psycopg gives."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+BUSY_TIMEOUT_MS = 10_000  # writers queue on the file lock; a daemon batch holds it briefly
+# RETURNING, UPDATE ... FROM and the ->> operator (op_compensation_reason.sql) need 3.38.
+MINIMUM_SQLITE = (3, 38, 0)
+
+
+def _timestamp(raw: bytes) -> datetime:
+    return datetime.fromtimestamp(float(raw), UTC)
+
+
+def _boolean(raw: bytes) -> bool:
+    return raw not in (b"0", b"")
+
+
+def _json(raw: bytes) -> object:
+    return json.loads(raw)
+
+
+def _adapt_datetime(value: datetime) -> float:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)  # naive times are UTC, as everywhere in effectusd
+    return value.timestamp()
+
+
+sqlite3.register_converter("timestamp_real", _timestamp)
+sqlite3.register_converter("boolean", _boolean)
+sqlite3.register_converter("json_text", _json)
+sqlite3.register_adapter(datetime, _adapt_datetime)
+
+
+def connect(path: str | Path, *, create: bool = False) -> sqlite3.Connection:
+    """A connection in autocommit mode: the runner opens ``BEGIN IMMEDIATE`` itself, so two
+    writers queue on the lock instead of failing when a read transaction tries to write.
+
+    Only ``create=True`` (migrate) may create the file: anything else pointed at a missing
+    file is a typo or a wrong working directory, and an empty new file would hide that."""
+    if sqlite3.sqlite_version_info < MINIMUM_SQLITE:
+        raise sqlite3.NotSupportedError(
+            f"SQLite {sqlite3.sqlite_version} is too old: effectusd needs "
+            f"{'.'.join(map(str, MINIMUM_SQLITE))} or newer (or use PostgreSQL)"
+        )
+    if not create and str(path) != ":memory:" and not Path(path).exists():
+        raise sqlite3.OperationalError(
+            f"SQLite database {path} does not exist (create it with `effectusd migrate`)"
+        )
+    conn = sqlite3.connect(
+        str(path),
+        isolation_level=None,
+        detect_types=sqlite3.PARSE_DECLTYPES | sqlite3.PARSE_COLNAMES,
+        timeout=BUSY_TIMEOUT_MS / 1000,
+        check_same_thread=False,  # each connection is still used by one thread at a time
+    )
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")  # a commit survives power loss, as in PostgreSQL
+    conn.execute("PRAGMA foreign_keys = ON")
+    return conn

@@ -1,0 +1,17 @@
+-- Lease the rows claim_due picked (attempt + 1, random token, deadline from the database
+-- clock); returns what PostgreSQL's claimed CTE returns, and the database time of the claim.
+-- The state guard makes a mark of a row that is no longer due a no-op.
+UPDATE effectus_saga_outbox
+SET state = 'in_flight',
+    attempt = attempt + 1,
+    lease_owner = :owner,
+    lease_token = lower(hex(randomblob(16))),
+    lease_expires_at = ((julianday('now') - 2440587.5) * 86400.0)
+                       + timeout_ms / 1000.0 + :margin_s,
+    updated_at = ((julianday('now') - 2440587.5) * 86400.0)
+WHERE dispatch_id IN (SELECT value FROM json_each(:dispatch_ids))
+  AND state IN ('queued', 'retry_wait')
+RETURNING dispatch_id, saga_id, effect_id, direction, execution_id, destination, verb,
+          contract_hash, delivery, method, path, args_canonical, args_hash, idempotency_key,
+          fencing_resources, timeout_ms, attempt, lease_token, lease_expires_at, created_at,
+          ((julianday('now') - 2440587.5) * 86400.0) AS "db_now [timestamp_real]"

@@ -1,0 +1,11 @@
+-- No RETURNING (PostgreSQL returns dispatch_id, which no caller reads): the recorder inserts
+-- with executemany, and a SQLite statement run that way must not return rows.
+INSERT INTO effectus_saga_outbox
+    (saga_id, effect_id, direction, namespace, execution_id, destination, verb, contract_hash,
+     delivery, method, path, args_canonical, args_hash, idempotency_key, fencing_resources,
+     timeout_ms, max_attempts, next_attempt_at)
+VALUES
+    (:saga_id, :effect_id, :direction, :namespace, :execution_id, :destination,
+     :verb, :contract_hash, :delivery, :method, :path, :args_canonical,
+     :args_hash, :idempotency_key, :fencing_resources, :timeout_ms,
+     :max_attempts, coalesce(:not_before, ((julianday('now') - 2440587.5) * 86400.0)))

@@ -1,0 +1,9 @@
+SELECT saga_id, execution_id, plan_id, state, stop_reason, created_at, updated_at
+FROM effectus_saga_instances
+WHERE (:state IS NULL OR state = :state)
+  AND (:plan_id IS NULL OR plan_id = :plan_id)
+  AND (:namespace IS NULL OR namespace = :namespace)
+  AND (:older_than_s IS NULL
+       OR created_at < ((julianday('now') - 2440587.5) * 86400.0) - :older_than_s)
+ORDER BY created_at DESC, saga_id
+LIMIT coalesce(:limit, -1)

@@ -1,0 +1,6 @@
+CREATE TABLE IF NOT EXISTS effectus_schema_migrations (
+    version     INTEGER PRIMARY KEY,
+    name        TEXT NOT NULL,
+    checksum    TEXT NOT NULL,
+    applied_at  TIMESTAMP_REAL NOT NULL DEFAULT ((julianday('now') - 2440587.5) * 86400.0)
+)

@@ -1,0 +1,2 @@
+INSERT INTO effectus_schema_migrations (version, name, checksum)
+VALUES (:version, :name, :checksum)

@@ -1,0 +1,6 @@
+-- A forward dispatch that is not in flight (queued, claimed never or before) becomes canceled;
+-- its row and attempts stay as evidence.
+UPDATE effectus_saga_outbox
+SET state = 'canceled', updated_at = ((julianday('now') - 2440587.5) * 86400.0)
+WHERE dispatch_id = :dispatch_id AND state IN ('queued', 'retry_wait')
+RETURNING dispatch_id

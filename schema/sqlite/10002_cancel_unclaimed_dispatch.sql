@@ -1,0 +1,6 @@
+-- DESIGN section 6 allows queued -> canceled, also for a dispatch never claimed (attempt 0).
+-- On PostgreSQL this migration relaxes the outbox's attempt check. On SQLite, 10001 already
+-- creates the outbox with the relaxed check (effectus_saga_outbox_attempted): SQLite cannot
+-- alter a CHECK without rebuilding the table, and no SQLite database with the old check was
+-- ever released. This file stays, empty, so that `effectusd migrate` applies and reports the
+-- same versions on both stores.

@@ -1,0 +1,157 @@
+"""Identity and submit: idempotent on the same identity, conflicts write nothing, and a submit
+inside the caller's transaction lives or dies with it."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import psycopg
+import pytest
+
+from effectusd.client import AsyncClient
+from effectusd.core.identity import saga_id as derive_saga_id
+from effectusd.core.states import OutcomeClass
+from effectusd.core.submission import SubmitConflict
+from effectusd.store import backends, operations
+from effectusd.store.sqlite.connection import connect as sqlite_connect
+from tests.conformance.support import StoreUnderTest, dispatch_in, step, timeline
+from tests.support.harness import serial_plan
+
+
+def counts(store: StoreUnderTest) -> dict[str, int]:
+    tables = ("saga_instances", "saga_steps", "saga_outbox", "saga_attempts", "saga_events")
+    return {t: store.execute(f"SELECT count(*) FROM effectus_{t}")[0][0] for t in tables}
+
+
+def test_submit_creates_the_saga_its_first_dispatch_and_the_timeline(
+    store: StoreUnderTest,
+) -> None:
+    plan = serial_plan("checkout", ["pay", "pay"], {"s1": "undo"})
+    result = store.client().submit(plan, execution_id="order-7", facts={})
+    assert result.created is True
+    assert result.saga_id == derive_saga_id("default", "order-7", "checkout")
+
+    view = store.view(result.saga_id)
+    assert (view["state"], view["execution_id"], view["plan_id"]) == (
+        "running",
+        "order-7",
+        "checkout",
+    )
+    assert [(s["effect_id"], s["sequence"], s["state"]) for s in view["steps"]] == [
+        ("s1", 0, "in_progress"),
+        ("s2", 1, "pending"),
+    ]
+    first = dispatch_in(view, "s1")
+    assert (first["state"], first["attempt"], first["attempts"]) == ("queued", 0, [])
+    assert first["idempotency_key"] and len(first["idempotency_key"]) == 64
+    assert view["steps"][1]["dispatches"] == []  # the next step is enqueued when s1 succeeds
+    assert timeline(view) == [
+        ("saga_submitted", None, None, None, None, "running"),
+        ("dispatch_enqueued", "s1", "forward", None, None, "queued"),
+    ]
+    assert [row["saga_id"] for row in store.run(operations.list_sagas())] == [result.saga_id]
+
+
+def test_the_same_identity_is_not_created_twice(store: StoreUnderTest) -> None:
+    plan = serial_plan("checkout", ["pay"])
+    first = store.client().submit(plan, execution_id="order-7", facts={})
+    before = counts(store)
+    again = store.client().submit(plan, execution_id="order-7", facts={})
+    assert (first.created, again.created) == (True, False)
+    assert again.saga_id == first.saga_id
+    assert counts(store) == before  # not one row more, not even an event
+
+
+def test_different_facts_or_plan_under_the_same_identity_conflict_and_write_nothing(
+    store: StoreUnderTest,
+) -> None:
+    plan = {**serial_plan("checkout", ["pay"]), "facts": {"amount": "integer"}}
+    store.client().submit(plan, execution_id="order-7", facts={"amount": 1})
+    before = counts(store)
+
+    with pytest.raises(SubmitConflict, match="facts"):
+        store.client().submit(plan, execution_id="order-7", facts={"amount": 2})
+    changed_plan = {**serial_plan("checkout", ["pay_alo"]), "facts": {"amount": "integer"}}
+    with pytest.raises(SubmitConflict, match="plan digest"):
+        store.client().submit(changed_plan, execution_id="order-7", facts={"amount": 1})
+    assert counts(store) == before
+
+    other = store.client().submit(plan, execution_id="order-8", facts={"amount": 2})
+    assert other.created  # a different execution id is a different saga
+
+
+def _own_transaction(store: StoreUnderTest) -> psycopg.Connection | sqlite3.Connection:
+    """A connection whose transaction the caller (the test) controls."""
+    if store.sqlite:
+        conn = sqlite_connect(backends.sqlite_path(store.url))  # autocommit mode
+        conn.execute("BEGIN")  # the application's own transaction
+        return conn
+    return psycopg.connect(store.url)  # not autocommit: psycopg opens the transaction
+
+
+@pytest.mark.parametrize("ending", ["rollback", "commit"])
+def test_a_submit_inside_the_callers_transaction_commits_or_rolls_back_with_it(
+    store: StoreUnderTest, ending: str
+) -> None:
+    conn = _own_transaction(store)
+    try:
+        result = store.client().submit(
+            serial_plan("checkout", ["pay"]), execution_id="order-7", conn=conn
+        )
+        assert result.created
+        # inside the transaction the saga is there (the submit did write, into it) ...
+        view = backends.run(conn, operations.load_saga(result.saga_id))
+        assert view is not None and view["state"] == "running"
+        if isinstance(conn, sqlite3.Connection):
+            conn.execute(ending.upper())
+        else:
+            getattr(conn, ending)()
+    finally:
+        conn.close()
+
+    # ... and afterwards it exists only if the caller committed
+    stored = store.run(operations.load_saga(result.saga_id))
+    if ending == "rollback":
+        assert stored is None
+        assert counts(store) == dict.fromkeys(counts(store), 0)
+    else:
+        assert stored is not None and dispatch_in(stored, "s1")["state"] == "queued"
+
+
+def test_a_conflict_inside_the_callers_transaction_leaves_it_usable(
+    store: StoreUnderTest,
+) -> None:
+    plan = {**serial_plan("checkout", ["pay"]), "facts": {"amount": "integer"}}
+    existing = store.client().submit(plan, execution_id="order-7", facts={"amount": 1})
+    conn = _own_transaction(store)
+    try:
+        with pytest.raises(SubmitConflict):
+            store.client().submit(plan, execution_id="order-7", facts={"amount": 2}, conn=conn)
+        # only the submit's own savepoint was rolled back: the caller goes on and commits
+        other = store.client().submit(plan, execution_id="order-8", facts={"amount": 3}, conn=conn)
+        if isinstance(conn, sqlite3.Connection):
+            conn.execute("COMMIT")
+        else:
+            conn.commit()
+    finally:
+        conn.close()
+    assert {row["saga_id"] for row in store.run(operations.list_sagas())} == {
+        existing.saga_id,
+        other.saga_id,
+    }
+    assert store.view(existing.saga_id)["facts"] == {"amount": 1}
+
+
+async def test_the_async_client_submits_reads_and_waits_alike(store: StoreUnderTest) -> None:
+    client = AsyncClient(store.config, database_url=store.url)
+    plan = serial_plan("checkout", ["pay"])
+    first = await client.submit(plan, execution_id="order-7")
+    again = await client.submit(plan, execution_id="order-7")
+    assert (first.created, again.created, again.saga_id) == (True, False, first.saga_id)
+    view = await client.get(first.saga_id)
+    assert view is not None and view == store.view(first.saga_id)
+    assert await client.get("0" * 64) is None
+    daemon = await store.dispatch_store()
+    await step(daemon, OutcomeClass.UNKNOWN)
+    waited = await client.wait(first.saga_id, timeout=5)
+    assert waited["state"] == "blocked_unknown"

@@ -1,0 +1,138 @@
+"""`effectusd bench`: the claim-latency backlog, the soak, and the numbers they report.
+
+Small sizes only: these check that the measurements measure what they say, not how fast
+anything is.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import psycopg
+import pytest
+
+from effectusd.bench import (
+    CLAIM_MIN_SAMPLES,
+    build_backlog,
+    claim_params,
+    time_claims,
+)
+from tests.conftest import ADMIN_URL
+from tests.support.harness import fetch, make_config
+
+pytestmark = pytest.mark.postgres
+
+COUNTS = """
+SELECT (SELECT count(*) FROM effectus_saga_instances WHERE state = 'running') AS sagas,
+       (SELECT count(*) FROM effectus_saga_steps WHERE state = 'in_progress') AS steps,
+       (SELECT count(*) FROM effectus_saga_outbox WHERE state = 'queued') AS queued,
+       (SELECT count(*) FROM effectus_saga_outbox) AS outbox,
+       (SELECT count(*) FROM effectus_saga_attempts) AS attempts,
+       (SELECT count(*) FROM effectus_saga_events) AS events
+"""
+
+
+def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "effectusd.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_the_claim_is_timed_with_the_daemons_parameters() -> None:
+    config = make_config(
+        "http://127.0.0.1:9",
+        {"pay": {}},
+        dispatcher={"concurrency": 8, "lease_margin": "7s"},
+    )  # destination "dest" allows 16 at once; the daemon's total of 8 is the tighter limit
+
+    params = claim_params(config)
+
+    assert params["destinations"] == ["dest"]
+    assert params["limits"] == [8]
+    assert params["margin_s"] == 7.0
+    assert params["owner"].count(":") == 2  # host:pid:random, as a daemon's own
+
+
+def test_the_backlog_is_ready_work_and_timed_claims_leave_it_ready(db: str) -> None:
+    config = make_config("http://127.0.0.1:9", {"pay": {}})
+    progress: list[str] = []
+    with psycopg.connect(db, autocommit=True) as conn:
+        build_backlog(conn, config, range(1, 1001), 1000, progress.append)
+        params = claim_params(config)
+
+        timings = time_claims(conn, params, 16, "1,000 ready rows", progress.append)
+
+    assert len(timings) >= CLAIM_MIN_SAMPLES and all(ms > 0 for ms in timings)
+    [counts] = fetch(db, COUNTS)
+    assert counts == {
+        "sagas": 1000,
+        "steps": 1000,
+        "queued": 1000,
+        "outbox": 1000,
+        "attempts": 0,  # every claim was rolled back: nothing was opened or logged
+        "events": 0,
+    }
+    [row] = fetch(db, "SELECT count(DISTINCT idempotency_key) AS keys FROM effectus_saga_outbox")
+    assert row["keys"] == 1000
+    assert progress[0].startswith("backlog: 1,000/1,000 ready rows (")
+    assert progress[-1].startswith("claim latency over 1,000 ready rows: ")
+
+
+def test_a_claim_that_claims_nothing_is_refused_as_a_measurement(db: str) -> None:
+    config = make_config("http://127.0.0.1:9", {"pay": {}})
+    with psycopg.connect(db, autocommit=True) as conn:
+        with pytest.raises(RuntimeError, match=r"claimed 0 row\(s\) over nothing, expected 16"):
+            time_claims(conn, claim_params(config), 16, "nothing", lambda _: None)
+
+
+def test_bench_reports_claim_latency_and_the_soak(database_url: str) -> None:
+    result = bench(
+        "--database-url", ADMIN_URL, "bench", "--sagas", "20", "--steps", "2",
+        "--concurrency", "4", "--backlog", "300", "--duration", "3", "--json",
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    report: dict[str, Any] = json.loads(result.stdout)
+    assert report["completed"] == 20 and report["backlog"] == 300
+    claims = {key: value for key, value in report.items() if key.startswith("claim_p")}
+    assert set(claims) == {
+        f"claim_p{pct}_ms_{label}" for pct in (50, 99) for label in ("empty", "batch", "backlog")
+    }
+    assert all(value > 0 for value in claims.values())
+    assert report["claim_backlog_ratio_p99"] == pytest.approx(
+        report["claim_p99_ms_backlog"] / report["claim_p99_ms_empty"], rel=0.02
+    )
+    assert report["soak_seconds"] >= 3 and report["soak_steps_per_s"] > 0
+    assert report["soak_running_sagas_end"] >= 0
+    assert 0 < report["rss_mb_start"] <= report["rss_mb_max"]
+    assert report["rss_mb_start"] <= report["rss_mb_max"] >= report["rss_mb_end"] > 0
+    assert "backlog: 300/300 ready rows" in result.stderr
+    assert "soak: " in result.stderr
+
+
+def test_bench_without_backlog_or_soak_leaves_those_fields_out_of_the_text(
+    database_url: str,
+) -> None:
+    result = bench(
+        "--database-url", ADMIN_URL, "bench", "--sagas", "5", "--steps", "1",
+        "--concurrency", "2", "--backlog", "0",
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    keys = [line.split()[0] for line in result.stdout.splitlines()]
+    assert "steps_per_s" in keys and "rss_mb" in keys
+    assert not [key for key in keys if key.startswith(("claim_", "soak_", "rss_mb_"))]
+    assert "backlog:" not in result.stderr
+
+
+def test_bench_refuses_a_database_url_that_is_not_postgresql() -> None:
+    result = bench("--database-url", "sqlite:///bench.db", "bench", "--backlog", "0")
+
+    assert result.returncode == 3
+    assert "bench makes its scratch databases on a PostgreSQL server" in result.stderr

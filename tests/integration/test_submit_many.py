@@ -1,0 +1,116 @@
+"""Client.submit_many on both stores: one transaction, a fixed number of statements, all or
+nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from effectusd.client import Submission
+from effectusd.core.submission import SubmitConflict
+from effectusd.store import backends, operations
+from tests.support.harness import client_for, fetch, make_config, serial_plan
+
+PLAN = {**serial_plan("bulk", ["a", "b"]), "facts": {"amount": "integer"}}
+
+
+def client(url: str) -> Any:
+    return client_for(make_config("http://127.0.0.1:9", {"a": {}, "b": {}}), url)
+
+
+def counts(url: str) -> tuple[int, int, int, int]:
+    [row] = fetch(
+        url,
+        "SELECT (SELECT count(*) FROM effectus_saga_instances) AS sagas,"
+        " (SELECT count(*) FROM effectus_saga_steps) AS steps,"
+        " (SELECT count(*) FROM effectus_saga_outbox) AS dispatches,"
+        " (SELECT count(*) FROM effectus_saga_events) AS events",
+    )
+    return row["sagas"], row["steps"], row["dispatches"], row["events"]
+
+
+def batch(n: int, start: int = 0, amount: int = 1) -> list[Submission]:
+    return [
+        Submission(PLAN, f"bulk-{i}", facts={"amount": amount}) for i in range(start, start + n)
+    ]
+
+
+def test_a_batch_writes_every_saga_and_its_first_dispatch(store_url: str) -> None:
+    results = client(store_url).submit_many(batch(40))
+    assert [r.created for r in results] == [True] * 40
+    assert len({r.saga_id for r in results}) == 40
+    assert counts(store_url) == (40, 80, 40, 80)  # 2 steps, 1 dispatch, 2 events per saga
+    states = fetch(
+        store_url, "SELECT state, count(*) AS n FROM effectus_saga_outbox GROUP BY state"
+    )
+    assert [(s["state"], s["n"]) for s in states] == [("queued", 40)]
+    view = client(store_url).get(results[7].saga_id)
+    assert view is not None and view["execution_id"] == "bulk-7" and view["state"] == "running"
+
+
+def test_resubmitting_returns_the_existing_sagas_and_writes_nothing(store_url: str) -> None:
+    first = client(store_url).submit_many(batch(10))
+    before = counts(store_url)
+    again = client(store_url).submit_many(batch(15))  # 10 known, 5 new
+    assert [r.saga_id for r in again[:10]] == [r.saga_id for r in first]
+    assert [r.created for r in again] == [False] * 10 + [True] * 5
+    assert counts(store_url) == (before[0] + 5, before[1] + 10, before[2] + 5, before[3] + 10)
+
+
+def test_one_conflict_refuses_the_whole_batch(store_url: str) -> None:
+    client(store_url).submit_many(batch(3))
+    before = counts(store_url)
+    conflicting = [*batch(5, start=100), Submission(PLAN, "bulk-1", facts={"amount": 2})]
+    with pytest.raises(SubmitConflict, match="facts differ"):
+        client(store_url).submit_many(conflicting)
+    assert counts(store_url) == before  # the 5 new ones were not written either
+
+
+def test_the_same_saga_twice_in_a_batch_is_created_once_or_refused(store_url: str) -> None:
+    one = {"amount": 1}
+    twice = client(store_url).submit_many(
+        [Submission(PLAN, "dup", facts=one), Submission(PLAN, "dup", facts=one)]
+    )
+    assert [r.created for r in twice] == [True, False]
+    assert counts(store_url)[0] == 1
+    with pytest.raises(SubmitConflict):
+        client(store_url).submit_many(
+            [Submission(PLAN, "dup-2", facts=one), Submission(PLAN, "dup-2", facts={"amount": 3})]
+        )
+    assert counts(store_url)[0] == 1
+
+
+def test_the_batch_takes_the_same_statements_for_5_sagas_as_for_50(store_url: str) -> None:
+    c = client(store_url)
+
+    def statements(n: int, start: int) -> list[str]:
+        rows = [c._prepare(s.plan, s.execution_id, s.facts) for s in batch(n, start=start)]
+        names: list[str] = []
+        operation = operations.submit_many(rows, "test", None)
+
+        def counted() -> operations.Operation[Any]:
+            query = next(operation)
+            while True:
+                names.append(query[0])
+                try:
+                    query = operation.send((yield query))
+                except StopIteration as stop:
+                    return stop.value
+
+        with backends.connection(store_url) as conn:
+            backends.run(conn, counted())
+        return names
+
+    assert statements(5, 0) == statements(50, 1000)
+
+
+def test_a_batch_joined_to_a_rolled_back_transaction_leaves_nothing(store_url: str) -> None:
+    with backends.connection(store_url) as conn:
+        if backends.is_sqlite(store_url):
+            conn.execute("BEGIN IMMEDIATE")
+        else:
+            conn.autocommit = False  # type: ignore[union-attr]
+        client(store_url).submit_many(batch(4), conn=conn)
+        conn.rollback()
+    assert counts(store_url) == (0, 0, 0, 0)
