@@ -2,7 +2,9 @@
 
 A benchmark, never a test: it prints what it measured on this machine. Beside the pipeline it
 runs a bare loop of the same executor class against the same sink (no database), so
-``efficiency`` says how much of the transport's speed the pipeline keeps.
+``efficiency`` says how much of the transport's speed the pipeline keeps. ``duration`` adds a
+soak (submissions at the measured pace, the daemon's RSS sampled); ``backlog`` adds the claim
+statement's latency on an empty outbox, over one batch of ready rows and over that many.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ import psycopg
 from effectusd.client import Client
 from effectusd.config import Config, parse_config
 from effectusd.core.states import Direction, OutcomeClass
-from effectusd.dispatcher.daemon import Daemon
+from effectusd.core.submission import ensure_checked
+from effectusd.dispatcher.daemon import Daemon, new_owner_id
+from effectusd.dispatcher.pipeline import Capacity
 from effectusd.executors.factory import executor_for
 from effectusd.executors.protocol import Executor, Invocation
 from effectusd.store.postgres.migrations import migrate
@@ -88,6 +92,24 @@ class BenchResult:
     efficiency: float  # steps_per_s / bare_calls_per_s
     wal_bytes_per_step: float  # whole-cluster WAL: other writers on the server count too
     rss_mb: float  # resident set of the process that ran the daemon, after the run
+    # claim_ready.sql on an empty outbox, over one batch of ready rows and over `backlog` of
+    # them (None: skipped); backlog/batch is the backlog's own cost, backlog/empty the target's
+    backlog: int = 0
+    claim_p50_ms_empty: float | None = None
+    claim_p99_ms_empty: float | None = None
+    claim_p50_ms_batch: float | None = None
+    claim_p99_ms_batch: float | None = None
+    claim_p50_ms_backlog: float | None = None
+    claim_p99_ms_backlog: float | None = None
+    claim_backlog_ratio_p99: float | None = None
+    claim_backlog_vs_batch_ratio_p99: float | None = None
+    # the soak (--duration): sagas submitted at the measured pace, the daemon's RSS sampled
+    soak_seconds: float | None = None
+    soak_steps_per_s: float | None = None
+    soak_running_sagas_end: int | None = None  # the backlog the soak left: pace vs keeping up
+    rss_mb_start: float | None = None
+    rss_mb_end: float | None = None
+    rss_mb_max: float | None = None
 
 
 def _bench_config(base_url: str, concurrency: int, transport: str | None) -> Config:
@@ -142,9 +164,12 @@ def run_bench(
     destination: str | None = None,
     progress: Any = print,
     transport: str | None = None,
+    *,
+    backlog: int = 0,
+    duration: float = 0.0,
 ) -> BenchResult:
     """``transport`` picks the executor class ("httpx" or "aiohttp"); None keeps the config's
-    default."""
+    default. ``duration`` > 0 adds the soak, ``backlog`` > 0 the claim latency."""
     sink = None
     if destination is None:
         port = _free_port()
@@ -153,7 +178,9 @@ def run_bench(
             target=_serve_noop, args=(port, ready), daemon=True
         )
         sink.start()
-        ready.wait(10)
+        if not ready.wait(30):
+            sink.terminate()
+            raise RuntimeError(f"the bench's no-op destination did not start on port {port}")
         destination = f"http://127.0.0.1:{port}"
     url = _scratch_database(server_url)
     try:
@@ -179,17 +206,16 @@ def run_bench(
         seconds = time.perf_counter() - started
         wal_bytes = _scalar(url, "bench_wal_position") - wal_before
         rss_mb = _rss_mb()
-        commits = _settled_commits(url) - commits_before
-        latencies = _latencies(url)
-        progress("measuring idle enqueue→dispatch latency…")
-        idle = asyncio.run(_idle_latency(config, url, client, samples=30))
         with psycopg.connect(url) as conn:
             states: dict[str, int] = {
                 row[0]: int(row[1]) for row in conn.execute(sql("bench_outcomes")).fetchall()
             }
-        completed = states.get("completed", 0)
+        commits = _settled_commits(url) - commits_before
+        latencies = _latencies(url)
+        progress("measuring idle enqueue→dispatch latency…")
+        idle = asyncio.run(_idle_latency(config, url, client, samples=30))
         total = sagas * steps
-        return BenchResult(
+        result = BenchResult(
             sagas=sagas,
             steps_per_saga=steps,
             concurrency=concurrency,
@@ -202,18 +228,213 @@ def run_bench(
             if idle
             else float("nan"),
             commits_per_step=round(commits / total, 2),
-            completed=completed,
+            completed=states.get("completed", 0),
             transport=chosen,
             bare_calls_per_s=round(bare, 1),
             efficiency=round(total / seconds / bare, 3),
             wal_bytes_per_step=round(wal_bytes / total, 1),
             rss_mb=round(rss_mb, 1),
         )
+        if duration > 0:
+            pace = total / seconds / steps
+            progress(f"soak: {pace:.1f} saga(s)/s of {steps} step(s) for {duration:.0f} s…")
+            soak = asyncio.run(_soak(config, url, steps, pace, duration, progress))
+            result.soak_seconds = round(soak.seconds, 1)
+            result.soak_steps_per_s = round(soak.steps / soak.seconds, 1)
+            result.soak_running_sagas_end = soak.running_end
+            result.rss_mb_start = round(soak.rss_mb[0], 1)
+            result.rss_mb_end = round(soak.rss_mb[-1], 1)
+            result.rss_mb_max = round(max(soak.rss_mb), 1)
     finally:
         _drop_database(server_url, url)
         if sink is not None:
             sink.terminate()
             sink.join(5)
+    if backlog > 0:
+        timings = claim_latency(server_url, config, backlog, progress)
+        result.backlog = backlog
+        p99 = {label: _percentile(values, 99) for label, values in timings.items()}
+        for label, values in timings.items():
+            setattr(result, f"claim_p50_ms_{label}", round(_percentile(values, 50), 3))
+            setattr(result, f"claim_p99_ms_{label}", round(p99[label], 3))
+        result.claim_backlog_ratio_p99 = round(p99["backlog"] / p99["empty"], 2)
+        result.claim_backlog_vs_batch_ratio_p99 = round(p99["backlog"] / p99["batch"], 2)
+    return result
+
+
+# -- claim latency: the daemon's claim statement, empty outbox against a large backlog ---------
+CLAIM_SAMPLES = 300
+CLAIM_WARMUP = 15  # past psycopg's prepare threshold and the server's generic-plan choice
+CLAIM_BUDGET_S = 60.0  # a slow claim stops the sampling here, once CLAIM_MIN_SAMPLES are in
+CLAIM_MIN_SAMPLES = 30
+BACKLOG_CHUNK = 100_000
+
+
+def claim_latency(
+    server_url: str, config: Config, backlog: int, progress: Any
+) -> dict[str, list[float]]:
+    """Milliseconds per claim_ready.sql, with the daemon's parameters, in a scratch database of
+    its own (dropped afterwards): on an empty outbox ("empty"), over exactly one batch of ready
+    rows ("batch": the same work per claim as over the backlog, so backlog/batch isolates the
+    backlog's cost) and over ``backlog`` ready rows. Each claim runs in a transaction that is
+    rolled back, so the rows stay ready."""
+    url = _scratch_database(server_url)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:  # autocommit, like the daemon's
+            migrate(conn)
+            params = claim_params(config)
+            batch = min(backlog, sum(params["limits"]))
+            timings = {"empty": time_claims(conn, params, 0, "an empty outbox", progress)}
+            build_backlog(conn, config, range(1, batch + 1), backlog, progress)
+            timings["batch"] = time_claims(conn, params, batch, f"{batch} ready rows", progress)
+            build_backlog(conn, config, range(batch + 1, backlog + 1), backlog, progress)
+            what = f"{backlog:,} ready rows"
+            timings["backlog"] = time_claims(conn, params, batch, what, progress)
+    finally:
+        _drop_database(server_url, url)
+    return timings
+
+
+def claim_params(config: Config) -> dict[str, Any]:
+    """What the daemon's first claim passes: the free capacity of an idle pipeline, an owner
+    id, the lease margin (as Daemon.run and PostgresDispatchStore.claim build them)."""
+    free = Capacity(
+        limits={name: d.max_concurrency for name, d in config.destinations.items()},
+        total_limit=config.dispatcher.concurrency,
+    ).free()
+    return {
+        "destinations": list(free),
+        "limits": list(free.values()),
+        "owner": new_owner_id(),
+        "margin_s": config.dispatcher.lease_margin.total_seconds(),
+    }
+
+
+def time_claims(
+    conn: psycopg.Connection[Any], params: dict[str, Any], expect: int, what: str, progress: Any
+) -> list[float]:
+    query = sql("claim_ready")
+    timings: list[float] = []
+    give_up = time.monotonic() + CLAIM_BUDGET_S
+    for index in range(CLAIM_WARMUP + CLAIM_SAMPLES):
+        with conn.transaction(force_rollback=True):  # the claimed rows stay ready
+            started = time.perf_counter()
+            claimed = len(conn.execute(query, params).fetchall())
+            elapsed_ms = (time.perf_counter() - started) * 1000
+        if claimed != expect:
+            raise RuntimeError(
+                f"claim_ready claimed {claimed} row(s) over {what}, expected {expect}: the "
+                "claim latency would not be measuring a claim"
+            )
+        if index >= CLAIM_WARMUP:
+            timings.append(elapsed_ms)
+        if time.monotonic() > give_up and len(timings) >= CLAIM_MIN_SAMPLES:
+            break
+    p99 = _percentile(timings, 99)
+    progress(f"claim latency over {what}: {len(timings)} claims, p99 {p99:.2f} ms")
+    return timings
+
+
+def build_backlog(
+    conn: psycopg.Connection[Any], config: Config, rows: range, total: int, progress: Any
+) -> None:
+    """Backlog rows ``rows`` (of ``total``): queued dispatches of the config's first verb, one
+    running saga and one started step each, by INSERT … SELECT generate_series in chunks; then
+    VACUUM ANALYZE, the state autovacuum reaches soon after such a burst."""
+    verb_name, verb = next(iter(config.verbs.items()))
+    params = {
+        "namespace": config.namespace,
+        "verb": verb_name,
+        "destination": verb.destination,
+        "path": verb.path,
+        "total": total,
+    }
+    started = time.perf_counter()
+    for first in range(rows.start, rows.stop, BACKLOG_CHUNK):
+        last = min(first + BACKLOG_CHUNK, rows.stop) - 1
+        conn.execute(sql("bench_backlog"), {**params, "first": first, "last": last})
+        progress(f"backlog: {last:,}/{total:,} ready rows ({time.perf_counter() - started:.0f} s)")
+    conn.execute(sql("bench_vacuum_analyze"))
+
+
+# -- the soak: submissions at the measured pace, the daemon's resident set sampled -------------
+SOAK_SAMPLE_S = 5.0
+SOAK_PROGRESS_S = 30.0
+
+
+@dataclass
+class Soak:
+    seconds: float
+    steps: int  # steps that succeeded during the soak
+    running_end: int
+    rss_mb: list[float]
+
+
+async def _soak(
+    config: Config, url: str, steps: int, sagas_per_s: float, seconds: float, progress: Any
+) -> Soak:
+    """Run the daemon while another process submits ``sagas_per_s`` for ``seconds``; sample
+    this process's RSS (the daemon's: the submitter and the sink live elsewhere)."""
+    spawn = multiprocessing.get_context("spawn")
+    ready = spawn.Event()
+    submitter = spawn.Process(
+        target=_submit_at_pace,
+        args=(config, url, steps, sagas_per_s, seconds, ready),
+        daemon=True,
+    )
+    executors = {name: executor_for(name, dest) for name, dest in config.destinations.items()}
+    daemon = Daemon(config, url, executors=executors)
+    task = asyncio.create_task(daemon.run())
+    try:
+        while not daemon.started and not task.done():
+            await asyncio.sleep(0.01)
+        submitter.start()
+        if not await asyncio.to_thread(ready.wait, 60):
+            raise RuntimeError("the soak's submitter process did not start within 60 s")
+        succeeded_before = await asyncio.to_thread(_scalar, url, "bench_succeeded_steps")
+        started = last_progress = time.perf_counter()
+        rss = [_rss_mb()]
+        interval = min(SOAK_SAMPLE_S, max(seconds / 10, 0.5))
+        while submitter.is_alive() and not task.done():
+            await asyncio.to_thread(submitter.join, interval)
+            rss.append(_rss_mb())
+            if time.perf_counter() - last_progress >= SOAK_PROGRESS_S:
+                last_progress = time.perf_counter()
+                progress(
+                    f"soak: {last_progress - started:.0f}/{seconds:.0f} s, RSS {rss[-1]:.1f} MB"
+                )
+        elapsed = time.perf_counter() - started
+        if submitter.exitcode not in (0, None):
+            raise RuntimeError(f"the soak's submitter process failed ({submitter.exitcode})")
+        succeeded = await asyncio.to_thread(_scalar, url, "bench_succeeded_steps")
+        running = await asyncio.to_thread(_scalar, url, "bench_running_sagas")
+    finally:
+        if submitter.is_alive():
+            submitter.terminate()
+        daemon.stopping.set()
+        await task
+        for executor in executors.values():
+            await executor.aclose()
+    return Soak(elapsed, succeeded - succeeded_before, running, rss)
+
+
+def _submit_at_pace(
+    config: Config, url: str, steps: int, sagas_per_s: float, seconds: float, ready: Any
+) -> None:
+    """The soak's submitter (its own process): keeps the submitted count at ``sagas_per_s``
+    times the elapsed time, committing what is due every few milliseconds (at most 100)."""
+    client = Client(config, database_url=url)
+    plan = ensure_checked(_plan(steps), client.registry)
+    submitted = 0
+    with psycopg.connect(url) as conn:
+        ready.set()
+        started = time.monotonic()
+        while (elapsed := time.monotonic() - started) < seconds:
+            for _ in range(min(int(elapsed * sagas_per_s) - submitted, 100)):
+                client.submit(plan, execution_id=f"soak-{submitted}", conn=conn)
+                submitted += 1
+            conn.commit()
+            time.sleep(0.01)
 
 
 async def _with_executors(config: Config, run: Any) -> Any:
@@ -341,6 +562,6 @@ def _free_port() -> int:
 
 
 def format_result(result: BenchResult) -> str:
-    rows = asdict(result)
+    rows = {key: value for key, value in asdict(result).items() if value is not None}
     width = max(len(key) for key in rows)
     return "\n".join(f"{key:<{width}}  {value}" for key, value in rows.items())

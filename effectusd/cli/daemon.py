@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 import click
 import psycopg
@@ -18,6 +19,8 @@ from effectusd.cli.app import (
     main,
 )
 from effectusd.config import ConfigError
+from effectusd.core.database_url import DatabaseURLError, PostgresDatabase, parse_database_url
+from effectusd.store import backends
 from effectusd.store.postgres import migrations
 
 
@@ -43,6 +46,21 @@ from effectusd.store.postgres import migrations
     default="INFO",
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
+    help="Lowest level of log line to print.",
+)
+@click.option(
+    "--processes",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help=(
+        "Run this many dispatcher processes, each with its own owner id (on SQLite: on this "
+        "host, sharing the file). "
+        "Limits (concurrency, --workers, each destination's max_concurrency, the pool) apply "
+        "per process; with --http-port PORT, process i (from 0) serves PORT+i. The parent "
+        "forwards SIGTERM and SIGINT, stops the others when one fails, and exits with the "
+        "first failure's code."
+    ),
 )
 @click.pass_obj
 def run(
@@ -52,6 +70,7 @@ def run(
     log_format: str | None,
     http_port: int | None,
     log_level: str,
+    processes: int,
 ) -> None:
     """Run the dispatcher daemon (SIGTERM drains in-flight calls and exits 0)."""
     import asyncio
@@ -65,6 +84,8 @@ def run(
     if http_port is not None:
         config.observability.http_port = http_port
     configure_logging(log_format or config.observability.log_format, log_level)
+    if processes > 1:
+        _run_processes(obj, processes, until_idle, workers, log_format, log_level)
     daemon = Daemon(config, obj.database_url)
     try:
         code = asyncio.run(daemon.run(until_idle=until_idle))
@@ -72,9 +93,82 @@ def run(
         fail(str(exc), EXIT_INVALID)
     except migrations.MigrationError as exc:
         fail(str(exc), EXIT_CONFLICT)
-    except psycopg.OperationalError as exc:
+    except backends.UNAVAILABLE as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
     sys.exit(code)
+
+
+def require_postgres(url: str, what: str) -> None:
+    """Exit 3 unless ``url`` names a PostgreSQL database; ``what`` says who needs it."""
+    try:
+        database = parse_database_url(url)
+    except DatabaseURLError as exc:
+        fail(str(exc), EXIT_INVALID)
+    if not isinstance(database, PostgresDatabase):
+        fail(
+            f"{what} needs PostgreSQL; the database URL names a {database.dialect} one",
+            EXIT_INVALID,
+        )
+
+
+def child_run_args(
+    index: int,
+    *,
+    until_idle: bool,
+    workers: int | None,
+    log_format: str | None,
+    log_level: str,
+    http_port: int | None,
+) -> list[str]:
+    """The `run` options of child ``index`` (from 0) of `run --processes`: the parent's own,
+    with the observability port shifted by the index (0, any free port, stays 0)."""
+    args = ["--log-level", log_level]
+    if until_idle:
+        args.append("--until-idle")
+    if workers is not None:
+        args += ["--workers", str(workers)]
+    if log_format is not None:
+        args += ["--log-format", log_format]
+    if http_port is not None:
+        args += ["--http-port", str(http_port + index if http_port else 0)]
+    return args
+
+
+def _run_processes(
+    obj: Context,
+    processes: int,
+    until_idle: bool,
+    workers: int | None,
+    log_format: str | None,
+    log_level: str,
+) -> None:
+    from effectusd.dispatcher.processes import child_command, supervise
+
+    url = obj.database_url
+    port = obj.config.observability.http_port
+    if port and port + processes - 1 > 65535:
+        fail(
+            f"--processes {processes} from --http-port {port} would need ports up to "
+            f"{port + processes - 1}; the last port is 65535",
+            EXIT_INVALID,
+        )
+    global_args: Sequence[str] = ["--config", obj.config_path] if obj.config_path else []
+    commands = [
+        child_command(
+            global_args,
+            child_run_args(
+                index,
+                until_idle=until_idle,
+                workers=workers,
+                log_format=log_format,
+                log_level=log_level,
+                http_port=port,
+            ),
+        )
+        for index in range(processes)
+    ]
+    # the URL travels in the environment, not on command lines anyone can read with ps
+    sys.exit(supervise(commands, env={"EFFECTUSD_DATABASE_URL": url}))
 
 
 @main.command()
@@ -87,6 +181,27 @@ def run(
     type=click.Choice(["httpx", "aiohttp"]),
     help="HTTP transport to measure (default: the destination default, aiohttp).",
 )
+@click.option(
+    "--backlog",
+    default=1_000_000,
+    show_default=True,
+    type=click.IntRange(0, 100_000_000),
+    help=(
+        "Also time the claim statement on an empty outbox and over this many ready rows "
+        "(p50/p99 and the p99 ratio; building 1,000,000 takes minutes and ~2 GB); 0 skips it."
+    ),
+)
+@click.option(
+    "--duration",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 7 * 86400),
+    metavar="SECONDS",
+    help=(
+        "Also soak: keep submitting sagas at the measured pace for this long while sampling "
+        "the daemon's RSS every few seconds (start, end, max; steps/s over the soak)."
+    ),
+)
 @json_option
 @click.pass_obj
 def bench(
@@ -96,20 +211,33 @@ def bench(
     concurrency: int,
     destination: str | None,
     transport: str | None,
+    backlog: int,
+    duration: int,
     as_json: bool,
 ) -> None:
-    """Measure steps/s, enqueue→dispatch latency and commits per step (uses a scratch DB on
-    the configured server, dropped afterwards)."""
+    """Measure steps/s, enqueue→dispatch latency, commits per step and, by default, claim
+    latency over a large backlog (uses scratch DBs on the configured PostgreSQL server,
+    dropped afterwards)."""
     from dataclasses import asdict
 
     from effectusd.bench import format_result, run_bench
+
+    require_postgres(obj.database_url, "bench (it makes scratch databases on the server)")
 
     def progress(message: str) -> None:
         click.echo(message, err=True)
 
     try:
         result = run_bench(
-            obj.database_url, sagas, steps, concurrency, destination, progress, transport
+            obj.database_url,
+            sagas,
+            steps,
+            concurrency,
+            destination,
+            progress,
+            transport,
+            backlog=backlog,
+            duration=duration,
         )
     except psycopg.OperationalError as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)

@@ -36,6 +36,7 @@ log = logging.getLogger("effectusd.daemon")
 RECLAIM_INTERVAL_S = 1.0
 SAMPLE_INTERVAL_S = 5.0
 IDLE_HORIZON_S = 2.0  # --until-idle waits for retries due within this long
+REPEATED_SIGNAL_S = 1.0  # a second SIGTERM sooner than this is the first one, delivered twice
 _HEALTH_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *backends.DATABASE_ERRORS)
 
 
@@ -258,13 +259,18 @@ class Daemon:
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
-        received = {"count": 0}
+        first: list[float] = []
 
         def on_term() -> None:
-            received["count"] += 1
-            if received["count"] > 1:
+            if first:
+                if time.monotonic() - first[0] < REPEATED_SIGNAL_S:
+                    # One stop request delivered twice (systemd signals the whole control
+                    # group, and `run --processes` forwards the same signal): keep draining.
+                    log.info("SIGTERM again at once: the same stop request; still draining")
+                    return
                 log.warning("second SIGTERM: exiting now; leases are left to expire")
                 os._exit(143)
+            first.append(time.monotonic())
             log.info("SIGTERM: no new claims; draining")
             self.stopping.set()
 

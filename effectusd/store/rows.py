@@ -28,9 +28,33 @@ class TransitionRows:
         self.events: list[dict[str, Any]] = []
         self.released: list[tuple[int, str]] = []
         self.destinations: set[str] = set()
+        self._step_at: dict[tuple[str, str], dict[str, Any]] = {}
+        self._late_at: dict[tuple[int, int], dict[str, Any]] = {}
 
     def late(self, completion: Completion) -> None:
-        self.lates.append({**outcome_params(completion)})
+        # One row per attempt (a store may write the batch as one set-based statement, which
+        # applies one source row per target row): a later late answer replaces an earlier one,
+        # as running them in order would.
+        key = (completion.dispatch_id, completion.attempt)
+        if key in self._late_at:
+            self._late_at[key].update(outcome_params(completion))
+        else:
+            self._late_at[key] = outcome_params(completion)
+            self.lates.append(self._late_at[key])
+
+    def _step(self, update: dict[str, Any]) -> None:
+        """Merge updates of one step in this batch, as applying them in order would."""
+        key = (update["saga_id"], update["effect_id"])
+        row = self._step_at.get(key)
+        if row is None:
+            self._step_at[key] = update
+            self.steps.append(update)
+            return
+        row["state"] = update["state"]
+        if update["set_result"]:
+            row["set_result"], row["result"] = True, update["result"]
+        if update["args"] is not None:
+            row["args"], row["args_hash"] = update["args"], update["args_hash"]
 
     def apply(self, completion: Completion, row: dict[str, Any], transition: Transition) -> None:
         saga_id = row["saga_id"]
@@ -60,7 +84,7 @@ class TransitionRows:
         if row["lease_token"] is not None:
             self.released.append((completion.dispatch_id, str(row["lease_token"])))
         for step in transition.steps:
-            self.steps.append(
+            self._step(
                 {
                     "saga_id": saga_id,
                     "effect_id": step.effect_id,

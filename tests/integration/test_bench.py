@@ -135,4 +135,4 @@ def test_bench_refuses_a_database_url_that_is_not_postgresql() -> None:
     result = bench("--database-url", "sqlite:///bench.db", "bench", "--backlog", "0")
 
     assert result.returncode == 3
-    assert "bench makes its scratch databases on a PostgreSQL server" in result.stderr
+    assert "bench (it makes scratch databases on the server) needs PostgreSQL" in result.stderr

@@ -30,8 +30,8 @@ INSERT INTO effectus_saga_outbox
      max_attempts, state, attempt, next_attempt_at)
 SELECT {HEX}, 's', 'forward', 'default', 'e' || g, 'dest', 'v', repeat('c', 64),
        'at_most_once', 'POST', '/', '{{}}', repeat('d', 64), {HEX}, 1000, 5,
-       CASE WHEN g %% 10000 = 0 THEN 'queued' ELSE 'succeeded' END,
-       CASE WHEN g %% 10000 = 0 THEN 0 ELSE 1 END, now() - interval '1 minute'
+       CASE WHEN g %% %(ready_every)s = 0 THEN 'queued' ELSE 'succeeded' END,
+       CASE WHEN g %% %(ready_every)s = 0 THEN 0 ELSE 1 END, now() - interval '1 minute'
 FROM generate_series(1, %(n)s) AS g;
 ANALYZE effectus_saga_instances, effectus_saga_steps, effectus_saga_outbox
 """
@@ -42,16 +42,27 @@ def plan_of(conn: psycopg.Connection, query: str, params: dict[str, object]) -> 
     return "\n".join(row[0] for row in rows)
 
 
+def load_backlog(conn: psycopg.Connection, ready_every: int) -> None:
+    for statement in BACKLOG.split(";"):
+        if statement.strip():
+            conn.execute(
+                statement.encode(),  # type: ignore[arg-type]
+                {"n": TERMINAL_ROWS, "ready_every": ready_every},
+            )
+
+
+def claim_plan(conn: psycopg.Connection) -> str:
+    return plan_of(
+        conn,
+        sql("claim_ready").as_string(conn),
+        {"destinations": ["dest"], "limits": [16], "owner": "o", "margin_s": 1.0},
+    )
+
+
 def test_claim_and_next_due_use_the_ready_index_over_a_large_finished_backlog(db: str) -> None:
     with psycopg.connect(db) as conn:  # one transaction, rolled back: nothing is left behind
-        for statement in BACKLOG.split(";"):
-            if statement.strip():
-                conn.execute(statement.encode(), {"n": TERMINAL_ROWS})  # type: ignore[arg-type]
-        claim = plan_of(
-            conn,
-            sql("claim_ready").as_string(conn),
-            {"destinations": ["dest"], "limits": [16], "owner": "o", "margin_s": 1.0},
-        )
+        load_backlog(conn, ready_every=10_000)
+        claim = claim_plan(conn)
         due = plan_of(conn, sql("next_due").as_string(conn), {"destinations": ["dest"]})
         expired = plan_of(conn, sql("select_expired_leases").as_string(conn), {"limit": 10})
         conn.rollback()
@@ -59,3 +70,15 @@ def test_claim_and_next_due_use_the_ready_index_over_a_large_finished_backlog(db
     assert "Seq Scan on effectus_saga_outbox" not in claim, claim
     assert "effectus_saga_outbox_ready" in due, due
     assert "effectus_saga_outbox_leased" in expired, expired
+
+
+def test_claiming_from_a_large_ready_backlog_touches_only_the_claimed_rows(db: str) -> None:
+    # With many ready rows the planner guesses the claimed set as a share of them and would
+    # join it to the whole outbox (a sequential scan per claim); the claim must lease its rows
+    # by primary key instead, whatever the backlog.
+    with psycopg.connect(db) as conn:
+        load_backlog(conn, ready_every=2)
+        claim = claim_plan(conn)
+        conn.rollback()
+    assert "Seq Scan on effectus_saga_outbox" not in claim, claim
+    assert "Index Cond: (dispatch_id = ANY ($" in claim, claim  # the claimed ids, by key

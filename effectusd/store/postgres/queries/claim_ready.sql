@@ -28,7 +28,11 @@ claimed AS (
         lease_expires_at = now() + make_interval(secs => o.timeout_ms / 1000.0 + %(margin_s)s),
         updated_at = now()
     FROM due
+    -- The array lets the planner look the few claimed rows up by primary key: joined to the
+    -- CTE alone it guesses "a share of every ready row" and scans the whole outbox per claim
+    -- (0.9 s per claim over a million ready rows; a few ms with this).
     WHERE o.dispatch_id = due.dispatch_id
+      AND o.dispatch_id = ANY (ARRAY(SELECT dispatch_id FROM due))
     RETURNING o.dispatch_id, o.saga_id, o.effect_id, o.direction, o.execution_id, o.destination,
               o.verb, o.contract_hash, o.delivery, o.method, o.path, o.args_canonical,
               o.args_hash, o.idempotency_key, o.fencing_resources, o.timeout_ms, o.attempt,

@@ -1,0 +1,11 @@
+-- update_saga_state for a whole batch (arrays, one element per saga).
+UPDATE effectus_saga_instances s
+SET state = r.state,
+    stop_reason = CASE WHEN r.state = 'running' THEN NULL
+                       ELSE coalesce(r.stop_reason, s.stop_reason) END,
+    finished_at = CASE WHEN r.state IN ('completed', 'compensated', 'failed') THEN now() END,
+    revision = s.revision + 1,
+    updated_at = now()
+FROM unnest(%(saga_id)s::text[], %(state)s::text[], %(stop_reason)s::text[])
+     AS r(saga_id, state, stop_reason)
+WHERE s.saga_id = r.saga_id
