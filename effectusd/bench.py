@@ -213,7 +213,7 @@ def run_bench(
         commits = _settled_commits(url) - commits_before
         latencies = _latencies(url)
         progress("measuring idle enqueue→dispatch latency…")
-        idle = asyncio.run(_idle_latency(config, url, client, samples=30))
+        idle = asyncio.run(_idle_latency(config, url, samples=30))
         total = sagas * steps
         result = BenchResult(
             sagas=sagas,
@@ -508,28 +508,42 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-async def _idle_latency(config: Config, url: str, client: Client, samples: int) -> list[float]:
-    """Submit one saga at a time to an idle, running daemon; time until its request was sent."""
+async def _idle_latency(config: Config, url: str, samples: int) -> list[float]:
+    """Submit one saga at a time to an idle, running daemon: time from its outbox row's
+    insert to its write-ahead (sent_at). The submitter is its own process, so waiting for each
+    saga does not take the daemon's interpreter lock."""
+    spawn = multiprocessing.get_context("spawn")
+    submitter = spawn.Process(target=_submit_one_at_a_time, args=(config, url, samples))
     executors = {name: executor_for(name, dest) for name, dest in config.destinations.items()}
     daemon = Daemon(config, url, executors=executors)
     task = asyncio.create_task(daemon.run())
     try:
-        while not daemon.listening:
+        while not daemon.listening and not task.done():
             await asyncio.sleep(0.01)
-        results = []
-        for index in range(samples):
-            saga = await asyncio.to_thread(client.submit, _plan(1), execution_id=f"idle-{index}")
-            view = await asyncio.to_thread(client.wait, saga.saga_id, 10.0, 0.005)
-            attempt = view["steps"][0]["dispatches"][0]["attempts"][0]
-            created = view["steps"][0]["dispatches"][0]["created_at"]
-            delta = datetime.fromisoformat(attempt["sent_at"]) - datetime.fromisoformat(created)
-            results.append(delta.total_seconds() * 1000)
-        return results
+        submitter.start()
+        await asyncio.to_thread(submitter.join, 120)
+        if submitter.exitcode != 0:
+            raise RuntimeError(f"the idle-latency submitter failed ({submitter.exitcode})")
     finally:
+        if submitter.is_alive():
+            submitter.terminate()
         daemon.stopping.set()
         await task
         for executor in executors.values():
             await executor.aclose()
+    return _latencies(url, "bench_idle_latencies")
+
+
+def _submit_one_at_a_time(config: Config, url: str, samples: int) -> None:
+    """The idle-latency submitter (its own process): the next saga once the last was sent."""
+    client = Client(config, database_url=url)
+    plan = ensure_checked(_plan(1), client.registry)
+    with psycopg.connect(url, autocommit=True) as conn:
+        for index in range(samples):
+            saga = client.submit(plan, execution_id=f"idle-{index}")
+            while not conn.execute(sql("bench_sent"), {"saga_id": saga.saga_id}).fetchone():
+                time.sleep(0.002)
+            time.sleep(0.02)  # idle again: nothing in flight, nothing queued
 
 
 def _settled_commits(url: str, patience_s: float = 10.0) -> int:
@@ -541,9 +555,9 @@ def _settled_commits(url: str, patience_s: float = 10.0) -> int:
     return _scalar(url, "bench_commits")
 
 
-def _latencies(url: str) -> list[float]:
+def _latencies(url: str, query: str = "bench_latencies") -> list[float]:
     with psycopg.connect(url) as conn:
-        return [float(row[0]) for row in conn.execute(sql("bench_latencies")).fetchall()]
+        return [float(row[0]) for row in conn.execute(sql(query)).fetchall()]
 
 
 def _scalar(url: str, query: str) -> int:

@@ -180,6 +180,28 @@ class AsyncClient(_ClientBase):
         async with await psycopg.AsyncConnection.connect(self.database_url) as own:
             return await run_async(own, operation)
 
+    async def submit_many(
+        self,
+        submissions: Iterable[Submission],
+        *,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+        not_before: datetime | None = None,
+        actor: str = "client",
+    ) -> list[SubmitResult]:
+        """``Client.submit_many``, asynchronously."""
+        if conn is None and backends.is_sqlite(self.database_url):
+            batch = list(submissions)
+            return await asyncio.to_thread(
+                self._sync().submit_many, batch, not_before=not_before, actor=actor
+            )
+        prepared = [self._prepare(s.plan, s.execution_id, s.facts) for s in submissions]
+        operation = operations.submit_many(prepared, actor, not_before)
+        if conn is not None:
+            await join_transaction_async(conn)
+            return await run_async(conn, operation)
+        async with await psycopg.AsyncConnection.connect(self.database_url) as own:
+            return await run_async(own, operation)
+
     async def get(self, saga_id: str) -> SagaView | None:
         if backends.is_sqlite(self.database_url):
             return await asyncio.to_thread(self._sync().get, saga_id)

@@ -115,7 +115,15 @@ class Daemon:
             limits={name: d.max_concurrency for name, d in self.config.destinations.items()},
             total_limit=settings.concurrency,
         )
-        pipeline = Pipeline(store, executors, self.registry, capacity, self.wake, self.metrics)
+        pipeline = Pipeline(
+            store,
+            executors,
+            self.registry,
+            capacity,
+            self.wake,
+            self.metrics,
+            claim_batch=settings.batch_size,
+        )
         self.pipeline = pipeline
         background = [
             asyncio.create_task(pipeline.record_forever(), name="recorder"),
@@ -156,10 +164,11 @@ class Daemon:
         while not self.stopping.is_set():
             try:
                 self.wake.clear()  # before claiming: a wake-up during the claim is not lost
+                claimed = await pipeline.claim_once()  # first: new work waits for nothing
                 if time.monotonic() - last_reclaim >= RECLAIM_INTERVAL_S:
                     last_reclaim = time.monotonic()
                     await pipeline.reclaim_once()
-                if await pipeline.claim_once():
+                if claimed:
                     failures = 0
                     continue
                 if until_idle and pipeline.idle:

@@ -72,8 +72,10 @@ class Pipeline:
         capacity: Capacity,
         wake: asyncio.Event,
         metrics: Metrics,
+        claim_batch: int = 64,
     ) -> None:
         self.metrics = metrics
+        self.claim_batch = claim_batch  # at most this many rows per destination per claim
         self.store = store
         self.executors = executors
         self.registry = registry
@@ -87,7 +89,7 @@ class Pipeline:
     # -- 1. claim ------------------------------------------------------------------------
     async def claim_once(self) -> int:
         """Claim what fits, and start each claim on its way. Returns how many were claimed."""
-        free = self.capacity.free()
+        free = {dest: min(slots, self.claim_batch) for dest, slots in self.capacity.free().items()}
         if not free:
             return 0
         started = time.monotonic()  # before the claim: our local view of the lease is early

@@ -85,6 +85,11 @@ class DispatchStore:
     async def _claim(self, wanted: list[tuple[str, int]]) -> list[Claim]:
         raise NotImplementedError
 
+    async def _write_single(self, operation: Operation[T]) -> T:
+        """An operation of exactly one write statement, which is atomic by itself: a store may
+        spare the BEGIN/COMMIT round trips."""
+        return await self._write(operation)
+
     async def close(self) -> None:
         """Give back connections and threads."""
 
@@ -136,7 +141,10 @@ class DispatchStore:
         Returns the claims that may now be called, and known-not-committed completions for
         claims whose fencing resources are held by another live dispatch.
         """
-        return await self._write(self._write_ahead(claims))
+        operation = self._write_ahead(claims)
+        if any(claim.fencing_resources for claim in claims):
+            return await self._write(operation)
+        return await self._write_single(operation)  # unfenced: the one write_ahead statement
 
     def _write_ahead(
         self, claims: Sequence[Claim]

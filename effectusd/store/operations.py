@@ -204,6 +204,18 @@ def single(name: str, params: Params) -> Operation[Rows]:
     return (yield (name, params))
 
 
+def one_statement(operation: Operation[T]) -> Operation[T]:
+    """The operation, refused if it asks for a second statement: for running it outside a
+    transaction, where a second statement would not be atomic with the first."""
+    name, params = next(operation)
+    rows = yield (name, params)
+    try:
+        extra = operation.send(rows)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    raise RuntimeError(f"{extra[0]} after {name}: more than one statement needs a transaction")
+
+
 def without_queries(value: T) -> Operation[T]:
     """An operation that needs no statement (an in-memory provider's): it just returns."""
     return value

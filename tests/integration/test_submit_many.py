@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from effectusd.client import Submission
+from effectusd.client import AsyncClient, Submission
 from effectusd.core.submission import SubmitConflict
 from effectusd.store import backends, operations
 from tests.support.harness import client_for, fetch, make_config, serial_plan
@@ -114,3 +114,10 @@ def test_a_batch_joined_to_a_rolled_back_transaction_leaves_nothing(store_url: s
         client(store_url).submit_many(batch(4), conn=conn)
         conn.rollback()
     assert counts(store_url) == (0, 0, 0, 0)
+
+
+async def test_the_async_client_submits_a_batch_too(store_url: str) -> None:
+    config = make_config("http://127.0.0.1:9", {"a": {}, "b": {}})
+    results = await AsyncClient(config, database_url=store_url).submit_many(batch(6))
+    assert [r.created for r in results] == [True] * 6
+    assert counts(store_url)[:3] == (6, 12, 6)

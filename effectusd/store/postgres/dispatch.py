@@ -11,7 +11,7 @@ from psycopg_pool import AsyncConnectionPool
 from effectusd.core.registry import Registry
 from effectusd.fencing.protocol import FencingProvider
 from effectusd.store.dispatch import DispatchStore, claim_from_row
-from effectusd.store.operations import Operation, Rows
+from effectusd.store.operations import Operation, Rows, one_statement
 from effectusd.store.postgres.runner import run_async
 from effectusd.store.records import Claim
 
@@ -36,6 +36,10 @@ class PostgresDispatchStore(DispatchStore):
     async def _write(self, operation: Operation[T]) -> T:
         async with self.pool.connection() as conn:
             return await run_async(conn, operation)
+
+    async def _write_single(self, operation: Operation[T]) -> T:
+        async with self.pool.connection() as conn:
+            return await run_async(conn, one_statement(operation), transaction=False)
 
     async def _read(self, operation: Operation[T]) -> T:
         """Reads are single statements on an autocommit connection: no BEGIN/COMMIT."""

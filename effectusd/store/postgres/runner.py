@@ -31,8 +31,8 @@ def set_based(
     array per column): one statement per batch instead of one per row, which is most of what a
     group commit costs the daemon. None: run NAME once per row."""
     many = f"{name}_many"
-    if many not in _set_based_names():
-        return None
+    if len(rows) < 2 or many not in _set_based_names():
+        return None  # one row: the plain statement plans and runs faster than the array form
     return sql(many), {key: [row[key] for row in rows] for key in rows[0]}
 
 
@@ -73,7 +73,7 @@ async def run_async(
     conn: psycopg.AsyncConnection[Any], operation: Operation[T], *, transaction: bool = True
 ) -> T:
     """``transaction=False`` runs a one-statement operation on an autocommit connection
-    without the BEGIN/COMMIT round trips (the statement is its own transaction)."""
+    without the BEGIN/COMMIT round trips (each statement is its own transaction)."""
     async with AsyncExitStack() as stack:
         if transaction:
             await stack.enter_async_context(conn.transaction())
