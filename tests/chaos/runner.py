@@ -25,7 +25,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from effectusd.faults import POINTS
-from effectusd.store.postgres.migrations import migrate
+from effectusd.store import backends
 
 ADMIN_URL = os.environ.get(
     "EFFECTUSD_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -51,6 +51,7 @@ class Scenario:
     fail_every: int = 4  # every Nth saga's last step fails permanently (compensation)
     timeout_s: float = 240.0
     expect_duplicates: bool = False  # the control: this scenario must show duplicates
+    store: str = "postgres"  # the daemons' store: postgres, or sqlite (one file, one host)
 
 
 @dataclass
@@ -88,6 +89,31 @@ def _database(prefix: str) -> Iterator[str]:
         _wait_for_postgres()
         with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def _store(scenario: Scenario) -> Iterator[str]:
+    """The daemons' database, migrated: a PostgreSQL database or a SQLite file."""
+    if scenario.store == "sqlite":
+        folder = Path(f"/tmp/effectusd-chaos-{os.getpid()}-{random.randrange(1 << 30):x}")
+        folder.mkdir()
+        url = f"sqlite:///{folder / 'effectusd.db'}"
+        try:
+            _migrate(url)
+            yield url
+        finally:
+            for file in folder.iterdir():
+                file.unlink()
+            folder.rmdir()
+        return
+    with _database("effectusd_chaos") as url:
+        _migrate(url)
+        yield url
+
+
+def _migrate(url: str) -> None:
+    with backends.connection(url, create=True) as conn:
+        backends.migrations_of(conn).migrate(conn)
 
 
 def _wait_for_postgres(timeout: float = 60.0) -> None:
@@ -200,21 +226,19 @@ class Daemons:
 
 
 def _outstanding(url: str) -> int:
-    with psycopg.connect(url) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM effectus_saga_instances"
-            " WHERE state IN ('running', 'compensating')"
-        ).fetchone()
-    return int(row[0]) if row else 0
+    [row] = _rows(
+        url,
+        "SELECT count(*) AS n FROM effectus_saga_instances"
+        " WHERE state IN ('running', 'compensating')",
+    )
+    return int(row["n"])
 
 
 def run_scenario(scenario: Scenario, seed: int = 0) -> Report:
     rng = random.Random(seed or hash(scenario.name))
     report = Report(scenario.name, sagas=scenario.sagas)
     started = time.monotonic()
-    with _database("effectusd_chaos") as url, _database("effectusd_chaos_dest") as dest_url:
-        with psycopg.connect(url, autocommit=True) as conn:
-            migrate(conn)
+    with _store(scenario) as url, _database("effectusd_chaos_dest") as dest_url:
         port = _free_port()
         destination = subprocess.Popen(
             [
@@ -257,15 +281,17 @@ def run_scenario(scenario: Scenario, seed: int = 0) -> Report:
 
 
 def _submit(config: Path, url: str, scenario: Scenario) -> None:
-    from effectusd.client import Client
+    from effectusd.client import Client, Submission
     from effectusd.config import load_config
 
     client = Client(load_config(config), database_url=url)
-    with psycopg.connect(url) as conn:
-        for index in range(scenario.sagas):
-            fail = scenario.fail_every > 0 and index % scenario.fail_every == 0
-            client.submit(_plan(scenario.steps, fail), execution_id=f"c-{index}", conn=conn)
-        conn.commit()
+    client.submit_many(
+        Submission(
+            _plan(scenario.steps, scenario.fail_every > 0 and index % scenario.fail_every == 0),
+            execution_id=f"c-{index}",
+        )
+        for index in range(scenario.sagas)
+    )
 
 
 def _drive(
@@ -278,7 +304,7 @@ def _drive(
         daemons.tend()
         try:
             outstanding = _outstanding(url)
-        except psycopg.OperationalError:
+        except backends.UNAVAILABLE:
             _wait_for_postgres()
             continue
         if outstanding == 0:
@@ -339,8 +365,14 @@ def _settle(config: Path, url: str) -> None:
 
 
 def _rows(url: str, query: str) -> list[dict[str, Any]]:
-    with psycopg.connect(url, row_factory=dict_row) as conn:
-        return conn.execute(query).fetchall()  # type: ignore[arg-type]
+    """Rows of plain SQL that both stores understand."""
+    if backends.is_sqlite(url):
+        with backends.connection(url) as conn:
+            cursor = conn.execute(query)  # type: ignore[arg-type]
+            columns = [column[0] for column in cursor.description]
+            return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    with psycopg.connect(url, row_factory=dict_row) as pg:
+        return pg.execute(query).fetchall()  # type: ignore[arg-type]
 
 
 def _check(report: Report, scenario: Scenario, url: str, dest_url: str) -> None:
@@ -436,6 +468,18 @@ SHORT = [
         reset_after_commit=0.15,
         expect_duplicates=True,
     ),
+    # The same invariants with the daemons on one SQLite file (one host).
+    Scenario("sqlite: kills at every point", faults=tuple(sorted(POINTS)), store="sqlite"),
+    Scenario(
+        "sqlite: two daemons racing, random kills, commit then stall or reset",
+        sagas=80,
+        daemons=2,
+        faults=tuple(sorted(POINTS)),
+        external_kills=4,
+        stall_after_commit=0.05,
+        reset_after_commit=0.05,
+        store="sqlite",
+    ),
 ]
 
 LONG = [
@@ -464,6 +508,7 @@ LONG = [
             restart_postgres=s.restart_postgres,
             pause_daemon=s.pause_daemon,
             expect_duplicates=s.expect_duplicates,
+            store=s.store,
             timeout_s=900,
         )
         for s in SHORT
