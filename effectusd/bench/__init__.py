@@ -1,0 +1,303 @@
+"""`effectusd bench`: throughput and latency of the whole pipeline against a no-op destination.
+
+A benchmark, never a test: it prints what it measured on this machine. Beside the pipeline it
+runs a bare loop of the same executor class against the same sink (no database), so
+``efficiency`` says how much of the transport's speed the pipeline keeps. ``duration`` adds a
+soak (submissions at the measured pace, the daemon's RSS sampled); ``backlog`` adds the claim
+statement's latency on an empty outbox, over one batch of ready rows and over that many.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import statistics
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from effectusd.bench.claims import (
+    CLAIM_MIN_SAMPLES,
+    build_backlog,
+    claim_latency,
+    claim_params,
+    time_claims,
+)
+from effectusd.bench.common import (
+    bench_plan,
+    checked,
+    daemon_rss_mb,
+    daemon_with_submitter,
+    drop_database,
+    free_port,
+    percentile,
+    read_latencies,
+    scalar,
+    scratch_database,
+    with_executors,
+)
+from effectusd.bench.sink import serve_noop
+from effectusd.bench.soak import run_soak
+from effectusd.client import Client
+from effectusd.config import Config, parse_config
+from effectusd.core.states import Direction
+from effectusd.core.submission import ensure_checked
+from effectusd.dispatcher.daemon import Daemon
+from effectusd.executors.protocol import Executor, Invocation
+from effectusd.store.postgres.migrations import migrate
+from effectusd.store.postgres.queries import sql
+
+
+@dataclass
+class BenchResult:
+    sagas: int
+    steps_per_saga: int
+    concurrency: int
+    steps: int
+    seconds: float
+    steps_per_s: float
+    enqueue_to_dispatch_p50_ms: float
+    enqueue_to_dispatch_p99_ms: float
+    idle_enqueue_to_dispatch_p50_ms: float
+    commits_per_step: float
+    completed: int
+    transport: str
+    bare_calls_per_s: float  # the same executor class, same concurrency and sink, no database
+    efficiency: float  # steps_per_s / bare_calls_per_s
+    wal_bytes_per_step: float  # whole-cluster WAL: other writers on the server count too
+    rss_mb: float  # resident set of the process that ran the daemon, after the run
+    # claim_ready.sql on an empty outbox, over one batch of ready rows and over `backlog` of
+    # them (None: skipped); backlog/batch is the backlog's own cost, backlog/empty the target's
+    backlog: int = 0
+    claim_p50_ms_empty: float | None = None
+    claim_p99_ms_empty: float | None = None
+    claim_p50_ms_batch: float | None = None
+    claim_p99_ms_batch: float | None = None
+    claim_p50_ms_backlog: float | None = None
+    claim_p99_ms_backlog: float | None = None
+    claim_backlog_ratio_p99: float | None = None
+    claim_backlog_vs_batch_ratio_p99: float | None = None
+    # the soak (--duration): sagas submitted at the measured pace, the daemon's RSS sampled
+    soak_seconds: float | None = None
+    soak_steps_per_s: float | None = None
+    soak_running_sagas_end: int | None = None  # the backlog the soak left: pace vs keeping up
+    rss_mb_start: float | None = None
+    rss_mb_end: float | None = None
+    rss_mb_max: float | None = None
+
+
+def _bench_config(base_url: str, concurrency: int, transport: str | None) -> Config:
+    sink: dict[str, Any] = {"base_url": base_url, "max_concurrency": concurrency, "timeout": "10s"}
+    if transport is not None:
+        sink["transport"] = transport
+    return parse_config(
+        {
+            "dispatcher": {"concurrency": concurrency, "poll_interval": "100ms"},
+            "database": {"pool_max_size": 10},
+            "destinations": {"sink": sink},
+            "verbs": {"sink.noop": {"destination": "sink", "path": "/noop"}},
+        }
+    )
+
+
+def run_bench(
+    server_url: str,
+    sagas: int,
+    steps: int,
+    concurrency: int,
+    destination: str | None = None,
+    progress: Any = print,
+    transport: str | None = None,
+    *,
+    backlog: int = 0,
+    duration: float = 0.0,
+) -> BenchResult:
+    """``transport`` picks the executor class ("httpx" or "aiohttp"); None keeps the config's
+    default. ``duration`` > 0 adds the soak, ``backlog`` > 0 the claim latency."""
+    sink = None
+    if destination is None:
+        port = free_port()
+        ready = multiprocessing.get_context("spawn").Event()
+        sink = multiprocessing.get_context("spawn").Process(
+            target=serve_noop, args=(port, ready), daemon=True
+        )
+        sink.start()
+        if not ready.wait(30):
+            sink.terminate()
+            raise RuntimeError(f"the bench's no-op destination did not start on port {port}")
+        destination = f"http://127.0.0.1:{port}"
+    url = scratch_database(server_url)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            migrate(conn)
+        config = _bench_config(destination, concurrency, transport)
+        chosen = config.destinations["sink"].transport
+        progress(f"bare {chosen} loop at concurrency {concurrency}…")
+        bare = asyncio.run(_bare_calls_per_s(config, concurrency))
+        client = Client(config, database_url=url)
+        progress(f"submitting {sagas} saga(s) of {steps} step(s)…")
+        with psycopg.connect(url) as conn:
+            for index in range(sagas):
+                client.submit(bench_plan(steps), execution_id=f"bench-{index}", conn=conn)
+                if index % 500 == 499:
+                    conn.commit()
+            conn.commit()
+        commits_before = scalar(url, "bench_commits")
+        wal_before = scalar(url, "bench_wal_position")
+        progress(f"dispatching {sagas * steps} step(s) at concurrency {concurrency} ({chosen})…")
+        started = time.perf_counter()
+        asyncio.run(with_executors(config, lambda ex: Daemon(config, url, executors=ex).run(True)))
+        seconds = time.perf_counter() - started
+        wal_bytes = scalar(url, "bench_wal_position") - wal_before
+        rss_mb = daemon_rss_mb()
+        with psycopg.connect(url) as conn:
+            states: dict[str, int] = {
+                row[0]: int(row[1]) for row in conn.execute(sql("bench_outcomes")).fetchall()
+            }
+        commits = _settled_commits(url) - commits_before
+        latencies = read_latencies(url)
+        progress("measuring idle enqueue→dispatch latency…")
+        idle = asyncio.run(_idle_latency(config, url, samples=30))
+        total = sagas * steps
+        result = BenchResult(
+            sagas=sagas,
+            steps_per_saga=steps,
+            concurrency=concurrency,
+            steps=total,
+            seconds=round(seconds, 3),
+            steps_per_s=round(total / seconds, 1),
+            enqueue_to_dispatch_p50_ms=round(percentile(latencies, 50), 2),
+            enqueue_to_dispatch_p99_ms=round(percentile(latencies, 99), 2),
+            idle_enqueue_to_dispatch_p50_ms=round(statistics.median(idle), 2)
+            if idle
+            else float("nan"),
+            commits_per_step=round(commits / total, 2),
+            completed=states.get("completed", 0),
+            transport=chosen,
+            bare_calls_per_s=round(bare, 1),
+            efficiency=round(total / seconds / bare, 3),
+            wal_bytes_per_step=round(wal_bytes / total, 1),
+            rss_mb=round(rss_mb, 1),
+        )
+        if duration > 0:
+            pace = total / seconds / steps
+            progress(f"soak: {pace:.1f} saga(s)/s of {steps} step(s) for {duration:.0f} s…")
+            soak = asyncio.run(run_soak(config, url, steps, pace, duration, progress))
+            result.soak_seconds = round(soak.seconds, 1)
+            result.soak_steps_per_s = round(soak.steps / soak.seconds, 1)
+            result.soak_running_sagas_end = soak.running_end
+            result.rss_mb_start = round(soak.rss_mb[0], 1)
+            result.rss_mb_end = round(soak.rss_mb[-1], 1)
+            result.rss_mb_max = round(max(soak.rss_mb), 1)
+    finally:
+        drop_database(server_url, url)
+        if sink is not None:
+            sink.terminate()
+            sink.join(5)
+    if backlog > 0:
+        timings = claim_latency(server_url, config, backlog, progress)
+        result.backlog = backlog
+        p99 = {label: percentile(values, 99) for label, values in timings.items()}
+        for label, values in timings.items():
+            setattr(result, f"claim_p50_ms_{label}", round(percentile(values, 50), 3))
+            setattr(result, f"claim_p99_ms_{label}", round(p99[label], 3))
+        result.claim_backlog_ratio_p99 = round(p99["backlog"] / p99["empty"], 2)
+        result.claim_backlog_vs_batch_ratio_p99 = round(p99["backlog"] / p99["batch"], 2)
+    return result
+
+
+async def _bare_calls_per_s(config: Config, concurrency: int, seconds: float = 2.0) -> float:
+    """Calls/s of the bare executor against the sink: ``concurrency`` callers, no database."""
+    inv = Invocation(
+        request_id="bench",
+        execution_id="bench",
+        saga_id="0" * 64,
+        effect_id="s0",
+        attempt=1,
+        direction=Direction.FORWARD,
+        verb="sink.noop",
+        method="POST",
+        path="/noop",
+        body=b'{"i":0}',
+        argument_hash="0" * 64,
+        contract_hash="0" * 64,
+        idempotency_key="0" * 64,
+        fencing_grants=(),
+        deadline=datetime.now(UTC) + timedelta(hours=1),
+        timeout=10.0,
+    )
+
+    async def loop(executors: Mapping[str, Executor]) -> float:
+        executor = executors["sink"]
+        for _ in range(concurrency * 20):  # warm up: connections, caches
+            await checked(executor.call(inv))
+        calls = 0
+        stop = time.perf_counter() + seconds
+
+        async def caller() -> None:
+            nonlocal calls
+            while time.perf_counter() < stop:
+                await checked(executor.call(inv))
+                calls += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(caller() for _ in range(concurrency)))
+        return calls / (time.perf_counter() - started)
+
+    rate: float = await with_executors(config, loop)
+    return rate
+
+
+async def _idle_latency(config: Config, url: str, samples: int) -> list[float]:
+    """Submit one saga at a time to an idle, running daemon: time from its outbox row's
+    insert to its write-ahead (sent_at). The submitter is its own process, so waiting for each
+    saga does not take the daemon's interpreter lock."""
+    spawn = multiprocessing.get_context("spawn")
+    submitter = spawn.Process(target=_submit_one_at_a_time, args=(config, url, samples))
+    async with daemon_with_submitter(config, url, submitter):
+        await asyncio.to_thread(submitter.join, 120)
+        if submitter.exitcode != 0:
+            raise RuntimeError(f"the idle-latency submitter failed ({submitter.exitcode})")
+    return read_latencies(url, "bench_idle_latencies")
+
+
+def _submit_one_at_a_time(config: Config, url: str, samples: int) -> None:
+    """The idle-latency submitter (its own process): the next saga once the last was sent."""
+    client = Client(config, database_url=url)
+    plan = ensure_checked(bench_plan(1), client.registry)
+    with psycopg.connect(url, autocommit=True) as conn:
+        for index in range(samples):
+            saga = client.submit(plan, execution_id=f"idle-{index}")
+            while not conn.execute(sql("bench_sent"), {"saga_id": saga.saga_id}).fetchone():
+                time.sleep(0.002)
+            time.sleep(0.02)  # idle again: nothing in flight, nothing queued
+
+
+def _settled_commits(url: str, patience_s: float = 10.0) -> int:
+    """xact_commit once the daemon's sessions have gone: a backend reports its counts at most
+    once a second while it lives, and always when it exits."""
+    give_up = time.monotonic() + patience_s
+    while scalar(url, "bench_other_backends") and time.monotonic() < give_up:
+        time.sleep(0.05)
+    return scalar(url, "bench_commits")
+
+
+def format_result(result: BenchResult) -> str:
+    rows = {key: value for key, value in asdict(result).items() if value is not None}
+    width = max(len(key) for key in rows)
+    return "\n".join(f"{key:<{width}}  {value}" for key, value in rows.items())
+
+
+__all__ = [
+    "CLAIM_MIN_SAMPLES",
+    "BenchResult",
+    "build_backlog",
+    "claim_params",
+    "format_result",
+    "run_bench",
+    "time_claims",
+]

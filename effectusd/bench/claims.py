@@ -1,0 +1,109 @@
+"""Claim latency: the daemon's claim statement on an empty outbox, over one batch of ready
+rows and over a large backlog of them."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+
+from effectusd.bench.common import drop_database, percentile, scratch_database
+from effectusd.config import Config
+from effectusd.dispatcher.daemon import new_owner_id
+from effectusd.dispatcher.pipeline import Capacity
+from effectusd.store.postgres.migrations import migrate
+from effectusd.store.postgres.queries import sql
+
+CLAIM_SAMPLES = 300
+CLAIM_WARMUP = 15  # past psycopg's prepare threshold and the server's generic-plan choice
+CLAIM_BUDGET_S = 60.0  # a slow claim stops the sampling here, once CLAIM_MIN_SAMPLES are in
+CLAIM_MIN_SAMPLES = 30
+BACKLOG_CHUNK = 100_000
+
+
+def claim_latency(
+    server_url: str, config: Config, backlog: int, progress: Any
+) -> dict[str, list[float]]:
+    """Milliseconds per claim_ready.sql, with the daemon's parameters, in a scratch database of
+    its own (dropped afterwards): on an empty outbox ("empty"), over exactly one batch of ready
+    rows ("batch": the same work per claim as over the backlog, so backlog/batch isolates the
+    backlog's cost) and over ``backlog`` ready rows. Each claim runs in a transaction that is
+    rolled back, so the rows stay ready."""
+    url = scratch_database(server_url)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:  # autocommit, like the daemon's
+            migrate(conn)
+            params = claim_params(config)
+            batch = min(backlog, sum(params["limits"]))
+            timings = {"empty": time_claims(conn, params, 0, "an empty outbox", progress)}
+            build_backlog(conn, config, range(1, batch + 1), backlog, progress)
+            timings["batch"] = time_claims(conn, params, batch, f"{batch} ready rows", progress)
+            build_backlog(conn, config, range(batch + 1, backlog + 1), backlog, progress)
+            what = f"{backlog:,} ready rows"
+            timings["backlog"] = time_claims(conn, params, batch, what, progress)
+    finally:
+        drop_database(server_url, url)
+    return timings
+
+
+def claim_params(config: Config) -> dict[str, Any]:
+    """What the daemon's first claim passes: the free capacity of an idle pipeline, an owner
+    id, the lease margin (as Daemon.run and PostgresDispatchStore.claim build them)."""
+    free = Capacity(
+        limits={name: d.max_concurrency for name, d in config.destinations.items()},
+        total_limit=config.dispatcher.concurrency,
+    ).free()
+    return {
+        "destinations": list(free),
+        "limits": list(free.values()),
+        "owner": new_owner_id(),
+        "margin_s": config.dispatcher.lease_margin.total_seconds(),
+    }
+
+
+def time_claims(
+    conn: psycopg.Connection[Any], params: dict[str, Any], expect: int, what: str, progress: Any
+) -> list[float]:
+    query = sql("claim_ready")
+    timings: list[float] = []
+    give_up = time.monotonic() + CLAIM_BUDGET_S
+    for index in range(CLAIM_WARMUP + CLAIM_SAMPLES):
+        with conn.transaction(force_rollback=True):  # the claimed rows stay ready
+            started = time.perf_counter()
+            claimed = len(conn.execute(query, params).fetchall())
+            elapsed_ms = (time.perf_counter() - started) * 1000
+        if claimed != expect:
+            raise RuntimeError(
+                f"claim_ready claimed {claimed} row(s) over {what}, expected {expect}: the "
+                "claim latency would not be measuring a claim"
+            )
+        if index >= CLAIM_WARMUP:
+            timings.append(elapsed_ms)
+        if time.monotonic() > give_up and len(timings) >= CLAIM_MIN_SAMPLES:
+            break
+    p99 = percentile(timings, 99)
+    progress(f"claim latency over {what}: {len(timings)} claims, p99 {p99:.2f} ms")
+    return timings
+
+
+def build_backlog(
+    conn: psycopg.Connection[Any], config: Config, rows: range, total: int, progress: Any
+) -> None:
+    """Backlog rows ``rows`` (of ``total``): queued dispatches of the config's first verb, one
+    running saga and one started step each, by INSERT … SELECT generate_series in chunks; then
+    VACUUM ANALYZE, the state autovacuum reaches soon after such a burst."""
+    verb_name, verb = next(iter(config.verbs.items()))
+    params = {
+        "namespace": config.namespace,
+        "verb": verb_name,
+        "destination": verb.destination,
+        "path": verb.path,
+        "total": total,
+    }
+    started = time.perf_counter()
+    for first in range(rows.start, rows.stop, BACKLOG_CHUNK):
+        last = min(first + BACKLOG_CHUNK, rows.stop) - 1
+        conn.execute(sql("bench_backlog"), {**params, "first": first, "last": last})
+        progress(f"backlog: {last:,}/{total:,} ready rows ({time.perf_counter() - started:.0f} s)")
+    conn.execute(sql("bench_vacuum_analyze"))
