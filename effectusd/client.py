@@ -149,6 +149,14 @@ class Client(_ClientBase):
             time.sleep(interval)
 
 
+def _require_async_connection(conn: object) -> None:
+    if not isinstance(conn, psycopg.AsyncConnection):
+        raise TypeError(
+            f"AsyncClient joins a psycopg.AsyncConnection's transaction, not a "
+            f"{type(conn).__name__}; on SQLite pass your sqlite3 connection to Client instead"
+        )
+
+
 class AsyncClient(_ClientBase):
     """Asynchronous client; same semantics as Client. On PostgreSQL it speaks psycopg's
     AsyncConnection; on SQLite the synchronous client runs in a worker thread."""
@@ -175,6 +183,7 @@ class AsyncClient(_ClientBase):
         rows = self._prepare(plan, execution_id, facts)
         operation = operations.submit(rows, actor, not_before)
         if conn is not None:
+            _require_async_connection(conn)
             await join_transaction_async(conn)
             return await run_async(conn, operation)
         async with await psycopg.AsyncConnection.connect(self.database_url) as own:
@@ -197,6 +206,7 @@ class AsyncClient(_ClientBase):
         prepared = [self._prepare(s.plan, s.execution_id, s.facts) for s in submissions]
         operation = operations.submit_many(prepared, actor, not_before)
         if conn is not None:
+            _require_async_connection(conn)
             await join_transaction_async(conn)
             return await run_async(conn, operation)
         async with await psycopg.AsyncConnection.connect(self.database_url) as own:

@@ -3,6 +3,7 @@ nothing."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from effectusd.client import AsyncClient, Submission
 from effectusd.core.submission import SubmitConflict
 from effectusd.store import backends, operations
+from tests.conftest import migrated_sqlite
 from tests.support.harness import client_for, fetch, make_config, serial_plan
 
 PLAN = {**serial_plan("bulk", ["a", "b"]), "facts": {"amount": "integer"}}
@@ -121,3 +123,12 @@ async def test_the_async_client_submits_a_batch_too(store_url: str) -> None:
     results = await AsyncClient(config, database_url=store_url).submit_many(batch(6))
     assert [r.created for r in results] == [True] * 6
     assert counts(store_url)[:3] == (6, 12, 6)
+
+
+async def test_the_async_client_refuses_a_sqlite_connection_by_name(tmp_path: Path) -> None:
+    url = migrated_sqlite(tmp_path)
+    config = make_config("http://127.0.0.1:9", {"a": {}, "b": {}})
+    with backends.connection(url) as conn:
+        with pytest.raises(TypeError, match="not a Connection; on SQLite pass your sqlite3"):
+            await AsyncClient(config, database_url=url).submit_many(batch(1), conn=conn)  # type: ignore[arg-type]
+    assert counts(url) == (0, 0, 0, 0)
