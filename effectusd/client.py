@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -30,6 +30,7 @@ from effectusd.store.operations import SubmitResult
 from effectusd.store.postgres.runner import join_transaction_async, run_async
 
 PlanInput = CheckedPlan | PlanSpec | Mapping[str, Any]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -92,11 +93,7 @@ class Client(_ClientBase):
     ) -> SubmitResult:
         rows = self._prepare(plan, execution_id, facts)
         operation = operations.submit(rows, actor, not_before)
-        if conn is not None:
-            backends.join_transaction(conn)
-            return backends.run(conn, operation)
-        with backends.connection(self.database_url) as own:
-            return backends.run(own, operation)
+        return self._write(operation, conn)
 
     def submit_many(
         self,
@@ -111,6 +108,10 @@ class Client(_ClientBase):
         conflict with an existing saga raises and writes nothing. Results come in order."""
         batch = [self._prepare(s.plan, s.execution_id, s.facts) for s in submissions]
         operation = operations.submit_many(batch, actor, not_before)
+        return self._write(operation, conn)
+
+    def _write(self, operation: operations.Operation[T], conn: backends.Connection | None) -> T:
+        """In the caller's transaction when given one (it commits), else in our own."""
         if conn is not None:
             backends.join_transaction(conn)
             return backends.run(conn, operation)
@@ -182,12 +183,7 @@ class AsyncClient(_ClientBase):
             )
         rows = self._prepare(plan, execution_id, facts)
         operation = operations.submit(rows, actor, not_before)
-        if conn is not None:
-            _require_async_connection(conn)
-            await join_transaction_async(conn)
-            return await run_async(conn, operation)
-        async with await psycopg.AsyncConnection.connect(self.database_url) as own:
-            return await run_async(own, operation)
+        return await self._write(operation, conn)
 
     async def submit_many(
         self,
@@ -205,6 +201,11 @@ class AsyncClient(_ClientBase):
             )
         prepared = [self._prepare(s.plan, s.execution_id, s.facts) for s in submissions]
         operation = operations.submit_many(prepared, actor, not_before)
+        return await self._write(operation, conn)
+
+    async def _write(
+        self, operation: operations.Operation[T], conn: psycopg.AsyncConnection[Any] | None
+    ) -> T:
         if conn is not None:
             _require_async_connection(conn)
             await join_transaction_async(conn)
