@@ -19,9 +19,10 @@ from effectusd.core.engine import (
     StepFacts,
     Transition,
 )
-from effectusd.core.operator_decisions import RefusalKind, Refused, resumed_stop_reason
+from effectusd.core.operator_decisions import RefusalKind, Refused
 from effectusd.core.plan import CheckedPlan
 from effectusd.core.states import OutcomeClass, SagaState, StepState
+from effectusd.store import operations
 from effectusd.store.operations import Operation, Query, Rows
 from effectusd.store.rows import TransitionRows, dispatch_facts
 
@@ -155,12 +156,8 @@ def saga_after(locked: Locked, transition: Transition) -> dict[str, str]:
 
 
 def resumed_reason(locked: Locked, state: SagaState, reason: str | None) -> Operation[str | None]:
-    """The stop reason for ``state`` when ``locked`` resumes (see resumed_stop_reason)."""
-    began = None
-    if locked.state.is_blocked and state in (SagaState.COMPENSATING, SagaState.COMPENSATED):
-        rows = yield ("op_compensation_reason", {"saga_id": locked.saga_id})
-        began = rows[0]["reason"] if rows else None
-    return resumed_stop_reason(locked.state, state, reason, began)
+    """The stop reason for ``state`` when ``locked`` resumes (see operations.resumed_reason)."""
+    return (yield from operations.resumed_reason(locked.saga_id, locked.state, state, reason))
 
 
 def restore_reason(locked: Locked, transition: Transition) -> Operation[None]:

@@ -18,6 +18,7 @@ from effectusd.core.canonical import canonical_text
 from effectusd.core.engine import (
     Completion,
     SagaFacts,
+    SagaUpdate,
     StepFacts,
     Transition,
     as_settled_late,
@@ -36,7 +37,7 @@ from effectusd.core.states import (
     StepState,
 )
 from effectusd.fencing.protocol import FenceBusy, FenceHolder, FencingProvider
-from effectusd.store.operations import Operation, single
+from effectusd.store.operations import Operation, resumed_reason, single
 from effectusd.store.records import Claim, WriteAhead
 from effectusd.store.rows import TransitionRows, batches, dispatch_facts
 
@@ -256,6 +257,18 @@ class DispatchStore:
                 self.registry,
                 random.random(),
             )
+            if transition.saga is not None:  # a late answer may move a blocked saga on
+                transition.saga = SagaUpdate(
+                    transition.saga.state,
+                    (
+                        yield from resumed_reason(
+                            drow["saga_id"],
+                            SagaState(sagas[drow["saga_id"]]["state"]),
+                            transition.saga.state,
+                            transition.saga.stop_reason,
+                        )
+                    ),
+                )
             touched.add(drow["saga_id"])
             writes.apply(completion, drow, transition)
             report.applied += 1

@@ -121,6 +121,27 @@ async def test_the_late_answer_of_the_attempt_that_blocked_settles_the_dispatch(
     assert view["steps"][0]["result"] == {"id": 1}
 
 
+async def test_a_late_answer_that_resumes_compensation_restores_why_compensation_began(
+    store: StoreUnderTest,
+) -> None:
+    saga = store.submit(serial_plan("p", ["pay", "pay"], compensate={"s1": "undo"}), "x")
+    daemon = await store.dispatch_store(owner="daemon")
+    await step(daemon, SUCCESS)
+    await step(daemon, PERMANENT, error="declined")  # s2 fails: compensation of s1 begins
+    began = store.view(saga)["stop_reason"]
+    zombie = await store.dispatch_store(owner="zombie")
+    undo = await claim_one(zombie)
+    await send(zombie, undo)
+    store.expire_leases()
+    await daemon.reclaim_expired()  # the compensation may have run: blocked, never re-sent
+    blocked = store.view(saga)
+    assert blocked["state"] == "blocked_unknown" and blocked["stop_reason"] != began
+
+    await zombie.record([completion(undo, SUCCESS)])  # its answer arrives after all
+    view = store.view(saga)
+    assert (view["state"], view["stop_reason"]) == ("compensated", began)
+
+
 # -- success ------------------------------------------------------------------------------------
 
 
