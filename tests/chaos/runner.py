@@ -17,58 +17,20 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 
-from effectusd.faults import POINTS
 from effectusd.store import backends
+from tests.chaos.scenarios import LONG, SHORT, Report, Scenario
 
 ADMIN_URL = os.environ.get(
     "EFFECTUSD_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 ROOT = Path(__file__).resolve().parents[2]
 LIVE = ("running", "compensating")
-
-
-@dataclass
-class Scenario:
-    name: str
-    sagas: int = 40
-    steps: int = 3
-    delivery: str = "at_least_once"
-    mode: str = "kit"  # the destination: kit (honours the contract) or plain (the control)
-    daemons: int = 1
-    faults: tuple[str, ...] = ()  # fault points the daemons die at, chosen at random
-    external_kills: int = 0  # SIGKILLs from outside, at random moments
-    stall_after_commit: float = 0.0
-    reset_after_commit: float = 0.0
-    restart_postgres: bool = False
-    pause_daemon: bool = False  # SIGSTOP one daemon past its leases, then SIGCONT
-    fail_every: int = 4  # every Nth saga's last step fails permanently (compensation)
-    timeout_s: float = 240.0
-    expect_duplicates: bool = False  # the control: this scenario must show duplicates
-    store: str = "postgres"  # the daemons' store: postgres, or sqlite (one file, one host)
-
-
-@dataclass
-class Report:
-    scenario: str
-    sagas: int = 0
-    kills: int = 0
-    restarts: int = 0
-    duplicates: int = 0
-    lost: int = 0
-    states: dict[str, int] = field(default_factory=dict)
-    violations: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def blocked(self) -> dict[str, int]:
-        return {s: n for s, n in self.states.items() if s.startswith("blocked_")}
 
 
 def _free_port() -> int:
@@ -439,81 +401,6 @@ def _check(report: Report, scenario: Scenario, url: str, dest_url: str) -> None:
         if previous is not None and row["sequence"] >= previous:
             v.append(f"saga {row['saga_id'][:12]} compensated out of reverse order")
         last[row["saga_id"]] = row["sequence"]
-
-
-SHORT = [
-    *(Scenario(f"kill at {point}", faults=(point,)) for point in sorted(POINTS)),
-    Scenario(
-        "three daemons racing, random kills",
-        sagas=150,
-        daemons=3,
-        faults=tuple(sorted(POINTS)),
-        external_kills=6,
-    ),
-    Scenario("commit then stall or reset", stall_after_commit=0.1, reset_after_commit=0.1),
-    Scenario("postgres restarted mid-run", sagas=60, daemons=2, restart_postgres=True),
-    Scenario("paused daemon wakes after reclaim", sagas=40, daemons=2, pause_daemon=True),
-    Scenario(
-        "at_most_once, plain destination",
-        delivery="at_most_once",
-        mode="plain",
-        faults=tuple(sorted(POINTS)),
-        stall_after_commit=0.1,
-        reset_after_commit=0.1,
-    ),
-    Scenario(
-        "control: at_least_once, plain destination",
-        mode="plain",
-        stall_after_commit=0.15,
-        reset_after_commit=0.15,
-        expect_duplicates=True,
-    ),
-    # The same invariants with the daemons on one SQLite file (one host).
-    Scenario("sqlite: kills at every point", faults=tuple(sorted(POINTS)), store="sqlite"),
-    Scenario(
-        "sqlite: two daemons racing, random kills, commit then stall or reset",
-        sagas=80,
-        daemons=2,
-        faults=tuple(sorted(POINTS)),
-        external_kills=4,
-        stall_after_commit=0.05,
-        reset_after_commit=0.05,
-        store="sqlite",
-    ),
-]
-
-LONG = [
-    Scenario(
-        "three daemons, 1,000 sagas, random kills",
-        sagas=1000,
-        daemons=3,
-        faults=tuple(sorted(POINTS)),
-        external_kills=30,
-        stall_after_commit=0.03,
-        reset_after_commit=0.03,
-        timeout_s=1200,
-    ),
-    *(
-        Scenario(
-            s.name,
-            sagas=s.sagas * 3,
-            steps=s.steps,
-            delivery=s.delivery,
-            mode=s.mode,
-            daemons=s.daemons,
-            faults=s.faults,
-            external_kills=s.external_kills,
-            stall_after_commit=s.stall_after_commit,
-            reset_after_commit=s.reset_after_commit,
-            restart_postgres=s.restart_postgres,
-            pause_daemon=s.pause_daemon,
-            expect_duplicates=s.expect_duplicates,
-            store=s.store,
-            timeout_s=900,
-        )
-        for s in SHORT
-    ),
-]
 
 
 def format_table(reports: list[Report]) -> str:

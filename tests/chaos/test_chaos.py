@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.chaos.runner import SHORT, Scenario, run_scenario
+from tests.chaos.runner import run_scenario
+from tests.chaos.scenarios import SHORT, Scenario
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres]
 
