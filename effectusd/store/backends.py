@@ -17,7 +17,9 @@ import psycopg
 
 from effectusd.core.database_url import DatabaseURLError, SqliteDatabase, parse_database_url
 from effectusd.store.operations import Operation
+from effectusd.store.postgres import migrations as pg_migrations
 from effectusd.store.postgres import runner as pg_runner
+from effectusd.store.sqlite import migrations as sqlite_migrations
 from effectusd.store.sqlite import runner as sqlite_runner
 from effectusd.store.sqlite.connection import connect as sqlite_connect
 
@@ -77,13 +79,7 @@ def join_transaction(conn: Connection) -> None:
 
 def migrations_of(conn: Connection) -> ModuleType:
     """The migrations module of the connection's store (same API on both)."""
-    if isinstance(conn, sqlite3.Connection):
-        from effectusd.store.sqlite import migrations as sqlite_migrations
-
-        return sqlite_migrations
-    from effectusd.store.postgres import migrations as pg_migrations
-
-    return pg_migrations
+    return sqlite_migrations if isinstance(conn, sqlite3.Connection) else pg_migrations
 
 
 def run(conn: Connection, operation: Operation[T]) -> T:
