@@ -46,7 +46,7 @@ def fencing_provider(config: Config) -> FencingProvider:
             raise ConfigError(
                 'fencing.provider = "memory" is local_advisory: its tokens die with the process '
                 "and protect nothing across daemons. It is for tests only; set "
-                "fencing.test_setup = true to use it there, or use the postgres provider."
+                "fencing.test_setup = true to use it there, or use the store provider."
             )
         return MemoryFencing()
     return StoreFencing()
