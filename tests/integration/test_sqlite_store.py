@@ -81,6 +81,9 @@ async def main(path, owner):
     sys.stdin.readline()  # the test starts both workers at once
     claimed = []
     while claims := await store.claim({"dest": 2}):
+        if not claimed:  # hold the first lease until the other process holds one too
+            print("claimed", flush=True)
+            sys.stdin.readline()
         claimed += [[c.dispatch_id, c.attempt, c.lease_token] for c in claims]
         ready, _ = await store.write_ahead(claims)
         await store.record([
@@ -119,6 +122,13 @@ def test_two_processes_claiming_from_one_file_never_lease_a_row_twice(sqlite_url
         for worker in workers:  # ... before either claims
             assert worker.stdin is not None
             worker.stdin.write("go\n")
+            worker.stdin.flush()
+        for worker in workers:  # each holds a lease the other could not take ...
+            assert worker.stdout is not None
+            assert worker.stdout.readline().strip() == "claimed", worker.stderr
+        for worker in workers:  # ... and then both carry on, racing for the rest
+            assert worker.stdin is not None
+            worker.stdin.write("on\n")
             worker.stdin.flush()
         results = []
         for worker in workers:
