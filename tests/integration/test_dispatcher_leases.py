@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 from effectusd.executors.http import HttpExecutor
 from effectusd.executors.protocol import CallResult, Invocation
 from effectusd.store import backends
-from tests.support.destination import running
+from tests.support.destination import Request, Response, running
 from tests.support.harness import (
     attempts_of,
     client_for,
@@ -166,8 +167,28 @@ async def test_daemon_killed_after_write_ahead_leaves_an_uncertain_dispatch(
 async def test_two_daemon_processes_share_the_work_without_double_claims(
     store_url: str, tmp_path: Path
 ) -> None:
-    with running() as dest:
-        config = make_config(dest.base_url, {"a": {}, "b": {}})
+    # Each daemon has 16 slots. The first calls wait until a 17th is in flight at once, which
+    # only the other daemon can send: so both daemons certainly work, whoever starts first.
+    both = threading.Event()
+    arrived = 0
+    lock = threading.Lock()
+
+    def until_both_work(request: Request) -> Response:
+        nonlocal arrived
+        if not both.is_set():
+            with lock:
+                arrived += 1
+                if arrived > 16:
+                    both.set()
+            both.wait(30)
+        return Response(200, {"ok": True})
+
+    with running(until_both_work) as dest:
+        config = make_config(
+            dest.base_url,
+            {"a": {}, "b": {}},
+            destinations={"dest": {"base_url": dest.base_url, "timeout": "40s"}},
+        )
         client = client_for(config, store_url)
         sagas = [
             client.submit(serial_plan("race", ["a", "b"]), execution_id=f"r-{i}").saga_id
@@ -202,10 +223,6 @@ async def test_sigterm_drains_in_flight_calls_and_exits_zero(
 ) -> None:
     # Twice at once is one stop request delivered twice (a service manager signalling the
     # whole control group, and `run --processes` forwarding it): still a drain, not an exit.
-    import threading
-
-    from tests.support.destination import Request, Response
-
     entered = threading.Event()
     release = threading.Event()
 
