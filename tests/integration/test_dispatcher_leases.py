@@ -15,7 +15,7 @@ import pytest
 from effectusd.executors.http import HttpExecutor
 from effectusd.executors.protocol import CallResult, Invocation
 from effectusd.store import backends
-from tests.support.destination import Request, Response, running
+from tests.support.destination import HeldUntilMoreThan, Request, Response, running
 from tests.support.harness import (
     attempts_of,
     client_for,
@@ -169,19 +169,7 @@ async def test_two_daemon_processes_share_the_work_without_double_claims(
 ) -> None:
     # Each daemon has 16 slots. The first calls wait until a 17th is in flight at once, which
     # only the other daemon can send: so both daemons certainly work, whoever starts first.
-    both = threading.Event()
-    arrived = 0
-    lock = threading.Lock()
-
-    def until_both_work(request: Request) -> Response:
-        nonlocal arrived
-        if not both.is_set():
-            with lock:
-                arrived += 1
-                if arrived > 16:
-                    both.set()
-            both.wait(30)
-        return Response(200, {"ok": True})
+    until_both_work = HeldUntilMoreThan(16)
 
     with running(until_both_work) as dest:
         config = make_config(

@@ -21,7 +21,7 @@ import pytest
 
 from effectusd.cli.daemon import child_run_args
 from effectusd.dispatcher.processes import Supervisor
-from tests.support.destination import Request, Response, ok, running
+from tests.support.destination import HeldUntilMoreThan, Request, Response, running
 from tests.support.harness import (
     client_for,
     fetch,
@@ -131,19 +131,7 @@ def test_two_processes_until_idle_complete_every_saga_with_two_lease_owners(
 ) -> None:
     # Each process makes one call at a time (--workers 1), and the first call is held until a
     # second one arrives: that second call can only come from the other process.
-    second_call = threading.Event()
-    calls = 0
-    lock = threading.Lock()
-
-    def first_waits_for_a_second(request: Request) -> Response:
-        nonlocal calls
-        with lock:
-            calls += 1
-            first = calls == 1
-        if first:
-            return Response(200, {"ok": True}, stall=second_call)
-        second_call.set()
-        return ok(request)
+    first_waits_for_a_second = HeldUntilMoreThan(1)
 
     with running(first_waits_for_a_second) as dest:
         config = make_config(
@@ -165,7 +153,7 @@ def test_two_processes_until_idle_complete_every_saga_with_two_lease_owners(
         output = lines.rest()
 
     assert code == 0, output
-    assert second_call.is_set(), "the first call never saw a concurrent second one"
+    assert first_waits_for_a_second.exceeded.is_set(), "no call ever ran beside the first"
     states = fetch(store_url, "SELECT saga_id, state FROM effectus_saga_instances")
     assert sorted((row["saga_id"], row["state"]) for row in states) == sorted(
         (saga, "completed") for saga in sagas

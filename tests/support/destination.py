@@ -137,3 +137,22 @@ def running(handler: Handler = ok) -> Iterator[Destination]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class HeldUntilMoreThan:
+    """A handler that holds each of the first ``n`` calls until call ``n + 1`` arrives, then
+    answers everything at once: a daemon with ``n`` slots cannot send call ``n + 1`` while
+    its ``n`` are held, so its arrival proves another daemon sent it."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.arrived = 0
+        self.exceeded = threading.Event()
+        self._lock = threading.Lock()
+
+    def __call__(self, request: Request) -> Response:
+        with self._lock:
+            self.arrived += 1
+            if self.arrived > self.n:
+                self.exceeded.set()
+        return Response(200, {"ok": True}, stall=self.exceeded)
