@@ -50,13 +50,15 @@ def claim_latency(
 def claim_params(config: Config) -> dict[str, Any]:
     """What the daemon's first claim passes: the free capacity of an idle pipeline, an owner
     id, the lease margin (as Daemon.run and PostgresDispatchStore.claim build them)."""
-    free = Capacity(
+    capacity = Capacity(
         limits={name: d.max_concurrency for name, d in config.destinations.items()},
         total_limit=config.dispatcher.concurrency,
-    ).free()
+    )
+    free = capacity.free()
     return {
         "destinations": list(free),
         "limits": list(free.values()),
+        "total": capacity.room,
         "owner": new_owner_id(),
         "margin_s": config.dispatcher.lease_margin.total_seconds(),
     }

@@ -36,20 +36,27 @@ RECORD_BATCH = 256
 
 @dataclass
 class Capacity:
-    """In-flight calls per destination and overall; a claim only takes free slots."""
+    """In-flight calls per destination and overall; a claim only takes free slots.
+
+    Every destination with room under its own limit may claim up to that room (never more
+    than the overall room); the claim deals the overall room among the destinations that
+    have due rows (``DispatchStore.claim``), so an idle destination holds no slot."""
 
     limits: Mapping[str, int]
     total_limit: int
     in_flight: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def room(self) -> int:
+        return max(self.total_limit - self.busy, 0)
+
     def free(self) -> dict[str, int]:
-        room = self.total_limit - sum(self.in_flight.values())
+        room = self.room
         free: dict[str, int] = {}
         for destination, limit in self.limits.items():
             slots = min(limit - self.in_flight.get(destination, 0), room)
             if slots > 0:
                 free[destination] = slots
-                room -= slots
         return free
 
     def take(self, destination: str) -> None:
@@ -93,7 +100,7 @@ class Pipeline:
         if not free:
             return 0
         started = time.monotonic()  # before the claim: our local view of the lease is early
-        claims = await self.store.claim(free)
+        claims = await self.store.claim(free, self.capacity.room)
         if not claims:
             return 0
         faults.point("after_claim")

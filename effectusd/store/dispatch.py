@@ -83,7 +83,7 @@ class DispatchStore:
     async def _read(self, operation: Operation[T]) -> T:
         raise NotImplementedError
 
-    async def _claim(self, wanted: list[tuple[str, int]]) -> list[Claim]:
+    async def _claim(self, wanted: list[tuple[str, int]], total: int) -> list[Claim]:
         raise NotImplementedError
 
     async def _write_single(self, operation: Operation[T]) -> T:
@@ -95,12 +95,16 @@ class DispatchStore:
         """Give back connections and threads."""
 
     # -- 1. claim --------------------------------------------------------------------------
-    async def claim(self, capacity: Mapping[str, int]) -> list[Claim]:
-        """Lease up to ``capacity[destination]`` due rows per destination."""
+    async def claim(self, capacity: Mapping[str, int], total: int | None = None) -> list[Claim]:
+        """Lease up to ``capacity[destination]`` due rows per destination, and at most
+        ``total`` in all, dealt in turns (see ``deal_in_turns``) so that the destinations
+        with due rows share the room and idle ones take none of it."""
         wanted = [(dest, free) for dest, free in capacity.items() if free > 0]
-        if not wanted:
+        ceiling = sum(free for _, free in wanted)
+        total = ceiling if total is None else min(total, ceiling)
+        if not wanted or total <= 0:
             return []
-        return await self._claim(wanted)
+        return await self._claim(wanted, total)
 
     # -- 2. reclaim expired leases ----------------------------------------------------------
     async def reclaim_expired(self, limit: int = 100) -> RecordReport:
@@ -325,6 +329,19 @@ def _sample() -> Operation[OutboxSample]:
         oldest_ready_s=max(float(queue[0]["oldest_s"] or 0.0), 0.0) if queue else 0.0,
         sagas={row["state"]: int(row["n"]) for row in live},
     )
+
+
+def deal_in_turns(candidates: Mapping[str, Sequence[T]], total: int) -> list[T]:
+    """At most ``total`` of the candidates, each destination's first before anyone's second
+    (the order PostgreSQL's claim_ready deals in), so room follows the work."""
+    dealt: list[T] = []
+    for turn in range(max((len(rows) for rows in candidates.values()), default=0)):
+        for rows in candidates.values():
+            if turn < len(rows):
+                dealt.append(rows[turn])
+                if len(dealt) == total:
+                    return dealt
+    return dealt
 
 
 def grants_json(grants: Iterable[tuple[str, int]]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -11,10 +12,12 @@ import pytest
 
 from effectusd.core.identity import argument_hash, idempotency_key
 from effectusd.core.states import Delivery, Direction, OutcomeClass
+from effectusd.dispatcher.pipeline import Capacity
 from effectusd.store.dispatch import DispatchStore
 from effectusd.store.records import Claim
 from tests.conformance.support import (
     LEASE_MARGIN_S,
+    NOWHERE,
     TIMEOUT_S,
     StoreUnderTest,
     claim_one,
@@ -24,7 +27,7 @@ from tests.conformance.support import (
     timeline,
     when,
 )
-from tests.support.harness import serial_plan
+from tests.support.harness import make_config, serial_plan
 
 
 def submit_many(store: StoreUnderTest, verb: str, n: int, prefix: str = "e") -> list[str]:
@@ -272,3 +275,44 @@ async def test_concurrent_claimers_never_lease_a_row_twice(store: StoreUnderTest
     assert set(claimed) == sagas
     assert {c.attempt for c in first + second} == {1}
     assert await claimers[0].outbox_counts(horizon_s=0) == (60, 0)
+
+
+def many_destinations(store: StoreUnderTest, count: int) -> list[str]:
+    """``count`` destinations with the default limits, one verb each."""
+    names = [f"d{i:02}" for i in range(count)]
+    store.config = make_config(
+        NOWHERE,
+        {f"v-{name}": {"destination": name} for name in names},
+        destinations={name: {"base_url": NOWHERE} for name in names},
+    )
+    return names
+
+
+@pytest.mark.parametrize("count", [6, 20])
+async def test_the_overall_room_is_dealt_to_the_destinations_with_due_rows(
+    store: StoreUnderTest, count: int
+) -> None:
+    names = many_destinations(store, count)
+    busy = names[-3:]  # the last destinations in config order, which idle ones used to starve
+    for name in busy:
+        submit_many(store, f"v-{name}", 20, prefix=name)
+    capacity = Capacity(
+        limits={n: d.max_concurrency for n, d in store.config.destinations.items()},
+        total_limit=store.config.dispatcher.concurrency,
+    )
+    assert capacity.total_limit < sum(capacity.limits.values())  # C below the sum of limits
+    daemon = await store.dispatch_store()
+
+    # a little room: shared in turns, each busy destination gets its part
+    capacity.in_flight = {names[0]: capacity.total_limit - 7}
+    claims = await daemon.claim(capacity.free(), capacity.room)
+    per_destination = Counter(c.destination for c in claims)
+    assert len(claims) == 7
+    assert set(per_destination) == set(busy)
+    assert max(per_destination.values()) - min(per_destination.values()) <= 1
+
+    # all the room: every busy destination fills up to its own limit, idle ones hold nothing
+    capacity.in_flight = {}
+    claims = await daemon.claim(capacity.free(), capacity.room)
+    per_destination = Counter(c.destination for c in claims)
+    assert per_destination == {name: 16 for name in busy}

@@ -55,6 +55,7 @@ def test_the_claim_is_timed_with_the_daemons_parameters() -> None:
 
     assert params["destinations"] == ["dest"]
     assert params["limits"] == [8]
+    assert params["total"] == 8
     assert params["margin_s"] == 7.0
     assert params["owner"].count(":") == 2  # host:pid:random, as a daemon's own
 

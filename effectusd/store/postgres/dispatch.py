@@ -46,18 +46,21 @@ class PostgresDispatchStore(DispatchStore):
         async with self.pool.connection() as conn:
             return await run_async(conn, operation, transaction=False)
 
-    async def _claim(self, wanted: list[tuple[str, int]]) -> list[Claim]:
-        rows = await self._read(_claim_ready(wanted, self.owner, self.lease_margin_s))
+    async def _claim(self, wanted: list[tuple[str, int]], total: int) -> list[Claim]:
+        rows = await self._read(_claim_ready(wanted, total, self.owner, self.lease_margin_s))
         return [claim_from_row(row) for row in rows]
 
 
-def _claim_ready(wanted: list[tuple[str, int]], owner: str, margin_s: float) -> Operation[Rows]:
+def _claim_ready(
+    wanted: list[tuple[str, int]], total: int, owner: str, margin_s: float
+) -> Operation[Rows]:
     return (
         yield (
             "claim_ready",
             {
                 "destinations": [dest for dest, _ in wanted],
                 "limits": [free for _, free in wanted],
+                "total": total,
                 "owner": owner,
                 "margin_s": margin_s,
             },

@@ -9,11 +9,11 @@ import sqlite3
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from effectusd.core.registry import Registry
 from effectusd.fencing.protocol import FencingProvider
-from effectusd.store.dispatch import DispatchStore, claim_from_row
+from effectusd.store.dispatch import DispatchStore, claim_from_row, deal_in_turns
 from effectusd.store.operations import Operation, event
 from effectusd.store.records import Claim
 from effectusd.store.sqlite.connection import connect
@@ -52,16 +52,19 @@ class SqliteDispatchStore(DispatchStore):
             self._thread, lambda: run_read(self._connection(), operation)
         )
 
-    async def _claim(self, wanted: list[tuple[str, int]]) -> list[Claim]:
-        return await self._write(self._claim_due(wanted))
+    async def _claim(self, wanted: list[tuple[str, int]], total: int) -> list[Claim]:
+        return await self._write(self._claim_due(wanted, total))
 
-    def _claim_due(self, wanted: list[tuple[str, int]]) -> Operation[list[Claim]]:
+    def _claim_due(self, wanted: list[tuple[str, int]], total: int) -> Operation[list[Claim]]:
         """The claim_ready statement of PostgreSQL, in the steps SQLite can do: pick due rows,
         lease them, open an attempt row and log the claim, all under the write lock."""
-        previous: dict[int, str] = {}
+        candidates: dict[str, list[dict[str, Any]]] = {}
         for destination, limit in wanted:
-            for row in (yield ("claim_due", {"destination": destination, "limit": limit})):
-                previous[row["dispatch_id"]] = row["state"]
+            candidates[destination] = yield (
+                "claim_due",
+                {"destination": destination, "limit": limit},
+            )
+        previous = {row["dispatch_id"]: row["state"] for row in deal_in_turns(candidates, total)}
         if not previous:
             return []
         leased = yield (

@@ -1,15 +1,17 @@
--- Claim due rows for destinations with free capacity, in one statement: lease each row
--- (attempt + 1, random token, deadline from the database clock), open its attempt row and
--- append the timeline event. Only rows in the partial "ready" index are ever looked at.
+-- Claim due rows for destinations with free capacity, within the overall room, in one
+-- statement: lease each row (attempt + 1, random token, deadline from the database clock),
+-- open its attempt row and append the timeline event. Only rows in the partial "ready" index are ever looked at.
 WITH wanted AS (
     SELECT destination, lim
     FROM unnest(%(destinations)s::text[], %(limits)s::int[]) AS w(destination, lim)
 ),
-due AS (
-    SELECT picked.dispatch_id, picked.state
+candidates AS (
+    SELECT picked.dispatch_id, picked.state, picked.next_attempt_at,
+           row_number() OVER (PARTITION BY wanted.destination
+                              ORDER BY picked.next_attempt_at) AS turn
     FROM wanted
     CROSS JOIN LATERAL (
-        SELECT o.dispatch_id, o.state
+        SELECT o.dispatch_id, o.state, o.next_attempt_at
         FROM effectus_saga_outbox o
         WHERE o.state IN ('queued', 'retry_wait')
           AND o.destination = wanted.destination
@@ -18,6 +20,15 @@ due AS (
         LIMIT wanted.lim
         FOR UPDATE SKIP LOCKED
     ) AS picked
+),
+-- The overall room is dealt out in turns: every destination with due rows gets its first row
+-- before any gets its second, so idle destinations hold nothing and none is starved. Rows
+-- looked at but not dealt stay locked only until this statement ends.
+due AS (
+    SELECT dispatch_id, state
+    FROM candidates
+    ORDER BY turn, next_attempt_at
+    LIMIT %(total)s
 ),
 claimed AS (
     UPDATE effectus_saga_outbox o
