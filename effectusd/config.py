@@ -87,6 +87,9 @@ class ObservabilityConfig(BaseModel):
     http_host: str = "127.0.0.1"
     http_port: int | None = Field(default=None, ge=0, le=65535)
     log_format: Literal["text", "json"] = "text"
+    # /healthz and /readyz turn red when a batch of outcomes has waited this long to be
+    # recorded, the store has refused writes this long, or a background loop has died.
+    unhealthy_after: Duration = timedelta(seconds=30)
 
 
 class DestinationConfig(BaseModel):

@@ -62,5 +62,28 @@ class Metrics:
             registry=r,
         )
 
+        self.recorder_failures = Counter(
+            "effectusd_recorder_failures_total",
+            "Outcome batches whose recording failed (retried, or split to find a poison).",
+            ["kind"],  # transient | deterministic
+            registry=r,
+        )
+        self.write_ahead_failures = Counter(
+            "effectusd_write_ahead_failures_total",
+            "Write-aheads that failed; their claims were left to the reclaim.",
+            registry=r,
+        )
+        self.poison_isolated = Counter(
+            "effectusd_poison_isolated_total",
+            "Completions the store could not record, settled alone into blocked_unknown.",
+            registry=r,
+        )
+        self.loop_failures = Counter(
+            "effectusd_loop_failures_total",
+            "Unexpected errors in a background loop (claim, reclaim, recorder), survived.",
+            ["loop"],
+            registry=r,
+        )
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -36,6 +36,9 @@ log = logging.getLogger("effectusd.daemon")
 RECLAIM_INTERVAL_S = 1.0
 SAMPLE_INTERVAL_S = 5.0
 IDLE_HORIZON_S = 2.0  # --until-idle waits for retries due within this long
+LOOP_STOP_S = 1.0  # a claim round under way when a stop is asked for
+CLOSE_BOUND_S = 5.0  # closing pools, executors and the HTTP server after a drain
+RECORD_DRAIN_S = 5.0  # recording what the drained calls returned, past the grace period
 REPEATED_SIGNAL_S = 1.0  # a second SIGTERM sooner than this is the first one, delivered twice
 _HEALTH_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *backends.DATABASE_ERRORS)
 
@@ -79,6 +82,8 @@ class Daemon:
         self.http_port: int | None = None  # the bound port, once the endpoints are up
         self.sqlite = backends.is_sqlite(database_url)
         self._store: DispatchStore | None = None
+        self._background: list[asyncio.Task[Any]] = []
+        self.claim_failing_since: float | None = None  # monotonic; None while claims work
 
     def check_startup(self) -> None:
         """Refuse to run on a schema we do not match, or with test-only fencing in a real
@@ -125,7 +130,7 @@ class Daemon:
             claim_batch=settings.batch_size,
         )
         self.pipeline = pipeline
-        background = [
+        background = self._background = [
             asyncio.create_task(pipeline.record_forever(), name="recorder"),
             asyncio.create_task(self._sample_forever(store), name="sampler"),
         ]
@@ -140,21 +145,47 @@ class Daemon:
         self._install_signals()
         log.info("daemon %s started (%d destination(s))", self.owner, len(executors))
         try:
-            await self._loop(pipeline, store, until_idle)
+            await self._claim_until_stopped(pipeline, store, until_idle)
             await self._drain(pipeline)
         finally:
             self.started = False
-            if server is not None:
-                await server.close()
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
-            if self._executors is None:
-                for executor in executors.values():
-                    await executor.aclose()
-            await store.close()
+            try:
+                async with asyncio.timeout(CLOSE_BOUND_S):
+                    if server is not None:
+                        await server.close()
+                    if self._executors is None:
+                        for executor in executors.values():
+                            await executor.aclose()
+                    await store.close()
+            except TimeoutError:
+                log.warning("closing connections took over %.0fs; exiting anyway", CLOSE_BOUND_S)
             log.info("daemon %s stopped", self.owner)
         return 0
+
+    async def _claim_until_stopped(
+        self, pipeline: Pipeline, store: DispatchStore, until_idle: bool
+    ) -> None:
+        """Run the claim loop until it ends (idle) or a stop is asked for. The loop notices a
+        stop between rounds; one stuck in the database is not waited on past LOOP_STOP_S."""
+        claimer = asyncio.create_task(self._loop(pipeline, store, until_idle), name="claimer")
+        stop = asyncio.create_task(self.stopping.wait())
+        try:
+            await asyncio.wait({claimer, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not claimer.done():
+                await asyncio.wait({claimer}, timeout=LOOP_STOP_S)
+            if not claimer.done():
+                log.warning("the claim loop is stuck in the database; stopping it")
+                claimer.cancel()
+                await asyncio.gather(claimer, return_exceptions=True)
+            elif not claimer.cancelled() and (error := claimer.exception()) is not None:
+                raise error
+        finally:
+            stop.cancel()
+            if not claimer.done():
+                claimer.cancel()
 
     async def _loop(self, pipeline: Pipeline, store: DispatchStore, until_idle: bool) -> None:
         poll = self.config.dispatcher.poll_seconds(self.sqlite)
@@ -182,10 +213,25 @@ class Daemon:
                     if due_in is not None:
                         wait = min(wait, max(due_in, 0.001))
                 failures = 0
-            except backends.DATABASE_ERRORS as exc:
+            except Exception as exc:
+                # Nothing one row or one outage does may end the daemon: back off and retry,
+                # and let /healthz say so once it lasts (unhealthy_after).
                 failures += 1
                 wait = min(0.1 * 2**failures, 5.0)
-                log.warning("database trouble in the claim loop (%s); retrying in %.1fs", exc, wait)
+                if self.claim_failing_since is None:
+                    self.claim_failing_since = time.monotonic()
+                self.metrics.loop_failures.labels("claim").inc()
+                if isinstance(exc, backends.DATABASE_ERRORS):
+                    log.warning(
+                        "database trouble in the claim loop (%s); retrying in %.1fs",
+                        backends.describe_failure(exc),
+                        wait,
+                    )
+                else:
+                    log.exception("claim loop failed; retrying in %.1fs", wait)
+                await self._sleep(wait)
+                continue
+            self.claim_failing_since = None
             await self._sleep(wait)
 
     async def _sleep(self, seconds: float) -> None:
@@ -200,14 +246,26 @@ class Daemon:
                 waiter.cancel()
 
     async def _drain(self, pipeline: Pipeline) -> None:
-        """Stop claiming; let in-flight calls finish within the grace period; record them."""
+        """Stop claiming; let in-flight calls finish within the grace period; record them.
+        Bounded whatever is stuck: what is not recorded by then is left to its lease, whose
+        reclaim by the next daemon settles it from what the database says."""
         grace = self.config.dispatcher.shutdown_grace.total_seconds()
+        deadline = time.monotonic() + grace
         if pipeline.calls:
             log.info("draining %d in-flight batch(es) for up to %.0fs", len(pipeline.calls), grace)
             _done, pending = await asyncio.wait(list(pipeline.calls), timeout=grace)
             for task in pending:
                 task.cancel()  # their leases expire; the next daemon settles them
-        await pipeline.completions.join()
+        recording = max(deadline - time.monotonic(), 0.0) + RECORD_DRAIN_S
+        try:
+            async with asyncio.timeout(recording):
+                await pipeline.completions.join()
+        except TimeoutError:
+            log.warning(
+                "%d outcome(s) still unrecorded after the grace period; leaving them to "
+                "the reclaim",
+                pipeline.completions.qsize(),
+            )
 
     async def _sample_forever(self, store: DispatchStore) -> None:
         """Queue depth, oldest due age and live sagas by state, for the gauges."""
@@ -225,7 +283,8 @@ class Daemon:
             await asyncio.sleep(SAMPLE_INTERVAL_S)
 
     async def _healthy(self) -> tuple[bool, dict[str, object]]:
-        """The process answers and the database does."""
+        """The process answers, the database does, and the daemon's work moves: no loop has
+        died, no outcome waits unrecorded and no write has failed for ``unhealthy_after``."""
         if self._store is None:
             return False, {"database": "not connected"}
         try:
@@ -233,7 +292,31 @@ class Daemon:
                 await self._store.ping()
         except _HEALTH_ERRORS as exc:
             return False, {"database": type(exc).__name__}
+        problems = self.stuck()
+        if problems:
+            return False, {"database": "ok", "stuck": problems}
         return True, {"database": "ok"}
+
+    def stuck(self) -> list[str]:
+        """What keeps this daemon from making progress, if anything (for /healthz)."""
+        bound = self.config.observability.unhealthy_after.total_seconds()
+        now = time.monotonic()
+        problems = [
+            f"{task.get_name()} loop died"
+            for task in self._background
+            if task.done() and not task.cancelled()
+        ]
+        if self.claim_failing_since is not None and now - self.claim_failing_since > bound:
+            problems.append(f"claims failing for {now - self.claim_failing_since:.0f}s")
+        pipeline = self.pipeline
+        if pipeline is not None:
+            since = pipeline.recording_since
+            if since is not None and now - since > bound:
+                problems.append(f"outcomes waiting to be recorded for {now - since:.0f}s")
+            failing = pipeline.recorder_failing_since
+            if failing is not None and now - failing > bound:
+                problems.append(f"the store refusing outcome writes for {now - failing:.0f}s")
+        return problems
 
     async def _ready(self) -> tuple[bool, dict[str, object]]:
         """Claiming work: started, not draining, database reachable."""

@@ -14,9 +14,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from effectusd import faults
 from effectusd.core.engine import Completion
@@ -24,6 +27,7 @@ from effectusd.core.registry import Registry
 from effectusd.core.states import FencingStatus, OutcomeClass
 from effectusd.executors.protocol import CallResult, Executor, FencingGrant, Invocation
 from effectusd.metrics import Metrics
+from effectusd.store.backends import TRANSIENT_ERRORS, describe_failure
 from effectusd.store.dispatch import DispatchStore, RecordReport
 from effectusd.store.records import Claim, WriteAhead
 
@@ -90,6 +94,8 @@ class Pipeline:
         self.wake = wake
         self.completions: asyncio.Queue[Completion] = asyncio.Queue()
         self.calls: set[asyncio.Task[None]] = set()
+        self.recorder_failing_since: float | None = None  # monotonic; None while recording works
+        self.recording_since: float | None = None  # monotonic start of the batch being recorded
         self.reports: list[RecordReport] = []  # kept only while a test or bench asks for them
         self.keep_reports = False
 
@@ -116,7 +122,15 @@ class Pipeline:
 
     # -- 2. reclaim ----------------------------------------------------------------------
     async def reclaim_once(self) -> int:
-        report = await self.store.reclaim_expired()
+        try:
+            report = await self.store.reclaim_expired()
+        except TRANSIENT_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any deterministic failure is isolated below
+            # One expired row the store cannot settle must not stall the reclaim of all the
+            # others: settle them through the recorder, which isolates the poison.
+            log.warning("reclaim batch failed (%s); settling one by one", describe_failure(exc))
+            report = await self._record_isolating(await self.store.expired_completions())
         self.metrics.reclaims.inc(report.applied)
         self._after_record(report)
         if report.applied:
@@ -212,29 +226,87 @@ class Pipeline:
             batch = [await self.completions.get()]
             while not self.completions.empty() and len(batch) < RECORD_BATCH:
                 batch.append(self.completions.get_nowait())
-            await self.record(batch)
+            self.recording_since = time.monotonic()
+            try:
+                await self.record(batch)
+            finally:
+                self.recording_since = None
             for _ in batch:
                 self.completions.task_done()
 
     async def record(self, batch: list[Completion]) -> None:
         faults.point("before_record")
-        delay = 0.05
-        while True:
-            try:
-                report = await self.store.record(batch)
-                break
-            except Exception:
-                # Every write is guarded, so repeating the batch is safe; an ambiguous commit
-                # is settled by the guards on the repeat, never by guessing.
-                log.exception(
-                    "recording %d outcome(s) failed; retrying in %.2fs", len(batch), delay
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        report = await self._record_isolating(batch)
         faults.point("after_record")
         for completion in report.deferred:
             self.completions.put_nowait(completion)
         self._after_record(report)
+
+    async def _record_isolating(self, batch: list[Completion]) -> RecordReport:
+        """Record ``batch``; a batch that fails deterministically is split in halves until
+        the one completion that cannot be recorded is found. That one is quarantined alone
+        (its saga blocks with the error as evidence); the rest of the batch commits."""
+        try:
+            return await self._retrying_transient(self.store.record, batch)
+        except Exception as exc:  # noqa: BLE001 - whatever one row raises, it is isolated
+            self.metrics.recorder_failures.labels("deterministic").inc()
+            if len(batch) == 1:
+                return await self._quarantine(batch[0], exc)
+            log.warning(
+                "recording %d outcome(s) failed (%s); splitting the batch to isolate it",
+                len(batch),
+                type(exc).__name__,
+            )
+            middle = len(batch) // 2
+            first = await self._record_isolating(batch[:middle])
+            return first.merge(await self._record_isolating(batch[middle:]))
+
+    async def _quarantine(self, completion: Completion, exc: Exception) -> RecordReport:
+        failure = describe_failure(exc)
+        log.error(
+            "dispatch %s attempt %s: its outcome could not be recorded (%s); holding its saga "
+            "in blocked_unknown",
+            completion.dispatch_id,
+            completion.attempt,
+            failure,
+        )
+        try:
+            report = await self._retrying_transient(self.store.quarantine, completion, failure)
+        except Exception:
+            # Not even the bare block could be written: leave the row to its lease, whose
+            # reclaim settles the attempt from what the database says.
+            log.exception("quarantine of dispatch %s failed", completion.dispatch_id)
+            self.metrics.loop_failures.labels("recorder").inc()
+            return RecordReport(dropped=1)
+        self.metrics.poison_isolated.inc(report.quarantined)
+        return report
+
+    async def _retrying_transient(
+        self, write: Callable[..., Awaitable[RecordReport]], *args: Any
+    ) -> RecordReport:
+        """Repeat a write while the database fails transiently. Every write is guarded, so
+        repeating it is safe; an ambiguous commit is settled by the guards on the repeat."""
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type(TRANSIENT_ERRORS),
+            wait=wait_exponential(multiplier=0.05, max=5.0),
+            before_sleep=self._note_transient,
+            reraise=True,
+        ):
+            with attempt:
+                report = await write(*args)
+        self.recorder_failing_since = None
+        return report
+
+    def _note_transient(self, state: RetryCallState) -> None:
+        self.metrics.recorder_failures.labels("transient").inc()
+        if self.recorder_failing_since is None:
+            self.recorder_failing_since = time.monotonic()
+        exc = state.outcome.exception() if state.outcome else None
+        log.warning(
+            "recording outcomes failed (%s); retrying in %.2fs",
+            type(exc).__name__,
+            state.next_action.sleep if state.next_action else 0.0,
+        )
 
     def _after_record(self, report: RecordReport) -> None:
         self.metrics.late_completions.inc(report.late)

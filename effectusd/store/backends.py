@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from effectusd.core.database_url import DatabaseURLError, SqliteDatabase, parse_database_url
+from effectusd.core.poison import storable_text
 from effectusd.store.operations import Operation
 from effectusd.store.postgres import migrations as pg_migrations
 from effectusd.store.postgres import runner as pg_runner
@@ -27,6 +28,28 @@ T = TypeVar("T")
 
 # What a store raises when the database is unreachable or refuses: retried, never a crash.
 DATABASE_ERRORS: tuple[type[BaseException], ...] = (psycopg.Error, sqlite3.Error, OSError)
+# Failures that say nothing about the work itself (connection lost, server shutting down,
+# deadlock or serialization failure, disk full, lock timeout): the same write is retried.
+# Anything else a write raises is taken as deterministic, a property of the rows it writes.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    sqlite3.OperationalError,
+    OSError,
+    TimeoutError,
+)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """The error class and its first line: PostgreSQL's primary message, never its detail
+    (which quotes the failing row's values)."""
+    if isinstance(exc, psycopg.Error) and exc.diag.message_primary:
+        message = exc.diag.message_primary
+    else:
+        message = str(exc).splitlines()[0] if str(exc) else ""
+    return storable_text(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
+
+
 # What "cannot reach / open the database" looks like, for the CLI's exit code 1.
 UNAVAILABLE: tuple[type[BaseException], ...] = (
     psycopg.OperationalError,

@@ -26,6 +26,7 @@ from effectusd.core.engine import (
     settle,
 )
 from effectusd.core.plan import CheckedPlan
+from effectusd.core.poison import PoisonedDispatch, held_completion, quarantine
 from effectusd.core.registry import Registry
 from effectusd.core.states import (
     Delivery,
@@ -49,10 +50,22 @@ class RecordReport:
     applied: int = 0
     late: int = 0
     dropped: int = 0
+    quarantined: int = 0
     deferred: list[Completion] = field(default_factory=list)
     # (completion, transition, the dispatch row it applied to)
     transitions: list[tuple[Completion, Transition, dict[str, Any]]] = field(default_factory=list)
     notified: set[str] = field(default_factory=set)
+
+    def merge(self, other: RecordReport) -> RecordReport:
+        return RecordReport(
+            applied=self.applied + other.applied,
+            late=self.late + other.late,
+            dropped=self.dropped + other.dropped,
+            quarantined=self.quarantined + other.quarantined,
+            deferred=self.deferred + other.deferred,
+            transitions=self.transitions + other.transitions,
+            notified=self.notified | other.notified,
+        )
 
 
 @dataclass(frozen=True)
@@ -110,11 +123,22 @@ class DispatchStore:
     async def reclaim_expired(self, limit: int = 100) -> RecordReport:
         return await self._write(self._reclaim(limit))
 
+    async def expired_completions(self, limit: int = 100) -> list[Completion]:
+        """What ``reclaim_expired`` would record, read on its own: the pipeline records
+        these one by one when a reclaim batch cannot be recorded whole."""
+        return await self._read(self._expired(limit))
+
     def _reclaim(self, limit: int) -> Operation[RecordReport]:
         """Settle attempts whose lease ran out: not sent → known not committed; sent →
         unknown (and an at_most_once verb is then blocked, never re-sent)."""
+        completions = yield from self._expired(limit)
+        if not completions:
+            return RecordReport()
+        return (yield from self._record(completions))
+
+    def _expired(self, limit: int) -> Operation[list[Completion]]:
         expired = yield ("select_expired_leases", {"limit": limit})
-        completions = [
+        return [
             Completion(
                 dispatch_id=row["dispatch_id"],
                 attempt=row["attempt"],
@@ -133,9 +157,6 @@ class DispatchStore:
             )
             for row in expired
         ]
-        if not completions:
-            return RecordReport()
-        return (yield from self._record(completions))
 
     # -- 3. write-ahead ----------------------------------------------------------------------
     async def write_ahead(
@@ -286,6 +307,51 @@ class DispatchStore:
         report.notified = writes.destinations
         if crash_point:
             faults.point("during_record")  # inside the transaction, before it commits
+        return report
+
+    # -- 5b. quarantine one completion the recorder could not write ------------------------
+    async def quarantine(self, completion: Completion, failure: str) -> RecordReport:
+        """Settle ``completion`` alone into ``blocked_unknown`` with ``failure`` as evidence
+        (see ``effectusd.core.poison``); reads neither the plan nor the facts."""
+        return await self._write(self._quarantine(completion, failure))
+
+    def _quarantine(self, completion: Completion, failure: str) -> Operation[RecordReport]:
+        report = RecordReport()
+        held = held_completion(completion, failure)
+        sagas = yield ("lock_saga_state_of_dispatch", {"dispatch_id": held.dispatch_id})
+        rows = yield ("lock_dispatches", {"dispatch_ids": [held.dispatch_id]})
+        if not sagas or not rows:
+            report.dropped += 1
+            return report
+        drow = rows[0]
+        writes = TransitionRows()
+        if not (
+            drow["state"] == DispatchState.IN_FLIGHT.value
+            and drow["attempt"] == held.attempt
+            and str(drow["lease_token"]) == held.lease_token
+        ):
+            writes.late(held)  # superseded meanwhile: kept as evidence on its attempt
+            report.late += 1
+        else:
+            transition = quarantine(
+                held,
+                PoisonedDispatch(
+                    effect_id=drow["effect_id"],
+                    direction=Direction(drow["direction"]),
+                    state=DispatchState(drow["state"]),
+                    attempt=drow["attempt"],
+                    uncertain_attempt=drow["uncertain_attempt"],
+                    saga_state=SagaState(sagas[0]["state"]),
+                ),
+            )
+            writes.apply(held, drow, transition)
+            report.applied += 1
+            report.quarantined += 1
+            report.transitions.append((held, transition, drow))
+        for name, params in batches(writes):
+            if params:
+                yield name, params
+        yield from self.fencing.release(writes.released)
         return report
 
     def _saga_facts(self, row: dict[str, Any], steps: dict[str, StepFacts]) -> SagaFacts:

@@ -114,25 +114,42 @@ def migrate(conn: sqlite3.Connection, known: list[Migration] | None = None) -> l
     applied: list[Migration] = []
     with _write_transaction(conn):
         conn.execute(sql("migrations_create_table"))
-    while True:
-        with _write_transaction(conn):
-            current = status(conn, known)
-            if current.problems:
-                raise MigrationError("; ".join(current.problems))
-            if not current.pending:
-                return applied
-            migration = current.pending[0]
-            for statement in statements(migration):
-                conn.execute(statement)
-            conn.execute(
-                sql("migrations_record"),
-                {
-                    "version": migration.version,
-                    "name": migration.name,
-                    "checksum": migration.checksum,
-                },
-            )
-            applied.append(migration)
+    # SQLite changes a table's constraints only by rebuilding it, which a parent table's
+    # foreign keys forbid while they are enforced; the pragma is a no-op inside a
+    # transaction, so it is set around them, and each migration checks every key itself.
+    enforced = conn.execute("PRAGMA foreign_keys").fetchone()[0]
+    conn.execute("PRAGMA foreign_keys = OFF")
+    try:
+        while True:
+            with _write_transaction(conn):
+                current = status(conn, known)
+                if current.problems:
+                    raise MigrationError("; ".join(current.problems))
+                if not current.pending:
+                    return applied
+                applied.append(_apply(conn, current.pending[0]))
+    finally:
+        conn.execute(f"PRAGMA foreign_keys = {'ON' if enforced else 'OFF'}")
+
+
+def _apply(conn: sqlite3.Connection, migration: Migration) -> Migration:
+    for statement in statements(migration):
+        conn.execute(statement)
+    broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+    if broken:
+        raise MigrationError(
+            f"migration {migration.version}_{migration.name} leaves {len(broken)} row(s) with "
+            f"a broken foreign key (first in table {broken[0][0]})"
+        )
+    conn.execute(
+        sql("migrations_record"),
+        {
+            "version": migration.version,
+            "name": migration.name,
+            "checksum": migration.checksum,
+        },
+    )
+    return migration
 
 
 def require_current(conn: sqlite3.Connection) -> None:

@@ -1,0 +1,110 @@
+"""Poison completions: an outcome the store could not record is held for an operator.
+
+When recording one completion fails deterministically (an answer the store cannot hold, a
+row it cannot decode, a write a table constraint refuses), the recorder isolates it and
+settles it with this transition instead: only its own dispatch and saga stop, in
+``blocked_unknown``, with what went wrong as evidence. The transition is built from the
+dispatch row and the saga's state alone, so a saga row that cannot even be decoded can
+still be stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from effectusd.core.engine import Completion, Event, SagaUpdate, Transition
+from effectusd.core.states import Direction, DispatchState, OutcomeClass, SagaState
+
+# Evidence kept about the failure: enough to find it, bounded so it is always storable.
+MAX_ERROR_CHARS = 300
+
+
+@dataclass(frozen=True)
+class PoisonedDispatch:
+    """What the quarantine knows: the locked dispatch row and its saga's state."""
+
+    effect_id: str
+    direction: Direction
+    state: DispatchState
+    attempt: int
+    uncertain_attempt: int | None
+    saga_state: SagaState
+
+
+def storable_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """``text`` with control characters, NUL and lone surrogates replaced, cut to ``limit``."""
+    cleaned = "".join(
+        ch if ch.isprintable() and not 0xD800 <= ord(ch) <= 0xDFFF else "?" for ch in text
+    )
+    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
+
+
+def held_completion(completion: Completion, failure: str) -> Completion:
+    """The completion as it can be stored: no result, the original class kept as evidence."""
+    may_have_been_sent = completion.settled_by != "guard"
+    return Completion(
+        dispatch_id=completion.dispatch_id,
+        attempt=completion.attempt,
+        lease_token=completion.lease_token,
+        outcome=OutcomeClass.UNKNOWN if may_have_been_sent else OutcomeClass.RETRYABLE,
+        settled_by=completion.settled_by,
+        status_code=completion.status_code,
+        error=f"the outcome could not be recorded: {storable_text(failure)}",
+        evidence={
+            "unrecorded_outcome": completion.outcome.value,
+            "record_failure": storable_text(failure),
+        },
+        fencing_status=completion.fencing_status,
+        actor=completion.actor,
+    )
+
+
+def quarantine(held: Completion, dispatch: PoisonedDispatch) -> Transition:
+    """Block ``held``'s dispatch and saga in ``blocked_unknown`` (an operator resolves it
+    with ``effectusd resolve``); nothing else of the saga is decided or written."""
+    uncertain = dispatch.uncertain_attempt
+    if held.outcome is OutcomeClass.UNKNOWN:
+        uncertain = held.attempt if uncertain is None else min(uncertain, held.attempt)
+    reason = (
+        f"{dispatch.effect_id} ({dispatch.direction.value}): attempt {held.attempt}'s outcome "
+        "could not be recorded; see the attempt's evidence"
+    )
+    blocked = DispatchState.BLOCKED_UNKNOWN
+    events = [
+        Event(
+            "attempt_settled",
+            dispatch.effect_id,
+            dispatch.direction.value,
+            held.attempt,
+            dispatch.state.value,
+            blocked.value,
+            held.actor,
+            None,
+            {
+                "outcome": held.outcome.value,
+                "settled_by": held.settled_by,
+                "status_code": held.status_code,
+                "error": held.error,
+            },
+        )
+    ]
+    saga = None
+    if dispatch.saga_state is not SagaState.BLOCKED_UNKNOWN:
+        saga = SagaUpdate(SagaState.BLOCKED_UNKNOWN, reason)
+        events.append(
+            Event(
+                "saga_state",
+                from_state=dispatch.saga_state.value,
+                to_state=SagaState.BLOCKED_UNKNOWN.value,
+                actor=held.actor,
+                detail={"reason": reason},
+            )
+        )
+    return Transition(
+        dispatch_state=blocked,
+        uncertain_attempt=uncertain,
+        last_outcome=held.outcome,
+        last_error=held.error,
+        saga=saga,
+        events=events,
+    )

@@ -1,0 +1,8 @@
+-- The saga of one dispatch whose outcome is being quarantined: its state only (a poisoned
+-- saga row may hold plan or facts that cannot be decoded). Same lock as the recorder's.
+SELECT s.saga_id, s.state
+FROM effectus_saga_instances s
+WHERE s.saga_id = (
+    SELECT saga_id FROM effectus_saga_outbox WHERE dispatch_id = %(dispatch_id)s
+)
+FOR NO KEY UPDATE OF s

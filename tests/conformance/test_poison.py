@@ -1,0 +1,93 @@
+"""A completion the store cannot record is isolated: the rest of its batch commits, and its
+own saga alone stops in blocked_unknown with the failure as evidence (both stores)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from effectusd.core.states import OutcomeClass
+from effectusd.dispatcher.pipeline import Capacity, Pipeline
+from effectusd.metrics import Metrics
+from effectusd.operator import Resolution, resolve
+from effectusd.store.dispatch import DispatchStore
+from tests.conformance.support import StoreUnderTest, completion, dispatch_in, send
+from tests.support.harness import serial_plan
+
+
+def pipeline_on(store: DispatchStore, under_test: StoreUnderTest) -> Pipeline:
+    return Pipeline(
+        store,
+        {},
+        under_test.registry,
+        Capacity(limits={"dest": 16}, total_limit=16),
+        asyncio.Event(),
+        Metrics(),
+    )
+
+
+async def test_one_unstorable_result_is_quarantined_and_the_batch_commits(
+    store: StoreUnderTest,
+) -> None:
+    sagas = [store.submit(serial_plan("p", ["pay", "pay"]), f"x-{i}") for i in range(7)]
+    daemon = await store.dispatch_store()
+    claims = await daemon.claim({"dest": 16})
+    assert len(claims) == 7
+    for claim in claims:
+        await send(daemon, claim)
+    poison = claims[3]
+    batch = [
+        completion(
+            claim,
+            OutcomeClass.SUCCESS,
+            # Infinity is not JSON: neither store can hold it as a result
+            result={"amount": float("inf")} if claim is poison else {"ok": True},
+        )
+        for claim in claims
+    ]
+    pipeline = pipeline_on(daemon, store)
+    await asyncio.wait_for(pipeline.record(batch), timeout=60)  # once, a retry loop forever
+
+    for saga in sagas:
+        view = store.view(saga)
+        if saga == poison.saga_id:
+            assert view["state"] == "blocked_unknown"
+            assert "could not be recorded" in view["stop_reason"]
+            dispatch = dispatch_in(view, "s1")
+            assert dispatch["state"] == "blocked_unknown"
+            [attempt] = dispatch["attempts"]
+            assert attempt["outcome"] == "unknown_outcome"
+            assert attempt["evidence"]["unrecorded_outcome"] == "success"
+            assert attempt["evidence"]["record_failure"]
+            assert dispatch["lease_owner"] is None
+        else:
+            assert view["state"] == "running"
+            assert dispatch_in(view, "s1")["state"] == "succeeded"
+            assert dispatch_in(view, "s2")["state"] == "queued"
+    assert pipeline.metrics.poison_isolated._value.get() == 1
+
+
+async def test_a_quarantined_saga_is_resolved_by_the_operator_with_evidence(
+    store: StoreUnderTest,
+) -> None:
+    saga = store.submit(serial_plan("p", ["pay", "pay"]), "x")
+    daemon = await store.dispatch_store()
+    [claim] = await daemon.claim({"dest": 16})
+    await send(daemon, claim)
+    pipeline = pipeline_on(daemon, store)
+    await pipeline.record([completion(claim, OutcomeClass.SUCCESS, result=[float("nan")])])
+    assert store.view(saga)["state"] == "blocked_unknown"
+
+    store.run(
+        resolve(
+            saga,
+            "s1",
+            Resolution.COMMITTED,
+            registry=store.registry,
+            actor="user:ops",
+            evidence="checked the destination's ledger",
+            result={"fixed": True},
+        )
+    )
+    view = store.view(saga)
+    assert view["state"] == "running"
+    assert dispatch_in(view, "s2")["state"] == "queued"
