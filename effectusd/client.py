@@ -49,6 +49,7 @@ def registry_from_config(config: Config) -> Registry:
     return Registry(
         verbs=dict(config.verbs),
         destination_timeouts={name: dest.timeout for name, dest in config.destinations.items()},
+        fence_wait_limit=config.fence_wait_limit(),
     )
 
 

@@ -24,6 +24,7 @@ from pydantic import (
 
 from effectusd.core.contracts import VerbContract
 from effectusd.core.durations import parse_duration
+from effectusd.core.registry import DEFAULT_FENCE_WAIT_LIMIT
 from effectusd.core.states import OutcomeClass
 from effectusd.store.backends import check_url
 
@@ -80,6 +81,9 @@ class FencingConfig(BaseModel):
     provider: Literal["store", "postgres", "memory"] = "store"
     test_setup: bool = False
     lease_ttl: Duration = timedelta(seconds=60)
+    # How long a dispatch waits for a resource another dispatch holds before it is blocked
+    # (blocked_fence). Unset: Config.fence_wait_limit(), longer than any dead holder's lease.
+    wait_limit: Duration | None = None
 
 
 class ObservabilityConfig(BaseModel):
@@ -177,6 +181,16 @@ class Config(BaseModel):
 
     def verb(self, name: str) -> VerbContract:
         return self.verbs[name]
+
+    def fence_wait_limit(self) -> timedelta:
+        """``fencing.wait_limit``, or by default twice the longest dispatch lease (call timeout
+        plus lease margin) and at least 5 minutes: a dead holder's fence has run out by then."""
+        if self.fencing.wait_limit is not None:
+            return self.fencing.wait_limit
+        timeouts = [d.timeout for d in self.destinations.values()]
+        timeouts += [v.timeout for v in self.verbs.values() if v.timeout is not None]
+        longest_lease = max(timeouts, default=timedelta(0)) + self.dispatcher.lease_margin
+        return max(DEFAULT_FENCE_WAIT_LIMIT, 2 * longest_lease)
 
 
 def _format_validation_error(source: str, error: ValidationError) -> str:

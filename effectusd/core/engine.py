@@ -13,6 +13,7 @@ from typing import Any
 
 from effectusd.core.backoff import backoff_delay
 from effectusd.core.canonical import JsonValue
+from effectusd.core.contracts import RetryPolicy
 from effectusd.core.enqueue import DispatchSpec, SagaRef, build_dispatch
 from effectusd.core.expressions import ResolutionError
 from effectusd.core.plan import CheckedPlan, CheckedStep
@@ -28,6 +29,7 @@ from effectusd.core.states import (
 )
 
 ENGINE = "engine"
+FENCE_WAIT_MAX_DELAY = timedelta(seconds=5)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,23 @@ class DispatchFacts:
     attempt: int
     max_attempts: int
     uncertain_attempt: int | None
+    # Attempts whose write-ahead found a fencing resource held by another live dispatch:
+    # nothing was sent, so they are not attempts of the retry budget.
+    fence_waits: int = 0
+
+    @property
+    def budget_left(self) -> bool:
+        return self.attempt - self.fence_waits < self.max_attempts
+
+
+@dataclass(frozen=True)
+class FenceWait:
+    """The write-ahead found a fencing resource held by another live dispatch; nothing was
+    sent. ``waited`` runs from the first busy write-ahead of this wait (database clock);
+    ``holder`` names the holding dispatch, its saga and lease owner, never a resource value."""
+
+    waited: timedelta
+    holder: str
 
 
 @dataclass(frozen=True)
@@ -84,6 +103,7 @@ class Completion:
     actor: str = ENGINE
     operator_evidence: str | None = None
     contract_drift: bool = False  # set by the pre-dispatch guard; nothing was sent
+    fence_wait: FenceWait | None = None  # set by the write-ahead; nothing was sent
 
 
 @dataclass(frozen=True)
@@ -139,7 +159,7 @@ def settle(
     outcome = completion.outcome
     step = saga.plan.step(dispatch.effect_id)
     forward = dispatch.direction is Direction.FORWARD
-    budget_left = dispatch.attempt < dispatch.max_attempts
+    budget_left = dispatch.budget_left
     uncertain = dispatch.uncertain_attempt
     contract = registry.verbs.get(dispatch.verb)
     retry_policy = contract.retry if contract is not None else None
@@ -151,6 +171,19 @@ def settle(
             SagaState.BLOCKED_CONTRACT,
             f"verb {dispatch.verb!r} changed since the plan was checked; nothing was sent",
         )
+    elif completion.fence_wait is not None:
+        # Waiting for a busy resource is not an attempt of the retry budget; it has its own bound.
+        wait = completion.fence_wait
+        if wait.waited >= registry.fence_wait_limit or retry_policy is None:
+            builder.block(
+                DispatchState.BLOCKED_FENCE,
+                SagaState.BLOCKED_FENCE,
+                f"waited {wait.waited.total_seconds():.0f}s (fencing.wait_limit "
+                f"{registry.fence_wait_limit.total_seconds():.0f}s) for a fencing resource "
+                f"held by {wait.holder}; nothing was sent",
+            )
+        else:
+            builder.retry(fence_wait_delay(retry_policy, dispatch.fence_waits, jitter))
     elif outcome is OutcomeClass.SUCCESS:
         builder.dispatch(DispatchState.SUCCEEDED)
         if forward:
@@ -177,8 +210,14 @@ def settle(
             SagaState.BLOCKED_FENCE,
             "the destination rejected the fencing token as stale",
         )
-    elif uncertain is not None and (outcome is OutcomeClass.PERMANENT or not budget_left):
-        # A later answer must not mask an earlier attempt that may have committed.
+    elif (
+        uncertain is not None
+        and not (outcome is OutcomeClass.PERMANENT and dispatch.delivery is Delivery.AT_LEAST_ONCE)
+        and (outcome is OutcomeClass.PERMANENT or not budget_left)
+    ):
+        # A later answer must not mask an earlier attempt that may have committed. An
+        # at_least_once destination dedupes and replays by key, so its definite "no" is the
+        # answer for the key, earlier attempts included; attempts that were not sent are not.
         builder.block(
             DispatchState.BLOCKED_UNKNOWN,
             SagaState.BLOCKED_UNKNOWN,
@@ -206,6 +245,12 @@ def settle(
         # A blocked saga whose blocking dispatch was settled (late answer, operator) resumes.
         builder.saga(SagaState.RUNNING if forward else SagaState.COMPENSATING, None)
     return builder.transition
+
+
+def fence_wait_delay(policy: RetryPolicy, waits: int, jitter: float) -> timedelta:
+    """When to look at a busy resource again: the verb's backoff, but never longer than
+    FENCE_WAIT_MAX_DELAY, because a release does not wake the waiters (they poll)."""
+    return min(backoff_delay(policy, waits, jitter), FENCE_WAIT_MAX_DELAY)
 
 
 def late_completion_settles(

@@ -155,7 +155,8 @@ class Pipeline:
         if not sendable:
             return
         try:
-            ready, busy = await self.store.write_ahead(sendable)
+            # A claim whose own write-ahead fails comes back in not_sent, settled alone.
+            ready, not_sent = await self.store.write_ahead(sendable)
         except Exception:
             # The write-ahead may or may not have committed. Nothing was sent; the leases
             # expire and the reclaim settles each attempt from what the database says.
@@ -167,10 +168,10 @@ class Pipeline:
             return
         faults.point("after_write_ahead")
         self.metrics.fencing_acquisitions.inc(sum(len(w.grants) for w in ready))
-        self.metrics.fencing_conflicts.inc(len(busy))
-        for completion, claim in _pair(busy, sendable):
+        self.metrics.fencing_conflicts.inc(sum(1 for c in not_sent if c.fence_wait))
+        for completion, claim in _pair(not_sent, sendable):
             self._finish(claim, completion)
-        marked = {w.claim.dispatch_id for w in ready} | {c.dispatch_id for c in busy}
+        marked = {w.claim.dispatch_id for w in ready} | {c.dispatch_id for c in not_sent}
         for claim in sendable:
             if claim.dispatch_id not in marked:  # lease lost before the write-ahead: not ours
                 self.capacity.give_back(claim.destination)

@@ -25,6 +25,9 @@ class MemoryFencing:
     def status(self) -> FencingStatus:
         return FencingStatus.LOCAL_LOCK_ONLY
 
+    def lock(self, resources: Sequence[str]) -> Operation[None]:
+        return without_queries(None)  # one process, one event loop: nothing interleaves
+
     def acquire(self, holder: FenceHolder, resources: Sequence[str]) -> Operation[Grants]:
         now = datetime.now(UTC)
         mine = (holder.dispatch_id, holder.lease_token)

@@ -37,6 +37,11 @@ class FencingProvider(Protocol):
         """What an attempt fenced by this provider may claim before the destination answers."""
         ...
 
+    def lock(self, resources: Sequence[str]) -> Operation[None]:
+        """Before acquiring for several holders in one transaction: lock all their resources
+        in one global order, so two such transactions never wait on each other in a cycle."""
+        ...
+
     def acquire(self, holder: FenceHolder, resources: Sequence[str]) -> Operation[Grants]:
         """Take every resource (given in canonical order) or none: raise FenceBusy."""
         ...

@@ -21,6 +21,10 @@ class StoreFencing:
     def status(self) -> FencingStatus:
         return FencingStatus.PROPAGATED
 
+    def lock(self, resources: Sequence[str]) -> Operation[None]:
+        if resources:
+            yield ("lock_fence_resources", {"resources": sorted(set(resources))})
+
     def acquire(self, holder: FenceHolder, resources: Sequence[str]) -> Operation[Grants]:
         grants: list[tuple[str, int]] = []
         for resource in resources:

@@ -3,6 +3,8 @@ fencing inside the write-ahead. The in-memory provider is checked here too, as t
 
 from __future__ import annotations
 
+import json
+import secrets
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -14,8 +16,9 @@ from effectusd.fencing.memory import MemoryFencing
 from effectusd.fencing.protocol import FenceBusy, FenceHolder, FencingProvider, Grants
 from effectusd.fencing.store import StoreFencing
 from effectusd.store import backends
+from effectusd.store.dispatch import DispatchStore
 from effectusd.store.operations import Operation
-from tests.conformance.support import StoreUnderTest, completion, dispatch_in, send
+from tests.conformance.support import RETRY, StoreUnderTest, completion, dispatch_in, send
 from tests.support.harness import serial_plan
 
 
@@ -242,3 +245,112 @@ async def test_memory_fencing_in_the_write_ahead_is_local_only(store: StoreUnder
         "local_lock_only"
     )
     assert store.execute("SELECT count(*) FROM effectus_fencing_counters") == [(0,)]
+
+
+# -- waiting for a busy resource is not an attempt of the retry budget --------------------------
+
+
+async def busy_round(store: StoreUnderTest, daemon: DispatchStore, saga: str) -> None:
+    """One more round of the waiting saga: due, claimed, found busy, recorded (sent nothing)."""
+    store.make_due()
+    [claim] = await daemon.claim({"dest": 10})
+    assert claim.saga_id == saga
+    ready, busy = await daemon.write_ahead([claim])
+    assert ready == [] and [b.dispatch_id for b in busy] == [claim.dispatch_id]
+    assert (await daemon.record(busy)).applied == 1
+
+
+async def test_a_fence_wait_outlasts_the_retry_budget_and_goes_once_released(
+    store: StoreUnderTest,
+) -> None:
+    holder_saga = store.submit(serial_plan("f", ["fenced"]), "x-1")  # both fence "res:1"
+    waiter = store.submit(serial_plan("f", ["fenced"]), "x-2")
+    daemon = await store.dispatch_store()
+    first, second = sorted(await daemon.claim({"dest": 10}), key=lambda c: c.dispatch_id)
+    assert first.saga_id == holder_saga
+    await send(daemon, first)  # holds res:1 until its outcome is recorded
+    await daemon.record((await daemon.write_ahead([second]))[1])
+
+    rounds = 2 * RETRY["max_attempts"]  # more busy rounds than the verb has attempts
+    for _ in range(rounds - 1):
+        await busy_round(store, daemon, waiter)
+    waiting = dispatch_in(store.view(waiter), "s1")
+    assert (waiting["state"], waiting["attempt"]) == ("retry_wait", rounds)
+    assert all("nothing was sent" in a["error"] for a in waiting["attempts"])
+    assert all(a["sent_at"] is None for a in waiting["attempts"])
+    assert store.view(waiter)["state"] == "running"
+
+    await daemon.record([completion(first, OutcomeClass.SUCCESS)])  # gives res:1 back
+    store.make_due()
+    [claim] = await daemon.claim({"dest": 10})
+    assert (claim.saga_id, claim.attempt) == (waiter, rounds + 1)
+    assert (await send(daemon, claim)).grants == (("res:1", 2),)
+    await daemon.record([completion(claim, OutcomeClass.SUCCESS)])
+    assert store.view(waiter)["state"] == "completed"
+
+
+async def test_a_fence_wait_past_its_bound_blocks_naming_the_holder(
+    store: StoreUnderTest,
+) -> None:
+    holder_saga = store.submit(serial_plan("f", ["fenced"]), "x-1")
+    waiter = store.submit(serial_plan("f", ["fenced"]), "x-2")
+    daemon = await store.dispatch_store(owner="daemon-h")
+    first, second = sorted(await daemon.claim({"dest": 10}), key=lambda c: c.dispatch_id)
+    await send(daemon, first)
+    await daemon.record((await daemon.write_ahead([second]))[1])
+    assert dispatch_in(store.view(waiter), "s1")["state"] == "retry_wait"
+
+    # the wait began longer ago than fencing.wait_limit (by default at least five minutes)
+    store.execute(
+        "UPDATE effectus_saga_outbox SET fence_wait_since = fence_wait_since - "
+        f"{store.seconds_sql(3600)} WHERE saga_id = {'?' if store.sqlite else '%s'}",
+        (waiter,),
+    )
+    await busy_round(store, daemon, waiter)
+    view = store.view(waiter)
+    assert dispatch_in(view, "s1")["state"] == "blocked_fence"
+    assert view["state"] == "blocked_fence"
+    reason = view["stop_reason"]
+    assert f"dispatch {first.dispatch_id} of saga {holder_saga}" in reason
+    assert "lease owner daemon-h" in reason and "nothing was sent" in reason
+    assert "res:1" not in reason  # the resource's text may carry argument values
+
+
+# -- one claim's failing write-ahead settles that claim only ------------------------------------
+
+
+async def test_a_claim_whose_write_ahead_fails_leaves_the_others_sent(
+    store: StoreUnderTest,
+) -> None:
+    sagas = [store.submit(serial_plan("f", ["fenced"]), f"x-{n}") for n in (1, 2, 3)]
+    # the middle one's resource is longer than an index entry may be: acquiring it fails
+    poison = "p" + secrets.token_hex(10_000)
+    mark = "?" if store.sqlite else "%s"
+    for saga, resource in zip(sagas, ["res:a", poison, "res:c"], strict=True):
+        store.execute(
+            f"UPDATE effectus_saga_outbox SET fencing_resources = {mark} WHERE saga_id = {mark}",
+            (json.dumps([resource]), saga),
+        )
+    if store.sqlite:  # SQLite has no index entry limit: refuse the same resource by trigger
+        store.execute(
+            "CREATE TRIGGER poison BEFORE INSERT ON effectus_fencing_leases"
+            " WHEN length(NEW.resource) > 2704 BEGIN SELECT RAISE(ABORT, 'too long'); END"
+        )
+    daemon = await store.dispatch_store()
+    claims = sorted(await daemon.claim({"dest": 10}), key=lambda c: c.dispatch_id)
+    assert [c.saga_id for c in claims] == sagas
+
+    ready, not_sent = await daemon.write_ahead(claims)
+    assert [w.claim.saga_id for w in ready] == [sagas[0], sagas[2]]
+    assert [(c.dispatch_id, c.outcome, c.settled_by) for c in not_sent] == [
+        (claims[1].dispatch_id, OutcomeClass.RETRYABLE, "guard")
+    ]
+    assert not_sent[0].fence_wait is None
+    assert poison not in (not_sent[0].error or "")
+    for saga in (sagas[0], sagas[2]):
+        assert dispatch_in(store.view(saga), "s1")["attempts"][0]["sent_at"] is not None
+
+    assert (await daemon.record(not_sent)).applied == 1
+    failed = dispatch_in(store.view(sagas[1]), "s1")
+    assert failed["state"] == "retry_wait" and failed["attempts"][0]["sent_at"] is None
+    assert "write-ahead failed" in failed["attempts"][0]["error"]

@@ -198,17 +198,40 @@ async def test_retryable_waits_with_backoff_then_fails_permanently_when_exhauste
     assert step_states(view) == {"s1": "failed"}
 
 
-async def test_an_earlier_uncertain_attempt_blocks_instead_of_failing(
+async def test_at_least_once_trusts_a_permanent_answer_after_an_uncertain_attempt(
+    store: StoreUnderTest,
+) -> None:
+    # The destination dedupes and replays by key: its definite "no" to attempt 2 is the answer
+    # for the key, attempt 1 included. The step failed; compensation starts.
+    saga = store.submit(serial_plan("p", ["pay", "pay_alo"], {"s1": "undo"}), "x")
+    daemon = await store.dispatch_store()
+    await step(daemon, SUCCESS, result={"id": "c-1"})
+    await step(daemon, UNKNOWN)  # may have committed; at_least_once retries
+    store.make_due()
+    await step(daemon, PERMANENT, error="card declined")
+    view = store.view(saga)
+    assert dispatch_in(view, "s2")["state"] == "failed_permanent"
+    assert view["state"] == "compensating" and "card declined" in view["stop_reason"]
+    assert step_states(view) == {"s1": "compensating", "s2": "failed"}
+    assert dispatch_in(view, "s1", "compensation")["state"] == "queued"
+
+
+async def test_an_uncertain_attempt_then_a_spent_budget_of_unsent_attempts_blocks(
     store: StoreUnderTest,
 ) -> None:
     saga = store.submit(serial_plan("p", ["pay_alo"]), "x")
     daemon = await store.dispatch_store()
-    await step(daemon, UNKNOWN)  # may have committed; at_least_once retries
-    store.make_due()
-    await step(daemon, PERMANENT)  # a later "no" must not mask an earlier commit
+    await step(daemon, UNKNOWN)  # may have committed
+    for _ in range(2):  # known not committed, which says nothing about attempt 1
+        store.make_due()
+        await step(daemon, RETRYABLE)
     view = store.view(saga)
     dispatch = dispatch_in(view, "s1")
-    assert (dispatch["state"], dispatch["uncertain_attempt"]) == ("blocked_unknown", 1)
+    assert (dispatch["state"], dispatch["attempt"], dispatch["uncertain_attempt"]) == (
+        "blocked_unknown",
+        3,
+        1,
+    )
     assert (
         view["state"] == "blocked_unknown"
         and "attempt 1 may have committed" in (view["stop_reason"])

@@ -5,6 +5,7 @@ acquisitions) are in tests/conformance/test_fencing.py, for every store."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from click.testing import CliRunner
 from effectusd.cli import main
 from effectusd.core.canonical import parse_json
 from effectusd.executors.http import HttpExecutor
+from effectusd.store import backends
+from tests.conformance.support import StoreUnderTest
 from tests.integration.test_dispatcher_leases import PausedExecutor, expire_leases, wait_for
 from tests.support.destination import Request, Response, running
 from tests.support.harness import (
@@ -23,6 +26,7 @@ from tests.support.harness import (
     daemon_running,
     make_config,
     run_until_idle,
+    serial_plan,
     write_config_file,
 )
 
@@ -203,3 +207,67 @@ async def test_memory_provider_in_a_test_setup_marks_attempts_local_lock_only(db
         assert attempt["fencing_status"] == "local_lock_only" and attempt["outcome"] == "success"
         with psycopg.connect(db) as conn:  # nothing durable was written for it
             assert conn.execute("SELECT count(*) FROM effectus_fencing_counters").fetchone() == (0,)
+
+
+def lock_waiters(db: str) -> int:
+    """Backends of this database waiting for a lock right now."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+async def test_two_write_ahead_batches_over_shared_resources_in_opposite_orders_never_deadlock(
+    db: str,
+) -> None:
+    store = StoreUnderTest("postgres", db)
+    try:
+        sagas = [store.submit(serial_plan("f", ["fenced"]), f"d-{n}") for n in range(4)]
+        # batch A takes res:2 then res:1, batch B res:1 then res:2 (one resource per claim,
+        # so each claim's own canonical order cannot help)
+        for saga, resource in zip(sagas, ["res:2", "res:1", "res:1", "res:2"], strict=True):
+            store.execute(
+                "UPDATE effectus_saga_outbox SET fencing_resources = %s WHERE saga_id = %s",
+                (json.dumps([resource]), saga),
+            )
+        store.execute(
+            "INSERT INTO effectus_fencing_counters (resource, last_token)"
+            " VALUES ('res:1', 0), ('res:2', 0)"
+        )
+        daemon = await store.dispatch_store()
+        claims = sorted(await daemon.claim({"dest": 10}), key=lambda c: c.dispatch_id)
+        batches = {"A": claims[:2], "B": claims[2:]}
+        results: dict[str, object] = {}
+
+        def write_ahead(name: str) -> None:
+            try:
+                with backends.connection(db) as conn:
+                    results[name] = backends.run(conn, daemon._write_ahead(batches[name]))
+            except BaseException as exc:  # noqa: BLE001 - asserted below
+                results[name] = exc
+
+        # A gate holds res:2 so that A waits on it first and B then waits too; with the old
+        # per-claim order B held res:1 meanwhile and the release deadlocked A against B.
+        with psycopg.connect(db) as gate:
+            gate.execute(
+                "SELECT 1 FROM effectus_fencing_counters WHERE resource = 'res:2' FOR UPDATE"
+            )
+            threads = {name: threading.Thread(target=write_ahead, args=(name,)) for name in "AB"}
+            threads["A"].start()
+            await wait_for(lambda: lock_waiters(db) == 1)
+            threads["B"].start()
+            await wait_for(lambda: lock_waiters(db) == 2)
+            gate.commit()
+        for thread in threads.values():
+            await asyncio.to_thread(thread.join, 30)
+        assert not isinstance(results["A"], BaseException), results["A"]
+        assert not isinstance(results["B"], BaseException), results["B"]
+        ready_a, busy_a = results["A"]  # type: ignore[misc]
+        ready_b, busy_b = results["B"]  # type: ignore[misc]
+        assert [w.claim.dispatch_id for w in ready_a] == [c.dispatch_id for c in claims[:2]]
+        assert busy_a == [] and ready_b == []
+        assert sorted(c.dispatch_id for c in busy_b) == [c.dispatch_id for c in claims[2:]]
+    finally:
+        await store.close()

@@ -8,7 +8,7 @@ WITH marks AS (
 ),
 owned AS (
     UPDATE effectus_saga_outbox o
-    SET grants = marks.grants::jsonb, updated_at = now()
+    SET grants = marks.grants::jsonb, fence_wait_since = NULL, updated_at = now()
     FROM marks
     WHERE o.dispatch_id = marks.dispatch_id AND o.state = 'in_flight'
       AND o.attempt = marks.attempt AND o.lease_token = marks.lease_token
