@@ -11,10 +11,15 @@ from effectusd.core.canonical import (
     canonical_bytes,
     json_problems,
 )
-from effectusd.core.checker import schema_issues
+from effectusd.core.checker import literal_schema_issues, schema_issues
 from effectusd.core.contracts import render_fencing
 from effectusd.core.durations import to_milliseconds
-from effectusd.core.expressions import ResolutionError, needs_result, resolve
+from effectusd.core.expressions import (
+    ResolutionError,
+    needs_result,
+    resolve,
+    substitute_facts,
+)
 from effectusd.core.identity import argument_hash, idempotency_key
 from effectusd.core.plan import CheckedStep
 from effectusd.core.registry import Registry
@@ -141,6 +146,10 @@ def submit_time_problems(
     problems = json_problems(args, "args")
     if problems:
         return [f"{where}: {problem}" for problem in problems]
+    if contract.args_schema is not None:
+        known_args = substitute_facts(args_expr, facts)
+        issues = literal_schema_issues(known_args, contract.args_schema, "args")
+        problems += [f"{where}: {issue}" for issue in issues]
     pending = {name for name, expr in args_expr.items() if needs_result(expr)}
 
     def known(template: Template) -> bool:

@@ -115,6 +115,21 @@ def resolve(
     }
 
 
+def substitute_facts(value: JsonValue, facts: Mapping[str, JsonValue]) -> JsonValue:
+    """``value`` with each fact in place as a $literal, $result expressions left as they are
+    (what a submit knows of a step that has not run)."""
+    if isinstance(value, list):
+        return [substitute_facts(item, facts) for item in value]
+    if not isinstance(value, Mapping) or "$literal" in value or "$result" in value:
+        return value
+    if "$fact" in value:
+        name = value["$fact"]
+        if name not in facts:
+            raise ResolutionError(f"fact {name!r} has no value")
+        return {"$literal": facts[name]}
+    return {key: substitute_facts(item, facts) for key, item in value.items()}
+
+
 def needs_result(value: JsonValue) -> bool:
     """Whether ``value`` holds a $result expression (its resolution waits for a step)."""
     return any(isinstance(ref, ResultRef) for ref in scan(value, "")[0])

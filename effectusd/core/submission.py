@@ -102,7 +102,7 @@ def ensure_checked(
         return check(plan, registry.verbs)
     # Digests are computed over the document, so its nesting is bounded first (its size is
     # checked in the plan's written form by check() below, as for a raw plan).
-    issues = document_issues(checked.document(), "")
+    issues = document_issues(plan if isinstance(plan, Mapping) else checked.model_dump(), "")
     if issues:
         raise PlanCheckError(issues)
     issues = verify_checked(checked, registry.verbs)
