@@ -6,11 +6,14 @@ Every error names the file, the key and the reason, e.g.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import tomllib
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -32,12 +35,26 @@ Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 RESERVED_HEADERS = frozenset({"idempotency-key", "content-type", "content-length", "host"})
 RESERVED_PREFIX = "x-effectus-"
+CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "cookie2", "set-cookie"})
+CREDENTIAL_NAME_PARTS = ("api-key", "apikey", "api_key", "token", "secret", "password")
+HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 DEFAULT_DATABASE_URL = "sqlite:///effectusd.db"  # the embedded default for one machine
 
 
 def is_reserved_header(name: str) -> bool:
     lowered = name.strip().lower()
     return lowered in RESERVED_HEADERS or lowered.startswith(RESERVED_PREFIX)
+
+
+def is_credential_header(name: str) -> bool:
+    """A header that carries a credential, which a config file must never hold in clear."""
+    lowered = name.strip().lower()
+    return (
+        lowered in CREDENTIAL_HEADERS
+        or lowered.startswith("proxy-")
+        or any(part in lowered for part in CREDENTIAL_NAME_PARTS)
+    )
 
 
 class ConfigError(ValueError):
@@ -116,19 +133,37 @@ class DestinationConfig(BaseModel):
     def _http_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
+        if "@" in urlsplit(value).netloc:
+            raise ValueError(
+                "must not carry credentials (user:password@): set bearer_token_env instead"
+            )
         return value.rstrip("/")
 
     @field_validator("headers")
     @classmethod
     def _no_reserved_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        malformed = sorted(json.dumps(name) for name in value if not HEADER_NAME.fullmatch(name))
+        if malformed:
+            raise ValueError(
+                f"{', '.join(malformed)}: not a valid header name (letters, digits and "
+                "!#$%&'*+-.^_`|~ only: no spaces or control characters)"
+            )
         reserved = sorted(name for name in value if is_reserved_header(name))
         if reserved:
             raise ValueError(
                 f"reserved header(s) {', '.join(reserved)} cannot be set in config "
                 "(Idempotency-Key and every X-Effectus-* header belong to the engine)"
             )
-        if any(name.lower() == "authorization" for name in value):
-            raise ValueError("set Authorization through bearer_token_env, never inline")
+        credentials = sorted(name for name in value if is_credential_header(name))
+        if credentials:
+            raise ValueError(
+                f"{', '.join(credentials)}: credentials never go inline in config; set "
+                "bearer_token_env to the name of an environment variable holding the token "
+                "(sent as Authorization: Bearer)"
+            )
+        broken = sorted(name for name, text in value.items() if _CONTROL.search(text))
+        if broken:
+            raise ValueError(f"{', '.join(broken)}: the value holds control characters")
         return value
 
     @field_validator("status_map")

@@ -18,7 +18,7 @@ import click
 
 from effectusd.client import Client
 from effectusd.config import Config, ConfigError, load_config
-from effectusd.core.canonical import parse_json
+from effectusd.core.canonical import MAX_JSON_DEPTH, parse_json
 from effectusd.core.checker import PlanCheckError
 from effectusd.store import backends
 
@@ -82,7 +82,7 @@ def read_json_file(path: str, what: str) -> Any:
     except OSError as exc:
         fail(f"{path}: cannot read {what}: {exc.strerror}", EXIT_INVALID)
     try:
-        return parse_json(text)
+        return parse_json(text, MAX_JSON_DEPTH)
     except ValueError as exc:
         fail(f"{path}: {exc}", EXIT_INVALID)
 

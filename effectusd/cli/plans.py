@@ -22,7 +22,7 @@ from effectusd.cli.app import (
     read_json_file,
     report_check_error,
 )
-from effectusd.core.canonical import parse_json
+from effectusd.core.canonical import MAX_JSON_DEPTH, parse_json
 from effectusd.core.checker import PlanCheckError, check
 from effectusd.core.submission import SubmitConflict, SubmitError
 from effectusd.store import backends
@@ -132,7 +132,7 @@ def submit(
     """Submit a plan (raw or checked) as a new saga. Re-submitting the same is a no-op."""
     plan = read_json_file(plan_file, "plan")
     try:
-        facts = parse_json(facts_json)
+        facts = parse_json(facts_json, MAX_JSON_DEPTH)
     except ValueError as exc:
         fail(f"--facts: {exc}", EXIT_INVALID)
     if not isinstance(facts, dict):

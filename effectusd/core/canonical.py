@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any
 
 import rfc8785
@@ -19,6 +21,21 @@ JsonValue = Any
 """A value made of dict (str keys), list, str, int, float, bool and None."""
 
 MAX_SAFE_INTEGER = 2**53 - 1
+
+# Limits on what effectusd accepts (README "Limits"), far below what any JSON loader or
+# index chokes on: a value past them is refused at check/submit (or fails its step when it
+# is only built at enqueue), never stored for a daemon to trip over.
+MAX_JSON_DEPTH = 64
+"""Arrays and objects nested in one another, the document's own root being level 1."""
+MAX_PLAN_BYTES = 1_048_576
+"""The canonical JSON of a whole plan."""
+MAX_FACTS_BYTES = 1_048_576
+"""The canonical JSON of one saga's facts object."""
+MAX_FENCING_RESOURCE_CHARS = 256
+"""One rendered fencing resource (it is an index key in the fencing tables)."""
+MAX_PATH_CHARS = 2048
+"""One rendered request path, after percent-encoding."""
+_PATH_SHOWN = 120  # a too-deep path is cut here: 64 levels of long keys would drown the reason
 # JCS writes integral doubles below 1e21 as plain digits; past 2^53-1 those digits would read
 # back as an integer we refuse, so such doubles are refused up front (no silent round-trip loss).
 _PLAIN_DIGITS_LIMIT = 1e21
@@ -40,14 +57,33 @@ def join_path(path: str, key: str | int) -> str:
     return f"{path}[{json.dumps(key, ensure_ascii=True)}]"
 
 
-def json_problems(value: object, path: str = "$") -> list[str]:
-    """Every reason ``value`` is not canonical JSON, each prefixed with where it is."""
+def json_problems(value: object, path: str = "$", max_depth: int = MAX_JSON_DEPTH) -> list[str]:
+    """Every reason ``value`` is not canonical JSON, each prefixed with where it is.
+
+    Containers nested past ``max_depth`` are reported, not entered: the walk's own recursion
+    is bounded by the limit, so even a 100,000-level value cannot exhaust the stack.
+    """
     problems: list[str] = []
-    _walk(value, path, problems)
+    _walk(value, path, problems, max_depth)
     return problems
 
 
-def _walk(value: object, path: str, problems: list[str]) -> None:
+def nesting_reason(max_depth: int = MAX_JSON_DEPTH) -> str:
+    return f"nests deeper than {max_depth} levels of arrays and objects"
+
+
+def nesting_exceeded(problems: Sequence[str]) -> bool:
+    """Whether ``problems`` (from json_problems) include a too-deep value."""
+    return any(problem.endswith(nesting_reason()) for problem in problems)
+
+
+def size_problem(data: bytes, limit: int, what: str) -> str | None:
+    if len(data) <= limit:
+        return None
+    return f"{what}: {len(data)} bytes of canonical JSON, over the limit of {limit}"
+
+
+def _walk(value: object, path: str, problems: list[str], depth_left: int) -> None:
     if value is None or isinstance(value, bool):
         return
     if isinstance(value, int):
@@ -66,19 +102,23 @@ def _walk(value: object, path: str, problems: list[str]) -> None:
         if not _is_valid_unicode(value):
             problems.append(f"{path}: string contains a lone surrogate")
         return
+    if isinstance(value, dict | list | tuple) and depth_left <= 0:
+        shown = path if len(path) <= _PATH_SHOWN else path[: _PATH_SHOWN - 1] + "…"
+        problems.append(f"{shown}: {nesting_reason()}")
+        return
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                problems.append(f"{path}: object key {key!r} is not a string")
+                problems.append(f"{path}: object key of type {type(key).__name__} is not a string")
                 continue
             if not _is_valid_unicode(key):
                 problems.append(f"{path}: object key contains a lone surrogate")
                 continue
-            _walk(item, join_path(path, key), problems)
+            _walk(item, join_path(path, key), problems, depth_left - 1)
         return
     if isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            _walk(item, join_path(path, index), problems)
+            _walk(item, join_path(path, index), problems, depth_left - 1)
         return
     problems.append(f"{path}: {type(value).__name__} is not a JSON type")
 
@@ -125,8 +165,28 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def parse_json(text: str | bytes) -> JsonValue:
-    """Strict JSON parsing: no NaN/Infinity, no duplicate keys. Raises ValueError with position."""
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_A_BRACKET = re.compile(r"[^\[\]{}]+")
+_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def text_nesting(text: str | bytes) -> int:
+    """How deeply the arrays and objects of a JSON text nest, found without parsing it (the
+    parser itself recurses, and a deep enough text exhausts the stack)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")  # brackets and quotes are ASCII
+    brackets = _NOT_A_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(accumulate(_BRACKET_STEP[char] for char in brackets), default=0)
+
+
+def parse_json(text: str | bytes, max_depth: int | None = None) -> JsonValue:
+    """Strict JSON parsing: no NaN/Infinity, no duplicate keys. Raises ValueError with position.
+
+    With ``max_depth``, a text nesting deeper is refused before it is parsed. Without it, a
+    text too deep for the parser is still a ValueError, never a RecursionError.
+    """
+    if max_depth is not None and text_nesting(text) > max_depth:
+        raise ValueError(f"JSON {nesting_reason(max_depth)}")
     try:
         return json.loads(
             text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys
@@ -135,3 +195,5 @@ def parse_json(text: str | bytes) -> JsonValue:
         raise ValueError(
             f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from exc
+    except RecursionError:
+        raise ValueError("JSON nests too deeply to parse") from None

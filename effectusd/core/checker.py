@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -10,7 +11,19 @@ from typing import Any
 import jsonschema
 from pydantic import ValidationError
 
-from effectusd.core.canonical import JsonValue, canonical_hash, join_path, json_problems
+from effectusd.core.canonical import (
+    MAX_FACTS_BYTES,
+    MAX_FENCING_RESOURCE_CHARS,
+    MAX_PATH_CHARS,
+    MAX_PLAN_BYTES,
+    JsonValue,
+    canonical_bytes,
+    canonical_hash,
+    join_path,
+    json_problems,
+    nesting_exceeded,
+    size_problem,
+)
 from effectusd.core.contracts import VerbContract
 from effectusd.core.expressions import FactRef, ResultRef, resolve, scan
 from effectusd.core.plan import (
@@ -49,13 +62,15 @@ class PlanCheckError(ValueError):
 def check(plan: PlanSpec | Mapping[str, Any], verbs: Mapping[str, VerbContract]) -> CheckedPlan:
     """Check a plan against the live verbs; raise PlanCheckError listing every problem."""
     issues: list[CheckIssue] = []
+    # Python mode: a NaN or a set put into a PlanSpec must be refused, not coerced.
+    raw = plan.model_dump() if isinstance(plan, PlanSpec) else plan
+    issues.extend(document_issues(raw, "", MAX_PLAN_BYTES, "the plan"))
+    if nesting_exceeded([str(issue) for issue in issues]):
+        raise PlanCheckError(issues)  # the checks below walk the plan recursively
     if isinstance(plan, PlanSpec):
-        # Python mode: a NaN or a set put into a PlanSpec must be refused, not coerced.
-        issues.extend(_split(json_problems(plan.model_dump(), "")))
         spec: PlanSpec | None = plan
         original: list[int] | None = None
     else:
-        issues.extend(_split(json_problems(plan, "")))
         spec, original = _parse_structure(plan, issues)
     if spec is None:
         raise PlanCheckError(issues)
@@ -74,7 +89,7 @@ def _parse_structure(
     try:
         return PlanSpec.model_validate(plan), None
     except ValidationError as exc:
-        issues.extend(_structure_issues(exc))
+        issues.extend(structure_issues(exc))
     raw_steps = plan.get("steps") if isinstance(plan, Mapping) else None
     if not isinstance(raw_steps, list):
         return None, None
@@ -126,6 +141,18 @@ def _verify_pinned_hash(
         )
 
 
+def document_issues(
+    value: object, path: str, limit: int | None = None, what: str = ""
+) -> list[CheckIssue]:
+    """Why ``value`` cannot be accepted as one JSON document: not canonical JSON, nested too
+    deeply, or over ``limit`` bytes."""
+    problems = json_problems(value, path)
+    if not problems and limit is not None:
+        too_big = size_problem(canonical_bytes(value, path), limit, what)
+        problems = [] if too_big is None else [too_big]
+    return _split(problems)
+
+
 def _split(problems: list[str]) -> list[CheckIssue]:
     issues = []
     for problem in problems:
@@ -134,7 +161,7 @@ def _split(problems: list[str]) -> list[CheckIssue]:
     return issues
 
 
-def _structure_issues(error: ValidationError) -> list[CheckIssue]:
+def structure_issues(error: ValidationError) -> list[CheckIssue]:
     issues = []
     for item in error.errors():
         path = ""
@@ -290,6 +317,7 @@ def _check_args(
     templates = [(contract.path_template, True)]
     templates += [(template, False) for template in contract.fencing_templates]
     for template, is_path in templates:
+        issues.extend(_rendered_length_issues(template, is_path, args, where))
         for placeholder in template.placeholders:
             value = args.get(placeholder.name)
             if (
@@ -355,15 +383,45 @@ def schema_issues(value: JsonValue, schema: dict[str, Any], where: str) -> list[
         path = where
         for part in error.absolute_path:
             path = join_path(path, part)
-        issues.append(CheckIssue(path, f"schema: {error.message}"))
+        issues.append(CheckIssue(path, f"schema: {_schema_reason(error)}"))
     return issues
+
+
+# jsonschema's messages for these quote only names: schema property names, or the names
+# (never the values) of the instance's members.
+_NAMING_KEYWORDS = frozenset(
+    {"required", "dependentRequired", "additionalProperties", "unevaluatedProperties"}
+)
+_SHOWN_SCHEMA_CHARS = 80
+
+
+def _schema_reason(error: jsonschema.ValidationError) -> str:
+    """What the schema asked for, told from the schema alone: jsonschema's own messages quote
+    the instance, and the instance is an argument value (possibly a secret)."""
+    keyword = str(error.validator)
+    expected = error.validator_value
+    if keyword in _NAMING_KEYWORDS:
+        return error.message
+    if keyword == "type":
+        kinds = expected if isinstance(expected, list) else [expected]
+        return f"must be of type {' or '.join(str(kind) for kind in kinds)}"
+    if isinstance(expected, dict) or (
+        isinstance(expected, list) and any(isinstance(item, dict | list) for item in expected)
+    ):
+        return f"fails {keyword}"  # a subschema: the path already says where
+    shown = json.dumps(expected, ensure_ascii=False)
+    if len(shown) > _SHOWN_SCHEMA_CHARS:
+        shown = shown[: _SHOWN_SCHEMA_CHARS - 1] + "…"
+    return f"fails {keyword} {shown}"
 
 
 def fact_issues(
     declared: Mapping[str, FactType], facts: Mapping[str, JsonValue]
 ) -> list[CheckIssue]:
     """Facts supplied at submit must match the declared names and JSON types exactly."""
-    issues = _split(json_problems(dict(facts), "facts"))
+    issues = document_issues(dict(facts), "facts", MAX_FACTS_BYTES, "facts")
+    if nesting_exceeded([str(issue) for issue in issues]):
+        return issues
     for name, kind in declared.items():
         if name not in facts:
             issues.append(
@@ -380,6 +438,37 @@ def fact_issues(
         if name not in declared:
             issues.append(CheckIssue(join_path("facts", name), "fact is not declared by the plan"))
     return issues
+
+
+def _rendered_length_issues(
+    template: Template, is_path: bool, args: dict[str, Any], where: str
+) -> list[CheckIssue]:
+    """A template whose literal arguments alone already render past its limit: the rest of
+    the rendering (facts, results) can only make it longer."""
+    known = template.literal_length
+    for placeholder in template.placeholders:
+        value = args.get(placeholder.name)
+        if placeholder.scope != "args" or placeholder.name not in args or scan(value, where)[0]:
+            continue
+        literal = resolve(value, {}, {})
+        if isinstance(literal, bool) or not isinstance(literal, str | int):
+            continue  # reported by _template_value_issues
+        try:
+            known += len(encode_path_segment(str(literal)) if is_path else str(literal))
+        except TemplateError:
+            continue  # reported by _template_value_issues
+    limit, what = (
+        (MAX_PATH_CHARS, "path") if is_path else (MAX_FENCING_RESOURCE_CHARS, "fencing resource")
+    )
+    if known <= limit:
+        return []
+    return [
+        CheckIssue(
+            where,
+            f"template {template.source!r}: the rendered {what} would be at least {known} "
+            f"characters, over the limit of {limit}",
+        )
+    ]
 
 
 def _template_value_issues(

@@ -10,7 +10,13 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 import jsonschema
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from effectusd.core.canonical import JsonValue, canonical_hash, json_problems
+from effectusd.core.canonical import (
+    MAX_FENCING_RESOURCE_CHARS,
+    MAX_PATH_CHARS,
+    JsonValue,
+    canonical_hash,
+    json_problems,
+)
 from effectusd.core.durations import parse_duration, to_milliseconds
 from effectusd.core.states import Delivery
 from effectusd.core.templates import (
@@ -66,14 +72,21 @@ class VerbContract(BaseModel):
     def _path_template(cls, value: str) -> str:
         if not value.startswith("/"):
             raise ValueError("path must start with '/'")
-        parse_template(value, PATH_SCOPES)
+        template = parse_template(value, PATH_SCOPES)
+        if template.literal_length > MAX_PATH_CHARS:
+            raise ValueError(f"path is longer than the limit of {MAX_PATH_CHARS} characters")
         return value
 
     @field_validator("fencing")
     @classmethod
     def _fencing_templates(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for template in value:
-            parse_template(template, FENCING_SCOPES)
+        for source in value:
+            template = parse_template(source, FENCING_SCOPES)
+            if template.literal_length > MAX_FENCING_RESOURCE_CHARS:
+                raise ValueError(
+                    f"fencing template {source!r} is longer than the limit of "
+                    f"{MAX_FENCING_RESOURCE_CHARS} characters for a resource"
+                )
         return value
 
     @field_validator("args_schema", "result_schema")
@@ -127,8 +140,18 @@ class VerbContract(BaseModel):
         return canonical_hash(self.canonical())
 
     def render_path(self, args: dict[str, JsonValue]) -> str:
-        return self.path_template.render(args, {}, encode_path_segment)
+        return self.path_template.render_within(
+            MAX_PATH_CHARS, "path", args, {}, encode_path_segment
+        )
 
     def resolve_fencing(self, args: dict[str, JsonValue], facts: dict[str, JsonValue]) -> list[str]:
         """Fencing resources for one dispatch, deduplicated and in canonical (sorted) order."""
-        return sorted({template.render(args, facts) for template in self.fencing_templates})
+        return sorted(
+            {render_fencing(template, args, facts) for template in self.fencing_templates}
+        )
+
+
+def render_fencing(
+    template: Template, args: Mapping[str, JsonValue], facts: Mapping[str, JsonValue]
+) -> str:
+    return template.render_within(MAX_FENCING_RESOURCE_CHARS, "fencing resource", args, facts)

@@ -5,15 +5,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from effectusd.core.canonical import CanonicalJSONError, JsonValue, canonical_bytes
-from effectusd.core.checker import schema_issues
+from effectusd.core.canonical import (
+    CanonicalJSONError,
+    JsonValue,
+    canonical_bytes,
+    json_problems,
+)
+from effectusd.core.checker import literal_schema_issues, schema_issues
+from effectusd.core.contracts import render_fencing
 from effectusd.core.durations import to_milliseconds
-from effectusd.core.expressions import ResolutionError, resolve
+from effectusd.core.expressions import (
+    ResolutionError,
+    needs_result,
+    resolve,
+    substitute_facts,
+)
 from effectusd.core.identity import argument_hash, idempotency_key
 from effectusd.core.plan import CheckedStep
 from effectusd.core.registry import Registry
 from effectusd.core.states import Direction
-from effectusd.core.templates import TemplateError
+from effectusd.core.templates import Template, TemplateError
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,16 @@ class DispatchSpec:
     max_attempts: int
 
 
+def _call(step: CheckedStep, direction: Direction) -> tuple[str, str, dict[str, JsonValue]]:
+    """The verb, pinned contract hash and argument expressions of one direction of a step."""
+    if direction is Direction.FORWARD:
+        return step.verb, step.contract_hash, step.args
+    if step.compensate is None:
+        raise ResolutionError(f"step {step.id!r} has no compensation")
+    comp = step.compensate
+    return comp.verb, comp.contract_hash, comp.args
+
+
 def build_dispatch(
     saga: SagaRef,
     step: CheckedStep,
@@ -61,13 +82,7 @@ def build_dispatch(
     A verb missing from the live registry, or changed since checking, is reported the same way.
     """
     direction = Direction(direction)
-    if direction is Direction.FORWARD:
-        verb, pinned_hash, args_expr = step.verb, step.contract_hash, step.args
-    else:
-        if step.compensate is None:
-            raise ResolutionError(f"step {step.id!r} has no compensation")
-        comp = step.compensate
-        verb, pinned_hash, args_expr = comp.verb, comp.contract_hash, comp.args
+    verb, pinned_hash, args_expr = _call(step, direction)
     where = f"step {step.id!r} ({direction.value})"
     contract = registry.verbs.get(verb)
     if contract is None:
@@ -106,3 +121,46 @@ def build_dispatch(
         timeout_ms=to_milliseconds(registry.timeout_for(contract)),
         max_attempts=contract.retry.max_attempts,
     )
+
+
+def submit_time_problems(
+    step: CheckedStep,
+    direction: Direction,
+    registry: Registry,
+    facts: Mapping[str, JsonValue],
+) -> list[str]:
+    """What is already certain to fail when this step is enqueued, found at submit from the
+    facts alone (no result exists yet): arguments nested too deeply once facts are in, and
+    path or fencing templates whose values are all known rendering unusable or too long."""
+    verb, _, args_expr = _call(step, direction)
+    contract = registry.verbs.get(verb)
+    if contract is None:
+        return []  # the submit refuses it on its own
+    where = f"step {step.id!r} ({direction.value})"
+    try:
+        args = resolve(args_expr, facts, {}, results_pending=True)
+    except ResolutionError as exc:
+        return [f"{where}: {exc}"]
+    if not isinstance(args, dict):
+        return []
+    problems = json_problems(args, "args")
+    if problems:
+        return [f"{where}: {problem}" for problem in problems]
+    if contract.args_schema is not None:
+        known_args = substitute_facts(args_expr, facts)
+        issues = literal_schema_issues(known_args, contract.args_schema, "args")
+        problems += [f"{where}: {issue}" for issue in issues]
+    pending = {name for name, expr in args_expr.items() if needs_result(expr)}
+
+    def known(template: Template) -> bool:
+        return not any(p.scope == "args" and p.name in pending for p in template.placeholders)
+
+    try:
+        if known(contract.path_template):
+            contract.render_path(args)
+        for template in contract.fencing_templates:
+            if known(template):
+                render_fencing(template, args, facts)
+    except TemplateError as exc:
+        problems.append(f"{where}: {exc}")
+    return problems

@@ -84,10 +84,15 @@ def resolve(
     value: JsonValue,
     facts: Mapping[str, JsonValue],
     results: Mapping[str, JsonValue],
+    *,
+    results_pending: bool = False,
 ) -> JsonValue:
-    """Substitute every expression; raises ResolutionError naming what is missing."""
+    """Substitute every expression; raises ResolutionError naming what is missing.
+
+    ``results_pending`` (at submit, before any step ran): a missing result stands as null.
+    """
     if isinstance(value, list):
-        return [resolve(item, facts, results) for item in value]
+        return [resolve(item, facts, results, results_pending=results_pending) for item in value]
     if not isinstance(value, Mapping):
         return value
     if "$literal" in value:
@@ -100,9 +105,34 @@ def resolve(
     if "$result" in value:
         step = value["$result"]
         if step not in results:
+            if results_pending:
+                return None
             raise ResolutionError(f"step {step!r} has no result")
         return json_pointer(results[step], value.get("path", ""))
-    return {key: resolve(item, facts, results) for key, item in value.items()}
+    return {
+        key: resolve(item, facts, results, results_pending=results_pending)
+        for key, item in value.items()
+    }
+
+
+def substitute_facts(value: JsonValue, facts: Mapping[str, JsonValue]) -> JsonValue:
+    """``value`` with each fact in place as a $literal, $result expressions left as they are
+    (what a submit knows of a step that has not run)."""
+    if isinstance(value, list):
+        return [substitute_facts(item, facts) for item in value]
+    if not isinstance(value, Mapping) or "$literal" in value or "$result" in value:
+        return value
+    if "$fact" in value:
+        name = value["$fact"]
+        if name not in facts:
+            raise ResolutionError(f"fact {name!r} has no value")
+        return {"$literal": facts[name]}
+    return {key: substitute_facts(item, facts) for key, item in value.items()}
+
+
+def needs_result(value: JsonValue) -> bool:
+    """Whether ``value`` holds a $result expression (its resolution waits for a step)."""
+    return any(isinstance(ref, ResultRef) for ref in scan(value, "")[0])
 
 
 def json_pointer(document: JsonValue, pointer: str) -> JsonValue:

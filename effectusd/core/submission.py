@@ -10,9 +10,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from effectusd.core.canonical import JsonValue, canonical_hash, canonical_text
-from effectusd.core.checker import CheckIssue, PlanCheckError, check, fact_issues, verify_checked
-from effectusd.core.enqueue import DispatchSpec, SagaRef, build_dispatch
+from effectusd.core.checker import (
+    CheckIssue,
+    PlanCheckError,
+    check,
+    document_issues,
+    fact_issues,
+    structure_issues,
+    verify_checked,
+)
+from effectusd.core.enqueue import DispatchSpec, SagaRef, build_dispatch, submit_time_problems
 from effectusd.core.expressions import ResolutionError
 from effectusd.core.identity import saga_id as derive_saga_id
 from effectusd.core.plan import CheckedPlan, PlanSpec
@@ -81,10 +91,20 @@ def ensure_checked(
     elif isinstance(plan, Mapping) and "plan_digest" in plan:
         try:
             checked = CheckedPlan.model_validate(plan)
-        except ValueError as exc:
-            raise PlanCheckError([CheckIssue("", f"not a checked plan: {exc}")]) from None
+        except ValidationError as exc:
+            # Only paths and reasons: pydantic's own text quotes the input, arguments included.
+            issues = [
+                CheckIssue(issue.path, f"not a checked plan: {issue.message}")
+                for issue in structure_issues(exc)
+            ]
+            raise PlanCheckError(issues) from None
     else:
         return check(plan, registry.verbs)
+    # Digests are computed over the document, so its nesting is bounded first (its size is
+    # checked in the plan's written form by check() below, as for a raw plan).
+    issues = document_issues(plan if isinstance(plan, Mapping) else checked.model_dump(), "")
+    if issues:
+        raise PlanCheckError(issues)
     issues = verify_checked(checked, registry.verbs)
     if issues:
         raise PlanCheckError(issues)
@@ -134,11 +154,14 @@ def prepare_submission(
         raise PlanCheckError(issues)
     saga_id = derive_saga_id(namespace, execution_id, plan.plan_id)
     saga = SagaRef(saga_id, namespace, execution_id)
+    problems = later_problems(plan, registry, facts)
     first = plan.steps[0]
     try:
         dispatch = build_dispatch(saga, first, Direction.FORWARD, registry, facts, {})
     except ResolutionError as exc:
-        raise SubmitError(str(exc)) from None
+        problems.insert(0, str(exc))
+    if problems:
+        raise SubmitError("; ".join(problems))
     steps = []
     for step in plan.steps:
         contract = registry.verbs.get(step.verb)
@@ -174,6 +197,20 @@ def prepare_submission(
         first_step_args_hash=dispatch.args_hash,
         first_dispatch=dispatch,
     )
+
+
+def later_problems(
+    plan: CheckedPlan, registry: Registry, facts: Mapping[str, JsonValue]
+) -> list[str]:
+    """Every step but the first (built for real at submit) and every compensation, as far as
+    the facts decide them: what must fail later is refused now, while nothing is written."""
+    problems = []
+    for step in plan.steps:
+        if step.sequence != plan.steps[0].sequence:
+            problems += submit_time_problems(step, Direction.FORWARD, registry, facts)
+        if step.compensate is not None:
+            problems += submit_time_problems(step, Direction.COMPENSATION, registry, facts)
+    return problems
 
 
 def conflict_with_existing(rows: SubmitRows, plan_digest: str, facts_hash: str) -> str | None:

@@ -54,8 +54,39 @@ class Template:
                     f"template {self.source!r}: {part.scope}.{part.name} must be a string "
                     f"or an integer, got {type(value).__name__}"
                 )
-            out.append(encode(str(value)))
+            try:
+                out.append(encode(str(value)))
+            except TemplateError as exc:
+                raise TemplateError(
+                    f"template {self.source!r}: {part.scope}.{part.name}: {exc}"
+                ) from None
         return "".join(out)
+
+    def render_within(
+        self,
+        limit: int,
+        what: str,
+        args: Mapping[str, JsonValue],
+        facts: Mapping[str, JsonValue],
+        encode: Callable[[str], str] = lambda value: value,
+    ) -> str:
+        """``render``, refusing a result longer than ``limit`` characters (named by its
+        length, never shown: it is made of argument and fact values)."""
+        rendered = self.render(args, facts, encode)
+        if len(rendered) > limit:
+            raise TemplateError(too_long(self, what, len(rendered), limit))
+        return rendered
+
+    @property
+    def literal_length(self) -> int:
+        return sum(len(part) for part in self.parts if isinstance(part, str))
+
+
+def too_long(template: Template, what: str, length: int, limit: int) -> str:
+    return (
+        f"template {template.source!r}: the rendered {what} would be {length} characters, "
+        f"over the limit of {limit}"
+    )
 
 
 def parse_template(source: str, allowed_scopes: frozenset[str]) -> Template:
@@ -86,7 +117,8 @@ def parse_template(source: str, allowed_scopes: frozenset[str]) -> Template:
 def encode_path_segment(value: str) -> str:
     """Percent-encode one substituted path segment; `/`, `.` and `..` are refused outright."""
     if "/" in value or value in {".", ".."} or value == "":
-        raise TemplateError(f"path segment {value!r} is not allowed (empty, '/', '.' or '..')")
+        # The segment is an argument's value: say what is wrong with it, never what it is.
+        raise TemplateError("not allowed as a path segment (empty, '/', '.' or '..')")
     return quote(value, safe="")
 
 

@@ -155,3 +155,55 @@ async def test_the_async_client_submits_reads_and_waits_alike(store: StoreUnderT
     await step(daemon, OutcomeClass.UNKNOWN)
     waited = await client.wait(first.saga_id, timeout=5)
     assert waited["state"] == "blocked_unknown"
+
+
+def _nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
+FACT_PLAN = {
+    "plan_id": "limits",
+    "facts": {"doc": "object", "account": "string"},
+    "steps": [
+        {"id": "s1", "verb": "pay", "args": {"doc": {"$fact": "doc"}}, "compensate": "none"},
+        {
+            "id": "s2",
+            "verb": "fenced",
+            "args": {"n": {"$fact": "account"}},
+            "compensate": "none",
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("facts", "reason"),
+    [
+        ({"doc": _nested(980), "account": "a-1"}, "nests deeper than 64 levels"),
+        ({"doc": _nested(100_000), "account": "a-1"}, "nests deeper than 64 levels"),
+        ({"doc": {"k": "x" * 1_048_576}, "account": "a-1"}, "over the limit of 1048576"),
+        ({"doc": {}, "account": "SECRET" + "x" * 6000}, "over the limit of 256"),
+    ],
+    ids=["980-levels", "100000-levels", "over-1MiB", "6000-char-fencing-resource"],
+)
+def test_facts_past_a_limit_are_refused_at_submit_and_nothing_is_written(
+    store: StoreUnderTest, facts: dict[str, object], reason: str
+) -> None:
+    with pytest.raises(ValueError) as refused:  # PlanCheckError or SubmitError
+        store.client().submit(FACT_PLAN, execution_id="order-7", facts=facts)
+
+    assert reason in str(refused.value)
+    assert "SECRET" not in str(refused.value)
+    assert counts(store) == dict.fromkeys(counts(store), 0)
+
+
+def test_facts_at_the_limits_are_stored_and_read_back(store: StoreUnderTest) -> None:
+    # The facts object is level 1 and so is s1's arguments object: "doc" may nest 63 levels.
+    facts = {"doc": _nested(63), "account": "a" * (256 - len("res:"))}
+    result = store.client().submit(FACT_PLAN, execution_id="order-7", facts=facts)
+
+    view = store.view(result.saga_id)
+    assert view["facts"] == facts

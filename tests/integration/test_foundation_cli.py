@@ -161,6 +161,16 @@ def test_check_json_of_a_bad_plan_exits_3_listing_every_problem(tmp_path: Path) 
         pytest.param('{"plan_id": ', "malformed JSON", id="truncated"),
         pytest.param('{"plan_id": "a", "plan_id": "b"}', "duplicate object key", id="dup-key"),
         pytest.param('{"plan_id": NaN}', "NaN is not JSON", id="nan"),
+        pytest.param(
+            '{"plan_id": ' + "[" * 980 + "]" * 980 + "}",
+            "nests deeper than 64 levels",
+            id="980-levels",
+        ),
+        pytest.param(
+            '{"plan_id": ' + "[" * 100_000 + "]" * 100_000 + "}",
+            "nests deeper than 64 levels",
+            id="100000-levels",
+        ),
     ],
 )
 def test_check_of_an_unparsable_plan_file_exits_3_naming_the_file(
@@ -413,6 +423,16 @@ def test_submit_with_conflicting_facts_exits_4_and_changes_nothing(db: str) -> N
         ),
         pytest.param(
             json.dumps({**FACTS, "amount": 2**60}), "integer outside", id="unsafe-integer"
+        ),
+        pytest.param(
+            '{"order": ' + '{"k":' * 980 + "1" + "}" * 980 + "}",
+            "nests deeper than 64 levels",
+            id="980-levels",
+        ),
+        pytest.param(
+            '{"order": ' + "[" * 100_000 + "]" * 100_000 + "}",
+            "nests deeper than 64 levels",
+            id="100000-levels",
         ),
     ],
 )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import string
 from typing import Any
 from urllib.parse import unquote
@@ -50,10 +49,18 @@ def test_an_already_encoded_slash_is_encoded_again_not_decoded() -> None:
 
 
 @pytest.mark.parametrize("value", ["/", "a/b", "/leading", "trailing/", ".", "..", ""])
-def test_slash_dot_dotdot_and_empty_segments_are_refused_naming_the_value(value: str) -> None:
-    with pytest.raises(TemplateError) as excinfo:
+def test_slash_dot_dotdot_and_empty_segments_are_refused(value: str) -> None:
+    with pytest.raises(TemplateError, match="not allowed as a path segment"):
         encode_path_segment(value)
-    assert repr(value) in str(excinfo.value)
+
+
+def test_a_refused_segment_is_named_by_its_placeholder_never_by_its_value() -> None:
+    template = parse_template("/cards/{args.card}", PATH_SCOPES)
+    with pytest.raises(TemplateError) as excinfo:
+        template.render({"card": "SECRET-4111/1111"}, {}, encode_path_segment)
+    message = str(excinfo.value)
+    assert "args.card" in message
+    assert "SECRET" not in message
 
 
 @pytest.mark.parametrize("value", ["...", ".a", "a..b"])
@@ -71,7 +78,7 @@ def test_path_renders_every_placeholder_percent_encoded() -> None:
 
 def test_path_refuses_a_slash_in_an_argument_instead_of_adding_a_segment() -> None:
     verb = _verb(path="/accounts/{args.account}")
-    with pytest.raises(TemplateError, match=re.escape("'../admin'")):
+    with pytest.raises(TemplateError, match=r"args\.account: not allowed as a path segment"):
         verb.render_path({"account": "../admin"})
 
 
