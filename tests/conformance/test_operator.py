@@ -155,6 +155,10 @@ async def test_resolve_a_failed_compensation_undone_by_hand_compensates_the_rest
     store: StoreUnderTest,
 ) -> None:
     saga = await _blocked_compensation(store)
+    assert store.view(saga)["next_actions"][1] == (
+        f"effectusd resolve {saga} s2 --direction compensation --committed "
+        "--evidence 'HOW IT WAS UNDONE'"
+    )
     report = store.run(
         resolve(
             saga,
