@@ -94,7 +94,10 @@ def _saga_action(
 @click.option(
     "--direction",
     type=click.Choice(["forward", "compensation"]),
-    help="Which dispatch of the effect (default: the one in blocked_unknown).",
+    help=(
+        "Which dispatch of the effect (default: the one in blocked_unknown). compensation "
+        "also settles the failed compensation of a blocked_compensation saga."
+    ),
 )
 @actor_option
 @json_option
@@ -119,6 +122,10 @@ def resolve(
     --committed [--result JSON]   it took effect: the saga moves on
     --not-committed --retry       it did not: send again with the same key
     --not-committed --fail        it did not: fail the step (compensation starts)
+
+    In a blocked_compensation saga, `--direction compensation` settles the compensation that
+    failed permanently: --committed when you undid the effect by hand (compensation goes on
+    with the earlier steps), --not-committed --retry to send it again (as `retry` does).
     """
     from effectusd import operator
     from effectusd.client import default_actor

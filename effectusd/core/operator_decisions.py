@@ -60,6 +60,9 @@ def allowed_actions(state: SagaState) -> frozenset[Action]:
     """Which operator actions a saga in ``state`` admits (before looking at its dispatches)."""
     if state is SagaState.BLOCKED_UNKNOWN:
         return frozenset({Action.RESOLVE})
+    if state is SagaState.BLOCKED_COMPENSATION:
+        # resolve: its failed compensation was undone by hand (resolve_target)
+        return frozenset({Action.RETRY, Action.RESOLVE})
     if state in RETRYABLE_SAGA_STATES:
         return frozenset({Action.RETRY})
     if state is SagaState.RUNNING:
@@ -144,7 +147,9 @@ def resolve_target(
     dispatches: Sequence[DispatchFacts],
     known_effects: Sequence[str],
 ) -> DispatchFacts:
-    """The blocked_unknown dispatch ``resolve`` settles, or the refusal that says why not.
+    """The dispatch ``resolve`` settles, or the refusal that says why not: the blocked_unknown
+    one, or in a blocked_compensation saga (with ``direction`` compensation) the compensation
+    that failed permanently.
 
     Without ``direction`` the effect's dispatch in blocked_unknown is meant (a saga has at most
     one); when none is blocked, the refusal names the newest one's state.
@@ -160,6 +165,8 @@ def resolve_target(
     if not mine:
         where = f"{effect_id}/{direction.value}" if direction else effect_id
         raise Refused(RefusalKind.NOT_FOUND, f"saga {saga_id} has no dispatch for {where}")
+    if state is SagaState.BLOCKED_COMPENSATION:
+        return _failed_compensation(saga_id, effect_id, direction, mine, dispatches)
     blocked = [d for d in mine if d.state is DispatchState.BLOCKED_UNKNOWN]
     target = blocked[0] if blocked else max(mine, key=lambda d: d.dispatch_id)
     refusal = saga_refusal(saga_id, state, Action.RESOLVE)
@@ -177,6 +184,56 @@ def resolve_target(
             "whose outcome is unknown",
         )
     return target
+
+
+def _failed_compensation(
+    saga_id: str,
+    effect_id: str,
+    direction: Direction | None,
+    mine: Sequence[DispatchFacts],
+    dispatches: Sequence[DispatchFacts],
+) -> DispatchFacts:
+    """The compensation whose permanent failure blocked the saga, if ``effect_id`` names it."""
+    failed = [
+        d
+        for d in dispatches
+        if d.direction is Direction.COMPENSATION and d.state is DispatchState.FAILED_PERMANENT
+    ]
+    blocking = max(failed, key=lambda d: d.dispatch_id) if failed else None
+    if blocking is None:
+        raise Refused(
+            RefusalKind.CONFLICT,
+            f"saga {saga_id} is blocked_compensation but none of its compensations failed: "
+            "the compensation could not be dispatched; fix its cause and use `effectusd retry`",
+        )
+    if direction is not Direction.COMPENSATION:
+        raise Refused(
+            RefusalKind.CONFLICT,
+            f"saga {saga_id} is blocked_compensation: the compensation of "
+            f"{blocking.effect_id!r} failed permanently; to settle it give --direction "
+            "compensation (--committed if it was undone by hand), or use `effectusd retry`",
+        )
+    if blocking.effect_id != effect_id:
+        newest = max(mine, key=lambda d: d.dispatch_id)
+        raise Refused(
+            RefusalKind.CONFLICT,
+            f"{effect_id}/compensation of saga {saga_id} is {newest.state.value}, not "
+            f"failed_permanent: the compensation that blocked the saga is "
+            f"{blocking.effect_id!r}'s",
+        )
+    return blocking
+
+
+def resolution_refusal(saga_id: str, target: DispatchFacts, decision: Resolution) -> Refused | None:
+    """A compensation that failed permanently is settled as undone by hand or sent again;
+    declaring it failed again would change nothing."""
+    if target.state is DispatchState.FAILED_PERMANENT and decision is Resolution.FAIL:
+        return Refused(
+            RefusalKind.CONFLICT,
+            f"{target.effect_id}/{target.direction.value} of saga {saga_id} already failed "
+            "permanently: give --committed (it was undone by hand) or --not-committed --retry",
+        )
+    return None
 
 
 def retry_target(

@@ -171,7 +171,14 @@ def next_actions(view: SagaView) -> list[str]:
             ]
         return actions
     if state in ("blocked_fence", "blocked_contract", "blocked_compensation"):
-        return [f"effectusd retry {saga} {evidence}"]
+        actions = [f"effectusd retry {saga} {evidence}"]
+        for step, dispatch in blocking_dispatches(view):
+            if state == "blocked_compensation" and dispatch["state"] == "failed_permanent":
+                actions.append(  # it was undone by hand
+                    f"effectusd resolve {saga} {step['effect_id']} --direction compensation "
+                    "--committed --evidence 'HOW IT WAS UNDONE'"
+                )
+        return actions
     if state in ("running", "compensating") and not view.get("cancel_requested_at"):
         return [f"effectusd cancel {saga} {evidence}"] if state == "running" else []
     return []

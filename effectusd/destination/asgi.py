@@ -11,7 +11,8 @@ Inside an existing Starlette app with its own pool:
 
     Route("/payments/charge", effectus_endpoint(pool, charge), methods=["POST"])
 
-where ``pool`` is a psycopg ``AsyncConnectionPool`` or a ``SqlitePool``.
+where ``pool`` is a psycopg ``AsyncConnectionPool`` (best created with
+``check=AsyncConnectionPool.check_connection``, as ``effectus_app`` does) or a ``SqlitePool``.
 """
 
 from __future__ import annotations
@@ -161,7 +162,12 @@ def effectus_app(
         pool: SqlitePool | AsyncConnectionPool[Any] = sqlite_pool
     else:
         pg_pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            database.conninfo, min_size=min_size, max_size=max_size, open=False
+            database.conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            # A pooled connection may have died with its server (a restart): test it first.
+            check=AsyncConnectionPool.check_connection,
         )
         lifespan = _postgres_lifespan(pg_pool, cast(Setup | None, setup))
         endpoints = {

@@ -13,7 +13,8 @@ Per request, atomically with the business mutation:
 
 A ``RetryableFailure`` or a transaction conflict (PostgreSQL: serialization failure or
 deadlock; SQLite: the database stayed locked past the busy timeout) rolls everything back,
-the key too, and answers 503 retryable_failure_known_not_committed. Any other exception rolls
+the key too, and answers 503 retryable_failure_known_not_committed; so does a database
+connection that failed before or at BEGIN (no transaction began). Any other exception rolls
 back and propagates: the server answers 500 without an outcome header, which the dispatcher
 must treat as unknown, and it is: a failed COMMIT may or may not have committed.
 
@@ -166,6 +167,12 @@ class Exchange:
         # PostgreSQL: a serialization failure or deadlock; SQLite: the lock stayed taken.
         message = "transaction conflict or database busy; nothing was committed"
         return error_reply(503, OutcomeClass.RETRYABLE, message, acknowledged=self.checked_fences)
+
+    def not_begun(self) -> Reply:
+        """The answer when the database connection failed before or at BEGIN: no statement
+        of this exchange ran, so nothing was committed (and no fence was checked)."""
+        message = "database connection failed before the transaction began; nothing was done"
+        return error_reply(503, OutcomeClass.RETRYABLE, message)
 
 
 def _stored(reply: Reply) -> dict[str, Any]:

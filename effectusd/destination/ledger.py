@@ -3,7 +3,10 @@ with it. What is decided, and why, is in exchange.py; ``handle`` and ``handle_sy
 its steps to an async or a sync psycopg connection (sqlite.py does the same for SQLite).
 
 A serialization failure or a deadlock ends the transaction before anything of it committed, so
-both answer 503 retryable_failure_known_not_committed, like a ``RetryableFailure``.
+both answer 503 retryable_failure_known_not_committed, like a ``RetryableFailure``. So does a
+connection that fails before or at BEGIN (e.g. a pooled connection whose server restarted):
+no transaction began, so nothing can have committed. A failure after BEGIN, COMMIT included,
+is ambiguous and propagates (the server answers 500: unknown).
 """
 
 from __future__ import annotations
@@ -42,10 +45,14 @@ __all__ = [
 ]
 
 
-def _require_idle(status: pq.TransactionStatus) -> None:
+def _usable(status: pq.TransactionStatus) -> bool:
+    """False for a connection already known broken; raise for one inside a transaction."""
+    if status == pq.TransactionStatus.UNKNOWN:
+        return False
     if status != pq.TransactionStatus.IDLE:
         # The reply promises "committed"; only a transaction we begin and end can keep that.
         raise ValueError("handle() owns the transaction: pass a connection outside one")
+    return True
 
 
 async def handle(
@@ -60,11 +67,14 @@ async def handle(
     The mutation writes through ``conn`` only (its writes commit with the ledger row) and
     returns a JSON value, the 200 body; or raises PermanentFailure / RetryableFailure.
     """
-    _require_idle(conn.info.transaction_status)
     exchange = Exchange(request, retention)
+    if not _usable(conn.info.transaction_status):
+        return exchange.not_begun()
     steps = exchange.steps()
+    began = False
     try:
         async with conn.transaction(), conn.cursor() as cur:
+            began = True
             answer: Any = None
             while True:
                 try:
@@ -84,6 +94,10 @@ async def handle(
         return reply  # committed
     except (Abandon, RetryableFailure, *_CONFLICTS) as exc:
         return exchange.rolled_back(exc)
+    except psycopg.OperationalError:
+        if began:
+            raise  # COMMIT (or a statement) failed: it may have committed
+        return exchange.not_begun()
     finally:
         steps.close()
 
@@ -96,11 +110,14 @@ def handle_sync(
     retention: timedelta = DEFAULT_RETENTION,
 ) -> Reply:
     """``handle`` for a synchronous connection and mutation."""
-    _require_idle(conn.info.transaction_status)
     exchange = Exchange(request, retention)
+    if not _usable(conn.info.transaction_status):
+        return exchange.not_begun()
     steps = exchange.steps()
+    began = False
     try:
         with conn.transaction(), conn.cursor() as cur:
+            began = True
             answer: Any = None
             while True:
                 try:
@@ -120,6 +137,10 @@ def handle_sync(
         return reply  # committed
     except (Abandon, RetryableFailure, *_CONFLICTS) as exc:
         return exchange.rolled_back(exc)
+    except psycopg.OperationalError:
+        if began:
+            raise  # COMMIT (or a statement) failed: it may have committed
+        return exchange.not_begun()
     finally:
         steps.close()
 

@@ -19,6 +19,7 @@ from effectusd.core.operator_decisions import (
     Resolution,
     contract_refusal,
     fresh_budget,
+    resolution_refusal,
     resolve_target,
     resumed_state,
     retry_target,
@@ -51,7 +52,9 @@ def resolve(
     result: JsonValue = None,
     direction: Direction | None = None,
 ) -> Operation[ActionReport]:
-    """Settle the blocked_unknown dispatch of ``effect_id`` from what the operator found out."""
+    """Settle the blocked_unknown dispatch of ``effect_id`` from what the operator found out,
+    or (``direction`` compensation) the compensation that blocked a blocked_compensation saga:
+    committed means it was undone by hand, and compensation goes on below it."""
     locked = yield from lock_saga(saga_id)
     target = resolve_target(
         saga_id,
@@ -61,6 +64,9 @@ def resolve(
         locked.dispatches,
         [step.id for step in locked.saga.plan.steps],
     )
+    refusal = resolution_refusal(saga_id, target, resolution)
+    if refusal is not None:
+        raise refusal
     if resolution is Resolution.RETRY:
         return (
             yield from _send_again(

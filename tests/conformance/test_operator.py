@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from effectusd.core.states import OutcomeClass
+from effectusd.core.states import Direction, OutcomeClass
 from effectusd.operator import RefusalKind, Refused, Resolution, cancel, prune, resolve, retry
 from effectusd.store import backends, operations
 from tests.conformance.support import (
@@ -135,6 +135,114 @@ async def test_retry_of_a_blocked_compensation_compensates(store: StoreUnderTest
     claim, _ = await step(daemon, OutcomeClass.SUCCESS)
     assert (claim.effect_id, claim.direction.value, claim.attempt) == ("s1", "compensation", 2)
     assert store.view(saga)["state"] == "compensated"
+
+
+async def _blocked_compensation(store: StoreUnderTest) -> str:
+    """s1, s2 succeed, s3 fails, s2's compensation fails permanently."""
+    plan = serial_plan("p", ["pay", "pay", "pay"], {"s1": "undo", "s2": "undo"})
+    saga = store.submit(plan, "x")
+    daemon = await store.dispatch_store()
+    await step(daemon, OutcomeClass.SUCCESS)
+    await step(daemon, OutcomeClass.SUCCESS)
+    await step(daemon, OutcomeClass.PERMANENT)
+    claim, _ = await step(daemon, OutcomeClass.PERMANENT)
+    assert (claim.effect_id, claim.direction.value) == ("s2", "compensation")
+    assert store.view(saga)["state"] == "blocked_compensation"
+    return saga
+
+
+async def test_resolve_a_failed_compensation_undone_by_hand_compensates_the_rest(
+    store: StoreUnderTest,
+) -> None:
+    saga = await _blocked_compensation(store)
+    assert store.view(saga)["next_actions"][1] == (
+        f"effectusd resolve {saga} s2 --direction compensation --committed "
+        "--evidence 'HOW IT WAS UNDONE'"
+    )
+    report = store.run(
+        resolve(
+            saga,
+            "s2",
+            Resolution.COMMITTED,
+            registry=store.registry,
+            actor=OPS,
+            evidence="refunded by hand, ticket 42",
+            direction=Direction.COMPENSATION,
+        )
+    )
+    assert report.saga_state == {"from": "blocked_compensation", "to": "compensating"}
+    assert report.dispatch_state == {"from": "failed_permanent", "to": "succeeded"}
+    assert report.enqueued[0]["effect_id"] == "s1"
+    view = store.view(saga)
+    assert step_states(view) == {"s1": "compensating", "s2": "compensated", "s3": "failed"}
+    s2 = dispatch_in(view, "s2", "compensation")
+    assert s2["state"] == "succeeded"
+    assert s2["attempts"][0]["outcome"] == "permanent_failure"  # the call's own outcome stays
+    [resolved] = [e for e in view["timeline"] if e["kind"] == "operator_resolve"]
+    assert (resolved["actor"], resolved["evidence"]) == (OPS, "refunded by hand, ticket 42")
+    assert (resolved["direction"], resolved["from_state"], resolved["to_state"]) == (
+        "compensation",
+        "failed_permanent",
+        "succeeded",
+    )
+
+    daemon = await store.dispatch_store(owner="daemon-b")
+    claim, _ = await step(daemon, OutcomeClass.SUCCESS)
+    assert (claim.effect_id, claim.direction.value) == ("s1", "compensation")
+    view = store.view(saga)
+    assert view["state"] == "compensated"
+    assert view["stop_reason"].startswith("step 's3' failed")  # why compensation began
+
+
+async def test_resolve_a_failed_compensation_refuses_what_does_not_fit(
+    store: StoreUnderTest,
+) -> None:
+    saga = await _blocked_compensation(store)
+    before = store.view(saga)
+
+    def refused(effect: str, decision: Resolution, direction: Direction | None) -> Refused:
+        with pytest.raises(Refused) as caught:
+            store.run(
+                resolve(
+                    saga,
+                    effect,
+                    decision,
+                    registry=store.registry,
+                    actor=OPS,
+                    evidence="x",
+                    direction=direction,
+                )
+            )
+        return caught.value
+
+    assert "--direction compensation" in refused("s2", Resolution.COMMITTED, None).message
+    assert "already failed" in refused("s2", Resolution.FAIL, Direction.COMPENSATION).message
+    assert "'s2'" in refused("s1", Resolution.COMMITTED, None).message  # names the blocked one
+    assert refused("s1", Resolution.COMMITTED, Direction.COMPENSATION).kind is (
+        RefusalKind.NOT_FOUND  # s1 has no compensation dispatch yet
+    )
+    assert store.view(saga) == before
+
+
+async def test_resolve_a_failed_compensation_not_committed_retry_sends_it_again(
+    store: StoreUnderTest,
+) -> None:
+    saga = await _blocked_compensation(store)
+    report = store.run(
+        resolve(
+            saga,
+            "s2",
+            Resolution.RETRY,
+            registry=store.registry,
+            actor=OPS,
+            evidence="refunds open again",
+            direction=Direction.COMPENSATION,
+        )
+    )
+    assert report.dispatch_state == {"from": "failed_permanent", "to": "retry_wait"}
+    assert store.view(saga)["state"] == "compensating"
+    claim, _ = await step(await store.dispatch_store(owner="daemon-b"), OutcomeClass.SUCCESS)
+    assert (claim.effect_id, claim.direction.value, claim.attempt) == ("s2", "compensation", 2)
 
 
 async def test_cancel_before_anything_was_claimed_ends_compensated(

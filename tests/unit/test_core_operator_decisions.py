@@ -25,6 +25,7 @@ from effectusd.core.operator_decisions import (
     optional_evidence,
     required_evidence,
     resolution,
+    resolution_refusal,
     resolve_target,
     resumed_state,
     resumed_stop_reason,
@@ -77,7 +78,7 @@ ALLOWED = [
     (SagaState.BLOCKED_UNKNOWN, {Action.RESOLVE}),
     (SagaState.BLOCKED_FENCE, {Action.RETRY}),
     (SagaState.BLOCKED_CONTRACT, {Action.RETRY}),
-    (SagaState.BLOCKED_COMPENSATION, {Action.RETRY}),
+    (SagaState.BLOCKED_COMPENSATION, {Action.RETRY, Action.RESOLVE}),
 ]
 
 
@@ -202,6 +203,53 @@ def test_resolve_on_a_saga_that_is_not_blocked_names_both_states() -> None:
         resolve_target(SAGA, SagaState.COMPLETED, "s1", None, dispatches, ["s1"])
     assert caught.value.kind is RefusalKind.CONFLICT
     assert "is completed" in caught.value.message and "s1/forward is succeeded" in str(caught.value)
+
+
+def test_resolve_target_in_a_blocked_compensation_saga_is_its_failed_compensation() -> None:
+    dispatches = [
+        dispatch(1, "s1", DispatchState.SUCCEEDED),
+        dispatch(2, "s2", DispatchState.SUCCEEDED),
+        dispatch(3, "s3", DispatchState.FAILED_PERMANENT),
+        dispatch(4, "s2", DispatchState.SUCCEEDED, C),
+        dispatch(5, "s1", DispatchState.FAILED_PERMANENT, C),
+    ]
+    effects = ["s1", "s2", "s3"]
+    state = SagaState.BLOCKED_COMPENSATION
+    assert resolve_target(SAGA, state, "s1", C, dispatches, effects).dispatch_id == 5
+    for direction in (None, F):  # settling a compensation is said out loud
+        with pytest.raises(Refused) as caught:
+            resolve_target(SAGA, state, "s1", direction, dispatches, effects)
+        assert caught.value.kind is RefusalKind.CONFLICT
+        assert "--direction compensation" in caught.value.message
+    with pytest.raises(Refused) as caught:
+        resolve_target(SAGA, state, "s2", C, dispatches, effects)
+    assert caught.value.kind is RefusalKind.CONFLICT
+    assert "s2/compensation" in caught.value.message and "'s1'" in caught.value.message
+    with pytest.raises(Refused) as caught:
+        resolve_target(SAGA, state, "s3", C, dispatches, effects)
+    assert caught.value.kind is RefusalKind.NOT_FOUND
+
+
+def test_resolve_refuses_a_blocked_compensation_that_could_not_be_dispatched() -> None:
+    dispatches = [
+        dispatch(1, "s1", DispatchState.SUCCEEDED),
+        dispatch(2, "s2", DispatchState.FAILED_PERMANENT),
+    ]
+    with pytest.raises(Refused) as caught:
+        resolve_target(SAGA, SagaState.BLOCKED_COMPENSATION, "s1", F, dispatches, ["s1", "s2"])
+    assert caught.value.kind is RefusalKind.CONFLICT
+    assert "none of its compensations failed" in caught.value.message
+
+
+def test_a_failed_compensation_is_settled_committed_or_sent_again_not_failed_again() -> None:
+    failed = dispatch(5, "s1", DispatchState.FAILED_PERMANENT, C)
+    assert resolution_refusal(SAGA, failed, Resolution.COMMITTED) is None
+    assert resolution_refusal(SAGA, failed, Resolution.RETRY) is None
+    refusal = resolution_refusal(SAGA, failed, Resolution.FAIL)
+    assert refusal is not None and refusal.kind is RefusalKind.CONFLICT
+    assert "already failed permanently" in refusal.message
+    unknown = dispatch(5, "s1", DispatchState.BLOCKED_UNKNOWN, C, uncertain=1)
+    assert resolution_refusal(SAGA, unknown, Resolution.FAIL) is None
 
 
 # -- retry ----------------------------------------------------------------------------------

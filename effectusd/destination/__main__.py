@@ -1,0 +1,3 @@
+from effectusd.destination.cli import main
+
+main(prog_name="python -m effectusd.destination")

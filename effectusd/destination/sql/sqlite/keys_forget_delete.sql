@@ -1,0 +1,1 @@
+DELETE FROM effectus_dest_keys WHERE idempotency_key = :key AND state = 'completed'
