@@ -169,7 +169,9 @@ def _body_reader(response: httpx.Response) -> Callable[[int], Awaitable[bytes | 
         size = received = 0
         # The stream itself, not aiter_raw(): that hands the connection back to the pool at
         # the end of the body, before _retire_if_bytes_left could look at what is left on it.
-        async for raw in response.stream:
+        stream = response.stream
+        assert isinstance(stream, httpx.AsyncByteStream)  # an AsyncClient's always is
+        async for raw in stream:
             received += len(raw)
             for chunk in _inflate(layers, raw, limit + 1):
                 size += len(chunk)
