@@ -125,6 +125,9 @@ class DestinationConfig(BaseModel):
     verify_tls: bool = True
     ca_file: str | None = None
     max_response_bytes: int = Field(default=1_048_576, ge=1)
+    # False: a new connection per call, so no answer can ever be read from a connection that
+    # an earlier exchange left bytes on (for destinations that do not echo the request ID).
+    keep_alive: bool = True
     status_map: dict[int, OutcomeClass] = Field(default_factory=dict)
     transport: Literal["httpx", "aiohttp"] = "aiohttp"  # HTTP client library; both classify alike
 

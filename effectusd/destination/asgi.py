@@ -21,6 +21,7 @@ import inspect
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast, overload
 
@@ -34,7 +35,12 @@ from starlette.routing import Route
 from effectusd.core.database_url import SqliteDatabase, parse_database_url
 from effectusd.core.states import OutcomeClass
 from effectusd.destination.ledger import DEFAULT_RETENTION, AsyncMutation, handle
-from effectusd.destination.protocol import EffectusRequest, ProtocolError, parse_request
+from effectusd.destination.protocol import (
+    EffectusRequest,
+    ProtocolError,
+    parse_request,
+    request_id_of,
+)
 from effectusd.destination.replies import Reply, error_reply
 from effectusd.destination.schema import install, install_sqlite
 from effectusd.destination.sqlite import SqliteMutation, handle_sqlite, write_transaction
@@ -48,7 +54,10 @@ _Answer = Callable[[EffectusRequest], Awaitable[Reply]]
 _NO_CONNECTION = "no database connection available; nothing was done"
 
 
-def to_response(reply: Reply) -> Response:
+def to_response(reply: Reply, request_id: str | None = None) -> Response:
+    """``reply`` on the wire, echoing ``request_id`` unless the reply already names one."""
+    if reply.request_id is None and request_id is not None:
+        reply = replace(reply, request_id=request_id)
     return Response(reply.body, status_code=reply.status, headers=reply.headers)
 
 
@@ -85,16 +94,17 @@ def effectus_endpoint(
         answer = _postgres_answer(pool, cast(AsyncMutation, mutation), retention)
 
     async def endpoint(request: Request) -> Response:
+        # Raw bytes: Starlette decodes header values as latin-1, the executor sends UTF-8.
+        echo = request_id_of(request.headers.raw)
         body = await _read_capped(request, max_body_bytes)
         if body is None:
             message = f"body: larger than {max_body_bytes} bytes"
-            return to_response(error_reply(413, OutcomeClass.PERMANENT, message))
+            return to_response(error_reply(413, OutcomeClass.PERMANENT, message), echo)
         try:
-            # Raw bytes: Starlette decodes header values as latin-1, the executor sends UTF-8.
             parsed = parse_request(request.headers.raw, body)
         except ProtocolError as exc:
-            return to_response(exc.reply())
-        return to_response(await answer(parsed))
+            return to_response(exc.reply(), echo)
+        return to_response(await answer(parsed), echo)
 
     return endpoint
 

@@ -29,7 +29,7 @@ so the two backends cannot drift apart in what they decide.
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -93,6 +93,14 @@ class Exchange:
         self.checked_fences = False
 
     def steps(self) -> Generator[Step, Any, Reply]:
+        reply = yield from self._steps()
+        return self.echo(reply)
+
+    def echo(self, reply: Reply) -> Reply:
+        """``reply`` naming the request it answers (every reply does, replays included)."""
+        return replace(reply, request_id=self.request.request_id)
+
+    def _steps(self) -> Generator[Step, Any, Reply]:
         request = self.request
         key = {"key": request.idempotency_key}
         (acquired,) = yield Query("try_lock_key", key)
@@ -161,12 +169,13 @@ class Exchange:
     def rolled_back(self, exc: BaseException) -> Reply:
         """The answer after the transaction rolled back because of ``exc``."""
         if isinstance(exc, Abandon):
-            return exc.reply
+            return self.echo(exc.reply)
         if isinstance(exc, RetryableFailure):
-            return exc.reply(acknowledged=self.checked_fences)
+            return self.echo(exc.reply(acknowledged=self.checked_fences))
         # PostgreSQL: a serialization failure or deadlock; SQLite: the lock stayed taken.
         message = "transaction conflict or database busy; nothing was committed"
-        return error_reply(503, OutcomeClass.RETRYABLE, message, acknowledged=self.checked_fences)
+        reply = error_reply(503, OutcomeClass.RETRYABLE, message, acknowledged=self.checked_fences)
+        return self.echo(reply)
 
     def not_begun(self) -> Reply:
         """The answer when the database connection failed before or at BEGIN: no statement

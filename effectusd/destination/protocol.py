@@ -16,10 +16,9 @@ from typing import Any
 
 from effectusd.core.canonical import CanonicalJSONError, canonical_text, parse_json, sha256_hex
 from effectusd.core.states import Direction, OutcomeClass
-from effectusd.destination.replies import Reply, error_reply
+from effectusd.destination.replies import REQUEST_ID, Reply, error_reply
 
 IDEMPOTENCY_KEY = "Idempotency-Key"
-REQUEST_ID = "X-Effectus-Request-ID"
 EXECUTION_ID = "X-Effectus-Execution-ID"
 SAGA_ID = "X-Effectus-Saga-ID"
 EFFECT_ID = "X-Effectus-Effect-ID"
@@ -127,6 +126,15 @@ def parse_request(headers: HeaderSource, body: bytes) -> EffectusRequest:
         body=body,
         arguments=arguments,
     )
+
+
+def request_id_of(headers: HeaderSource) -> str | None:
+    """The request's ``X-Effectus-Request-ID`` if it has a usable one, for echoing in an
+    answer to a request that is refused before (or without) being parsed whole."""
+    try:
+        return _required(_collect(headers), REQUEST_ID)
+    except ProtocolError:
+        return None
 
 
 def parse_fencing_grants(value: str) -> tuple[FencingGrant, ...]:

@@ -14,6 +14,7 @@ from effectusd.core.states import OutcomeClass
 
 OUTCOME_HEADER = "X-Effectus-Outcome"
 FENCING_HEADER = "X-Effectus-Fencing"
+REQUEST_ID = "X-Effectus-Request-ID"
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,9 @@ class Reply:
     fencing_acknowledged: bool = False  # sent as X-Effectus-Fencing: acknowledged
     retry_after: int | None = None  # seconds, only on retryable replies
     replayed: bool = False  # not on the wire: a replay must look exactly like the original
+    # Echoed as X-Effectus-Request-ID: the request this answers (a replay's is the new one's),
+    # so a client can refuse an answer that was meant for another request on its connection.
+    request_id: str | None = None
 
     @property
     def headers(self) -> dict[str, str]:
@@ -34,6 +38,8 @@ class Reply:
             headers[FENCING_HEADER] = "acknowledged"
         if self.retry_after is not None:
             headers["Retry-After"] = str(self.retry_after)
+        if self.request_id is not None:
+            headers[REQUEST_ID] = self.request_id
         return headers
 
 

@@ -39,7 +39,7 @@ from yarl import URL
 from effectusd import faults
 from effectusd.config import DestinationConfig
 from effectusd.executors.common import (
-    EVIDENCE_HEADERS,
+    ANSWER_HEADERS,
     USER_AGENT,
     BaseHttpExecutor,
     InvalidInvocation,
@@ -53,7 +53,7 @@ from effectusd.executors.protocol import CallResult, Invocation
 # the race of reusing a connection the server is closing stays rare (it is still classified
 # correctly when it happens: unknown, never "not sent").
 KEEPALIVE_S = 4.0
-_HEAD_HEADERS = (*EVIDENCE_HEADERS, "Content-Length")
+_HEAD_HEADERS = (*ANSWER_HEADERS, "Content-Length")
 _QUEUED, _CONNECTING = "queued", "connecting"
 # A path and query as the planner renders them (placeholders percent-encoded) go out byte for
 # byte; anything else (a literal space or non-ASCII letter in a configured path) is
@@ -101,10 +101,12 @@ class _CheckedConnector(aiohttp.TCPConnector):
             if protocol not in self._handed_out:
                 self._handed_out.add(protocol)  # new: a TLS ticket may be pending, that's fine
                 return conn
-            if not _has_input(protocol):
+            if protocol is not None and not protocol.should_close and not _has_input(protocol):
                 return conn
-            # An idle HTTP/1.1 connection has nothing to say: this is a close (FIN or RST)
-            # or junk the loop has not read yet. This request never had it; try the next.
+            # An idle HTTP/1.1 connection has nothing to say: this is a close (FIN or RST), or
+            # bytes (e.g. a second, unrequested response) that the loop has read into the
+            # protocol's buffers or not read yet. The next request would take them for its
+            # answer. This request never had the connection; try the next.
             conn.close()
             wire = _CURRENT.get()
             if wire is not None:
@@ -139,6 +141,7 @@ class AiohttpExecutor(BaseHttpExecutor[tuple[str, URL, bytes, dict[str, str], An
         if config.verify_tls:
             self._tls = tls_context(config) or _default_tls_context()
         self._session: aiohttp.ClientSession | None = None
+        self._keep_alive = config.keep_alive
         self._closed = False
         self._default_timeout = aiohttp.ClientTimeout(
             total=None, connect=None, sock_read=None, sock_connect=self._connect_timeout
@@ -152,8 +155,8 @@ class AiohttpExecutor(BaseHttpExecutor[tuple[str, URL, bytes, dict[str, str], An
             limit=self.max_concurrency,
             limit_per_host=0,
             ssl=self._tls,
-            keepalive_timeout=KEEPALIVE_S,
-            force_close=False,
+            keepalive_timeout=KEEPALIVE_S if self._keep_alive else None,
+            force_close=not self._keep_alive,
         )
         self._session = aiohttp.ClientSession(
             connector=connector,

@@ -23,10 +23,15 @@ from effectusd.config import DestinationConfig, is_reserved_header
 from effectusd.core.canonical import canonical_text, parse_json
 from effectusd.core.states import OutcomeClass
 from effectusd.executors.protocol import CallResult, Invocation
+from effectusd.executors.storable import body_digest, printable, unstorable_reasons
 
 OUTCOME_HEADER = "X-Effectus-Outcome"
 FENCING_HEADER = "X-Effectus-Fencing"
-EVIDENCE_HEADERS = (OUTCOME_HEADER, FENCING_HEADER, "Retry-After")
+REQUEST_ID_HEADER = "X-Effectus-Request-ID"  # sent, and echoed back by the destination kit
+RETRY_AFTER_HEADER = "Retry-After"
+EVIDENCE_HEADERS = (OUTCOME_HEADER, FENCING_HEADER, RETRY_AFTER_HEADER)
+ANSWER_HEADERS = (*EVIDENCE_HEADERS, REQUEST_ID_HEADER)  # every header classification reads
+MAX_ERROR_CHARS = 500
 NOT_SENT = "not_sent"
 MAYBE_SENT = "maybe_sent"
 USER_AGENT = "effectusd"
@@ -34,6 +39,10 @@ USER_AGENT = "effectusd"
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 token: header names, methods
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _OUTCOME_VALUES = frozenset(outcome.value for outcome in OutcomeClass)
+# Retry-After as RFC 9110 allows it: delay seconds, or an IMF-fixdate.
+_RETRY_AFTER = re.compile(
+    r"[0-9]{1,10}|[A-Z][a-z]{2}, [0-9]{2} [A-Z][a-z]{2} [0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT"
+)
 
 Request = TypeVar("Request")
 
@@ -60,7 +69,7 @@ def reserved_headers(inv: Invocation) -> dict[str, str]:
         raise InvalidInvocation("X-Effectus-Attempt: attempts start at 1")
     headers = {
         "Idempotency-Key": inv.idempotency_key,
-        "X-Effectus-Request-ID": inv.request_id,
+        REQUEST_ID_HEADER: inv.request_id,
         "X-Effectus-Execution-ID": inv.execution_id,
         "X-Effectus-Saga-ID": inv.saga_id,
         "X-Effectus-Effect-ID": inv.effect_id,
@@ -129,11 +138,14 @@ def error_name(exc: BaseException) -> str:
 class Wire:
     """What one request did on the wire, as far as the transport can prove it."""
 
-    __slots__ = ("headers", "status_code")
+    __slots__ = ("body", "echo", "headers", "request_id", "status_code")
 
     def __init__(self) -> None:
         self.status_code: int | None = None
         self.headers: dict[str, str] = {}
+        self.request_id = ""  # this attempt's, set before anything is sent
+        self.echo: str | None = None  # how the destination's request-ID echo compared
+        self.body: dict[str, Any] | None = None  # size and hash of a body we could not keep
 
     def provably_not_sent(self, exc: BaseException) -> bool:
         raise NotImplementedError
@@ -145,7 +157,10 @@ class Wire:
 
     def answered(self, status: int, headers: Mapping[str, str]) -> None:
         self.status_code = status
-        self.headers = {name: headers[name][:200] for name in EVIDENCE_HEADERS if name in headers}
+        # Stored and shown to operators: only values the protocol defines are kept verbatim, so
+        # a destination that puts a token (or junk) in these headers does not get it stored.
+        found = [name for name in EVIDENCE_HEADERS if name in headers]
+        self.headers = {name: _evidence_value(name, headers[name]) for name in found}
 
     def result(
         self,
@@ -163,12 +178,16 @@ class Wire:
             "elapsed_ms": round((time.monotonic() - started) * 1000),
             "connection": self.connection,
         }
+        if self.echo is not None:
+            evidence["request_id_echo"] = self.echo
+        if self.body is not None:
+            evidence["body"] = self.body
         acknowledged = self.headers.get(FENCING_HEADER, "").strip().lower() == "acknowledged"
         return CallResult(
             outcome=outcome,
             status_code=self.status_code,
             result=result,
-            error=error,
+            error=None if error is None else printable(error, MAX_ERROR_CHARS),
             fencing_acknowledged=acknowledged,
             evidence=evidence,
         )
@@ -225,6 +244,7 @@ class BaseHttpExecutor(Generic[Request, WireT]):
     async def call(self, inv: Invocation) -> CallResult:
         started = time.monotonic()
         wire = self._new_wire()
+        wire.request_id = inv.request_id
         total = min(inv.timeout, self._timeout)
         try:
             if not _TOKEN.match(inv.method):
@@ -258,6 +278,14 @@ class BaseHttpExecutor(Generic[Request, WireT]):
     ) -> CallResult:
         status = wire.status_code
         assert status is not None
+        echoed = headers.get(REQUEST_ID_HEADER)
+        if echoed is not None:
+            # An answer naming another request is not this one's, whatever it says: e.g. a
+            # stray second response left on a kept-alive connection by an earlier exchange.
+            wire.echo = "matched" if echoed.strip() == wire.request_id else "mismatched"
+            if wire.echo == "mismatched":
+                error = f"HTTP {status} whose {REQUEST_ID_HEADER} echo names another request"
+                return wire.result(started, OutcomeClass.UNKNOWN, error)
         value = headers.get(OUTCOME_HEADER)
         named = _outcome(value)
         if 200 <= status < 300:
@@ -288,9 +316,30 @@ class BaseHttpExecutor(Generic[Request, WireT]):
         try:
             parsed = parse_json(body)
         except (ValueError, RecursionError):
+            wire.body = body_digest(body)
             error = f"HTTP {status} with a body that is not JSON"
             return wire.result(started, OutcomeClass.UNKNOWN, error)
+        reasons = unstorable_reasons(parsed)
+        if reasons:
+            # The destination answered, so this is not "not committed"; but a result that the
+            # store cannot hold would fail every completion recorded with it. Keep size and hash.
+            wire.body = body_digest(body)
+            error = f"HTTP {status} with a JSON body that cannot be stored: {'; '.join(reasons)}"
+            return wire.result(started, OutcomeClass.UNKNOWN, error)
         return wire.result(started, OutcomeClass.SUCCESS, result=parsed)
+
+
+def _evidence_value(name: str, value: str) -> str:
+    """The header's value if it is one the protocol defines, else only that it was invalid."""
+    stripped = value.strip()
+    if name == OUTCOME_HEADER:
+        valid = stripped in _OUTCOME_VALUES
+    elif name == FENCING_HEADER:
+        stripped = stripped.lower()
+        valid = stripped == "acknowledged"
+    else:
+        valid = _RETRY_AFTER.fullmatch(stripped) is not None
+    return stripped if valid else f"(invalid, {len(value)} characters)"
 
 
 def _outcome(value: str | None) -> OutcomeClass | None:

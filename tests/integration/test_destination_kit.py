@@ -135,6 +135,11 @@ def wire(response: httpx.Response) -> tuple[int, bytes, list[tuple[str, str]]]:
     return response.status_code, response.content, headers
 
 
+def without_echo(seen: tuple[int, bytes, list[tuple[str, str]]]) -> Any:
+    status, body, headers = seen
+    return status, body, [(k, v) for k, v in headers if k.lower() != "x-effectus-request-id"]
+
+
 # --- a real server in this event loop -------------------------------------------------------
 
 
@@ -389,7 +394,10 @@ async def test_replay_of_a_completed_key_is_identical_and_does_not_run_the_mutat
     grants = (FencingGrant("account:a", 3),)
     first = await post(kit.base_url, invocation(grants=grants))
     again = await post(kit.base_url, invocation(attempt=2, grants=(FencingGrant("account:a", 4),)))
-    assert wire(again) == wire(first)
+    # Identical but for the request-ID echo, which names the request each answer is for.
+    assert first.headers["x-effectus-request-id"] == "req-k1-1"
+    assert again.headers["x-effectus-request-id"] == "req-k1-2"
+    assert without_echo(wire(again)) == without_echo(wire(first))
     assert again.json() == {"row": 1, "attempt": 1}  # the original answer, not attempt 2's
     assert kit.control.runs == 1
     assert await kit.count("kit_test_effects") == 1
@@ -422,7 +430,7 @@ async def test_a_key_held_by_an_open_transaction_answers_409_unknown_at_once(pg_
     kit.control.release.set()
     assert (await first).status_code == 200
     third = await post(kit.base_url, invocation(attempt=3, path="/hold"))
-    assert wire(third) == wire(await first)
+    assert without_echo(wire(third)) == without_echo(wire(await first))
     assert kit.control.runs == 1
     assert await kit.count("kit_test_effects") == 1
 
@@ -490,7 +498,7 @@ async def test_permanent_failure_is_stored_replayed_and_keeps_no_business_writes
     assert first.status_code == 402
     assert first.headers["x-effectus-outcome"] == "permanent_failure"
     assert first.json() == {"error": "declined"}
-    assert wire(again) == wire(first)
+    assert without_echo(wire(again)) == without_echo(wire(first))
     assert kit.control.runs == 1
     assert await kit.count("kit_test_effects") == 0
     assert await kit.rows("SELECT state, status_code, outcome FROM effectus_dest_keys") == [
@@ -580,6 +588,38 @@ async def test_a_body_over_the_limit_answers_413_permanent(kit: Kit) -> None:
     assert response.status_code == 413
     assert response.headers["x-effectus-outcome"] == "permanent_failure"
     assert kit.control.runs == 0
+
+
+async def test_every_answer_echoes_the_request_id_it_answers(kit: Kit) -> None:
+    """Success, replay, conflict, decline, retryable, protocol error and oversize: each names
+    the request it answers, so a client can refuse an answer meant for another request."""
+    kit.control.retryable_left = 1
+    missing = invocation("m")
+    cases = [
+        (invocation("a"), None, 200),
+        (invocation("a", attempt=2), None, 200),  # the replay names the new attempt
+        (invocation("a", attempt=3, args={"order": "o-9"}), None, 422),
+        (invocation("d", path="/decline"), None, 402),
+        (invocation("f", path="/flaky"), None, 503),
+        (missing, wire_headers(missing, **{"X-Effectus-Attempt": True}), 400),
+        (invocation("t", path="/tiny"), None, 413),
+    ]
+    for inv, headers, status in cases:
+        response = await post(kit.base_url, inv, headers)
+        assert response.status_code == status, inv.request_id
+        assert response.headers.get_list("x-effectus-request-id") == [inv.request_id]
+
+
+@postgres
+async def test_handle_names_the_request_in_every_reply(kit_db: str) -> None:
+    async def ok(conn: psycopg.AsyncConnection[Any], request: EffectusRequest) -> Any:
+        return {}
+
+    async with await psycopg.AsyncConnection.connect(kit_db) as conn:
+        first = await handle(conn, request_of(invocation("h")), ok)
+        replay = await handle(conn, request_of(invocation("h", attempt=2)), ok)
+    assert first.headers["X-Effectus-Request-ID"] == "req-h-1"
+    assert replay.headers["X-Effectus-Request-ID"] == "req-h-2"
 
 
 # --- the Python API directly ----------------------------------------------------------------

@@ -317,3 +317,36 @@ async def test_every_transition_is_on_the_timeline(store_url: str) -> None:
             "step_state",
             "saga_state",
         ]
+
+
+def unstorable_answers(request: Request) -> Response:
+    """200 answers PostgreSQL cannot store (U+0000, a lone surrogate) for the poison verbs."""
+    if request.path == "/nul":
+        return Response(200, {"note": "a\x00b"})
+    if request.path == "/surrogate":
+        return Response(200, {"note": "\ud800"})
+    return ok(request)
+
+
+async def test_an_answer_the_store_cannot_hold_blocks_its_saga_and_no_other(
+    store_url: str,
+) -> None:
+    with running(unstorable_answers) as dest:
+        config = make_config(dest.base_url, {"nul": {}, "surrogate": {}, "work": {}})
+        client = client_for(config, store_url)
+        poisoned = [
+            client.submit(serial_plan(verb, [verb]), execution_id=f"p-{verb}").saga_id
+            for verb in ("nul", "surrogate")
+        ]
+        healthy = client.submit(serial_plan("h", ["work"] * 2), execution_id="h-1").saga_id
+        await run_until_idle(config, store_url)
+
+        view = client.get(healthy)
+        assert view is not None and view["state"] == "completed"
+        for saga in poisoned:
+            view = client.get(saga)
+            assert view is not None and view["state"] == "blocked_unknown"
+            [attempt] = attempts_of(store_url, saga, "s1")
+            assert attempt["outcome"] == "unknown_outcome"
+            assert "cannot be stored" in attempt["error"]
+        assert len(dest.requests) == 4  # each poisoned call once (at_most_once), two healthy

@@ -1,0 +1,57 @@
+"""What a destination's answer may put in the store, and the bounded forms of what it may not.
+
+Everything an executor returns is written to PostgreSQL (jsonb, text) or SQLite and hashed as
+RFC 8785 JSON. A destination controls the answer, so one hostile or buggy answer must not be
+able to produce a value that the recorder cannot write: that would fail the whole batch it is
+recorded in, and every saga in it. Values are never quoted back: only why, and how large.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+from effectusd.core.canonical import json_problems
+
+MAX_REASONS = 3
+_NUL = "string contains U+0000"
+# Characters that are not storable text (NUL), not printable, or not encodable (surrogates).
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+
+
+def unstorable_reasons(value: Any) -> list[str]:
+    """Why ``value`` cannot be stored as JSON, without saying where or what (both may be the
+    destination's data): at most ``MAX_REASONS`` distinct reasons, empty when it can."""
+    try:
+        problems = json_problems(value)
+        has_nul = _has_nul(value)
+    except RecursionError:
+        return ["nested too deeply"]
+    # Each problem is "path: reason"; the path may quote object keys, so only the reason stays.
+    reasons = sorted({problem.rpartition(": ")[2] for problem in problems})
+    if has_nul:
+        reasons.insert(0, _NUL)  # PostgreSQL jsonb and text refuse it, whatever JSON allows
+    return reasons[:MAX_REASONS]
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(key) or _has_nul(item) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return any(_has_nul(item) for item in value)
+    return False
+
+
+def body_digest(body: bytes) -> dict[str, Any]:
+    """Enough to recognise a body an operator is shown elsewhere, without keeping it."""
+    return {"bytes": len(body), "sha256": hashlib.sha256(body).hexdigest()}
+
+
+def printable(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, every unstorable or unprintable one escaped."""
+    cut = text[:limit]
+    escaped = _UNPRINTABLE.sub(lambda match: f"\\u{ord(match.group()):04x}", cut)
+    return escaped + ("…" if len(text) > limit else "")
