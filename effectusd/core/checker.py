@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from effectusd.core.canonical import JsonValue, canonical_hash, join_path, json_problems
 from effectusd.core.contracts import VerbContract
+from effectusd.core.errors import EffectusError
 from effectusd.core.expressions import FactRef, ResultRef, resolve, scan
 from effectusd.core.plan import (
     CHECKED_PLAN_FORMAT,
@@ -38,7 +39,7 @@ class CheckIssue:
         return f"{self.path}: {self.message}" if self.path else self.message
 
 
-class PlanCheckError(ValueError):
+class PlanCheckError(EffectusError, ValueError):
     """The plan cannot be used; ``issues`` lists every problem found."""
 
     def __init__(self, issues: list[CheckIssue]) -> None:
