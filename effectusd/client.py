@@ -153,15 +153,15 @@ class Client(_ClientBase):
 
 
 def _require_async_connection(url: str, conn: object) -> None:
-    if backends.is_sqlite(url):
-        raise WrongConnection(
-            "AsyncClient is configured for the SQLite store (database URL): it cannot join a "
-            f"{type(conn).__name__}'s transaction; pass your sqlite3 connection to Client instead"
-        )
     if not isinstance(conn, psycopg.AsyncConnection):
         raise WrongConnection(
             f"AsyncClient joins a psycopg.AsyncConnection's transaction, not a "
-            f"{type(conn).__module__}.{type(conn).__name__}"
+            f"{type(conn).__name__}; on SQLite pass your sqlite3 connection to Client instead"
+        )
+    if backends.is_sqlite(url):
+        raise WrongConnection(
+            "AsyncClient is configured for the SQLite store (database URL) and cannot join a "
+            "PostgreSQL transaction; check the database URL it was given"
         )
 
 
