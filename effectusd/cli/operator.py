@@ -20,7 +20,7 @@ from effectusd.cli.app import (
 )
 from effectusd.store import backends
 
-# -- operator actions: resolve, retry, cancel, prune --------------------------------------
+# -- operator actions: resolve, retry, cancel (prune: cli/prune.py) -----------------------
 # Each of resolve/retry/cancel is one transaction that locks the saga row, then its dispatch
 # rows; a refusal (the state does not allow it) exits 4 and names the state, writes nothing.
 
