@@ -20,6 +20,7 @@ import psycopg
 
 from effectusd.config import Config, load_config
 from effectusd.core.canonical import JsonValue
+from effectusd.core.errors import SagaNotFound, WaitTimeout, WrongConnection
 from effectusd.core.plan import CheckedPlan, PlanSpec
 from effectusd.core.registry import Registry
 from effectusd.core.states import SagaState
@@ -63,7 +64,7 @@ def default_actor() -> str:
 class _ClientBase:
     def __init__(self, config: Config | None = None, *, database_url: str | None = None) -> None:
         self.config = config or load_config(None)
-        self.database_url = database_url or self.config.database.url
+        self.database_url = backends.check_url(database_url or self.config.database.url)
         self.registry = registry_from_config(self.config)
         self.namespace = self.config.namespace
 
@@ -114,6 +115,7 @@ class Client(_ClientBase):
     def _write(self, operation: operations.Operation[T], conn: backends.Connection | None) -> T:
         """In the caller's transaction when given one (it commits), else in our own."""
         if conn is not None:
+            backends.require_store(self.database_url, conn)
             backends.join_transaction(conn)
             return backends.run(conn, operation)
         with backends.connection(self.database_url) as own:
@@ -142,20 +144,25 @@ class Client(_ClientBase):
         while True:
             view = self.get(saga_id)
             if view is None:
-                raise LookupError(f"saga {saga_id} does not exist")
+                raise SagaNotFound(f"saga {saga_id} does not exist")
             state = SagaState(view["state"])
             if state.is_terminal or state.is_blocked:
                 return view
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"saga {saga_id} still {state.value} after {timeout}s")
+                raise WaitTimeout(f"saga {saga_id} still {state.value} after {timeout}s")
             time.sleep(interval)
 
 
-def _require_async_connection(conn: object) -> None:
+def _require_async_connection(url: str, conn: object) -> None:
     if not isinstance(conn, psycopg.AsyncConnection):
-        raise TypeError(
+        raise WrongConnection(
             f"AsyncClient joins a psycopg.AsyncConnection's transaction, not a "
             f"{type(conn).__name__}; on SQLite pass your sqlite3 connection to Client instead"
+        )
+    if backends.is_sqlite(url):
+        raise WrongConnection(
+            "AsyncClient is configured for the SQLite store (database URL) and cannot join a "
+            "PostgreSQL transaction; check the database URL it was given"
         )
 
 
@@ -208,17 +215,21 @@ class AsyncClient(_ClientBase):
         self, operation: operations.Operation[T], conn: psycopg.AsyncConnection[Any] | None
     ) -> T:
         if conn is not None:
-            _require_async_connection(conn)
+            _require_async_connection(self.database_url, conn)
             await join_transaction_async(conn)
-            return await run_async(conn, operation)
+            with backends.schema_checked():
+                return await run_async(conn, operation)
+        backends.check_url(self.database_url)
         async with await psycopg.AsyncConnection.connect(self.database_url) as own:
-            return await run_async(own, operation)
+            with backends.schema_checked():
+                return await run_async(own, operation)
 
     async def get(self, saga_id: str) -> SagaView | None:
         if backends.is_sqlite(self.database_url):
             return await asyncio.to_thread(self._sync().get, saga_id)
         async with await psycopg.AsyncConnection.connect(self.database_url) as conn:
-            return await run_async(conn, operations.load_saga(saga_id))
+            with backends.schema_checked():
+                return await run_async(conn, operations.load_saga(saga_id))
 
     def _sync(self) -> Client:
         return Client(self.config, database_url=self.database_url)
@@ -228,10 +239,10 @@ class AsyncClient(_ClientBase):
         while True:
             view = await self.get(saga_id)
             if view is None:
-                raise LookupError(f"saga {saga_id} does not exist")
+                raise SagaNotFound(f"saga {saga_id} does not exist")
             state = SagaState(view["state"])
             if state.is_terminal or state.is_blocked:
                 return view
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"saga {saga_id} still {state.value} after {timeout}s")
+                raise WaitTimeout(f"saga {saga_id} still {state.value} after {timeout}s")
             await asyncio.sleep(interval)

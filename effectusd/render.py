@@ -90,6 +90,8 @@ def saga_detail(view: dict[str, Any]) -> str:
                     f"http {status!s:4} fencing {attempt['fencing_status'] or '-':14} "
                     f"sent {attempt['sent_at'] or '-'}{late}"
                 )
+                if attempt["error"]:
+                    lines.append(f"          error: {attempt['error']}")
     blocked = blocking_dispatches(view)
     if blocked:
         lines.append("")

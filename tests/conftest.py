@@ -25,6 +25,7 @@ EFFECTUS_TABLES = (
     "effectus_saga_instances",
     "effectus_fencing_leases",
     "effectus_fencing_counters",
+    "effectus_saga_tombstones",
 )
 
 

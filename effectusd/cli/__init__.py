@@ -1,6 +1,6 @@
 """The effectusd command line (DESIGN.md section 11); each command group in its own module."""
 
-from effectusd.cli import daemon, operator, plans, sagas  # noqa: F401  (registers the commands)
+from effectusd.cli import daemon, operator, plans, prune, sagas  # noqa: F401  (registers them)
 from effectusd.cli.app import main
 
 __all__ = ["main"]

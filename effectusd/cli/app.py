@@ -1,8 +1,9 @@
 """The effectusd command line (DESIGN.md section 11).
 
 Exit codes scripts can rely on: 0 success; 1 operational failure (database unreachable, …);
-2 usage error; 3 invalid input (plan, facts or config); 4 conflict (the state or an existing
-saga does not allow it); 5 not found; 6 `migrate --check` found pending migrations.
+2 usage error (click's own, and our checks of option values); 3 invalid input (plan, facts or
+config, including the database URL); 4 conflict (the state or an existing saga does not allow
+it); 5 not found; 6 the schema needs `effectusd migrate` (pending migrations, or none at all).
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from datetime import timedelta
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -20,9 +22,13 @@ from effectusd.client import Client
 from effectusd.config import Config, ConfigError, load_config
 from effectusd.core.canonical import MAX_JSON_DEPTH, parse_json
 from effectusd.core.checker import PlanCheckError
+from effectusd.core.database_url import DatabaseURLError
+from effectusd.core.durations import parse_duration
+from effectusd.core.errors import SchemaNotReady
 from effectusd.store import backends
 
 EXIT_FAILURE = 1
+EXIT_USAGE = 2
 EXIT_INVALID = 3
 EXIT_CONFLICT = 4
 EXIT_NOT_FOUND = 5
@@ -49,7 +55,11 @@ class Context:
 
     @property
     def database_url(self) -> str:
-        return self._database_url or self.config.database.url
+        url = self._database_url or self.config.database.url
+        try:
+            return backends.check_url(url)
+        except DatabaseURLError as exc:
+            fail(str(exc), EXIT_INVALID)
 
     def client(self) -> Client:
         return Client(self.config, database_url=self.database_url)
@@ -97,7 +107,51 @@ def report_check_error(source: str, error: PlanCheckError) -> NoReturn:
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+if TYPE_CHECKING:
+    _ParamType = click.ParamType[timedelta | None]
+else:  # click before 8.2 has no type parameters at run time
+    _ParamType = click.ParamType
+
+
+class Duration(_ParamType):
+    """A duration option (30d, 12h, 90m, 45s, 500ms). A bare number is refused as a usage
+    error (exit 2): `--older-than 30` meant days more often than seconds. ``never=True``
+    also takes "never" (None)."""
+
+    name = "duration"
+
+    def __init__(self, *, never: bool = False) -> None:
+        self.never = never
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value is None or isinstance(value, timedelta):
+            return value
+        text = str(value).strip()
+        if self.never and text == "never":
+            return None
+        if text.rstrip("0123456789. ") == "":
+            self.fail("needs a unit: ms, s, m, h or d (for example 30d)", param, ctx)
+        try:
+            return parse_duration(text)
+        except ValueError:
+            self.fail(
+                "expected a number with a unit: ms, s, m, h or d (for example 30d)", param, ctx
+            )
+
+
+class EffectusGroup(click.Group):
+    """Errors any command can meet, reported the same way by all of them."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SchemaNotReady as exc:
+            fail(str(exc), EXIT_PENDING)
+        except DatabaseURLError as exc:
+            fail(str(exc), EXIT_INVALID)
+
+
+@click.group(cls=EffectusGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
     "config_path",
@@ -119,6 +173,6 @@ def main(ctx: click.Context, config_path: str | None, database_url: str | None) 
     """effectusd: a transactional-outbox saga dispatcher.
 
     Exit codes: 0 ok, 1 operational failure, 2 usage, 3 invalid input, 4 conflict,
-    5 not found, 6 pending migrations (migrate --check).
+    5 not found, 6 the schema needs `effectusd migrate`.
     """
     ctx.obj = Context(config_path, database_url)

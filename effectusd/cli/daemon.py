@@ -12,6 +12,7 @@ from effectusd.cli.app import (
     EXIT_CONFLICT,
     EXIT_FAILURE,
     EXIT_INVALID,
+    EXIT_PENDING,
     Context,
     emit,
     fail,
@@ -20,6 +21,7 @@ from effectusd.cli.app import (
 )
 from effectusd.config import ConfigError
 from effectusd.core.database_url import DatabaseURLError, PostgresDatabase, parse_database_url
+from effectusd.core.errors import SchemaNotReady
 from effectusd.store import backends
 from effectusd.store.postgres import migrations
 
@@ -91,6 +93,8 @@ def run(
         code = asyncio.run(daemon.run(until_idle=until_idle))
     except ConfigError as exc:
         fail(str(exc), EXIT_INVALID)
+    except SchemaNotReady as exc:
+        fail(str(exc), EXIT_PENDING)
     except migrations.MigrationError as exc:
         fail(str(exc), EXIT_CONFLICT)
     except backends.UNAVAILABLE as exc:

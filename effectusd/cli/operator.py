@@ -1,4 +1,4 @@
-"""Operator actions: resolve, retry, cancel, prune."""
+"""Operator actions: resolve, retry, cancel (prune: cli/prune.py)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ from effectusd.cli.app import (
     json_option,
     main,
 )
-from effectusd.core.durations import parse_duration
 from effectusd.store import backends
 
-# -- operator actions: resolve, retry, cancel, prune --------------------------------------
+# -- operator actions: resolve, retry, cancel (prune: cli/prune.py) -----------------------
 # Each of resolve/retry/cancel is one transaction that locks the saga row, then its dispatch
 # rows; a refusal (the state does not allow it) exits 4 and names the state, writes nothing.
 
@@ -182,26 +181,3 @@ def cancel(
     compensates). Terminal and blocked sagas are refused.
     """
     _saga_action(obj, "cancel", saga_id, evidence, actor, as_json)
-
-
-@main.command()
-@click.option("--older-than", required=True, help="Finished longer ago than this (e.g. 30d).")
-@click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
-@click.option("--batch-size", default=500, show_default=True, type=click.IntRange(1, 100_000))
-@json_option
-@click.pass_obj
-def prune(obj: Context, older_than: str, dry_run: bool, batch_size: int, as_json: bool) -> None:
-    """Delete finished sagas (completed, compensated, failed) with their steps, outbox rows,
-    attempts and timeline; each batch is its own transaction. Blocked and live sagas stay."""
-    from effectusd import operator
-
-    try:
-        age = parse_duration(older_than)
-    except ValueError as exc:
-        fail(f"--older-than: {exc}", EXIT_INVALID)
-    try:
-        with obj.connect() as conn:
-            report = operator.prune(conn, age, batch_size, dry_run)
-    except backends.UNAVAILABLE as exc:
-        fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
-    emit(report.as_dict(), as_json, lambda _: report.summary())

@@ -25,6 +25,7 @@ from effectusd.core.canonical import (
     size_problem,
 )
 from effectusd.core.contracts import VerbContract
+from effectusd.core.errors import EffectusError
 from effectusd.core.expressions import FactRef, ResultRef, resolve, scan
 from effectusd.core.plan import (
     CHECKED_PLAN_FORMAT,
@@ -51,7 +52,7 @@ class CheckIssue:
         return f"{self.path}: {self.message}" if self.path else self.message
 
 
-class PlanCheckError(ValueError):
+class PlanCheckError(EffectusError, ValueError):
     """The plan cannot be used; ``issues`` lists every problem found."""
 
     def __init__(self, issues: list[CheckIssue]) -> None:

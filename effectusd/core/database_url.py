@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from effectusd.core.errors import EffectusError
+
 Dialect = Literal["postgresql", "sqlite"]
 
 SQLITE_PREFIX = "sqlite:///"
@@ -22,7 +24,7 @@ POSTGRES_SCHEMES = ("postgresql", "postgres")
 EXPECTED = "expected sqlite:///relative/path.db, sqlite:////absolute/path.db or postgresql://..."
 
 
-class DatabaseURLError(ValueError):
+class DatabaseURLError(EffectusError, ValueError):
     """A database URL no store can use. The message never repeats the URL itself, because a
     PostgreSQL URL may carry a password."""
 

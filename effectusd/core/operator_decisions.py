@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from effectusd.core.canonical import JsonValue, json_problems, parse_json
 from effectusd.core.engine import DispatchFacts
+from effectusd.core.errors import EffectusError
 from effectusd.core.states import Direction, DispatchState, SagaState
 
 
@@ -29,7 +30,7 @@ class RefusalKind(StrEnum):
     INVALID = "invalid"  # the input itself is wrong (exit 3)
 
 
-class Refused(Exception):
+class Refused(EffectusError):
     """An operator action that was not applied; nothing was written."""
 
     def __init__(self, kind: RefusalKind, message: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,6 +24,7 @@ from effectusd.core.checker import (
     verify_checked,
 )
 from effectusd.core.enqueue import DispatchSpec, SagaRef, build_dispatch, submit_time_problems
+from effectusd.core.errors import EffectusError
 from effectusd.core.expressions import ResolutionError
 from effectusd.core.identity import saga_id as derive_saga_id
 from effectusd.core.plan import CheckedPlan, PlanSpec
@@ -33,12 +35,17 @@ EXECUTION_ID_MAX = 200
 NAMESPACE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
-class SubmitError(ValueError):
+class SubmitError(EffectusError, ValueError):
     """A submit that was refused; nothing was written."""
 
 
 class SubmitConflict(SubmitError):
     """The saga exists already with a different plan digest or different facts."""
+
+
+class SagaPruned(SubmitConflict):
+    """A saga with this identity finished and was pruned; its tombstone keeps the identity
+    from being used again, because the new saga would send the old one's idempotency keys."""
 
 
 @dataclass(frozen=True)
@@ -225,4 +232,21 @@ def conflict_with_existing(rows: SubmitRows, plan_digest: str, facts_hash: str) 
     return (
         f"saga {rows.saga_id} (execution {rows.execution_id!r}, plan {rows.plan_id!r}) "
         f"already exists with different content: {', '.join(differences)}"
+    )
+
+
+def pruned_identity(
+    rows: SubmitRows, state: str, finished_at: datetime | None, pruned_at: datetime
+) -> SagaPruned:
+    """The refusal of a submit whose identity belongs to a pruned saga (its tombstone)."""
+    finished = (
+        f"finished {state} at {finished_at.isoformat()}"
+        if finished_at is not None
+        else f"was deleted while {state}"
+    )
+    return SagaPruned(
+        f"saga {rows.saga_id} (execution {rows.execution_id!r}, plan {rows.plan_id!r}) "
+        f"{finished} and was pruned at {pruned_at.isoformat()}; a new saga with this identity "
+        "would send the same idempotency keys, which destinations may still answer from the "
+        "old saga: use a new execution id"
     )

@@ -1,8 +1,11 @@
-"""prune: delete finished sagas (completed, compensated, failed) older than a duration.
+"""prune: delete finished sagas (completed, compensated, failed) older than a duration, and
+the tombstones of sagas pruned longer ago than another.
 
 Batches of ``batch_size`` sagas, each its own transaction, so a large prune never holds
 locks for long; steps, outbox rows, attempts and timeline rows go with their saga (ON DELETE
-CASCADE). Blocked and live sagas have no finished_at and are never selected.
+CASCADE). Blocked and live sagas have no finished_at and are never selected. Each deleted
+saga leaves a tombstone (written by the delete itself, see 10005_saga_tombstones), which keeps
+its identity, and so its idempotency keys, from being used by a new saga.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ class PruneReport:
     batches: int = 0
     by_state: dict[str, int] = field(default_factory=dict)
     sagas: list[dict[str, Any]] = field(default_factory=list)  # dry run: what would go
+    tombstone_cutoff: datetime | None = None  # None: tombstones are kept
+    tombstones: int = 0  # deleted (or, in a dry run, that would be)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -38,6 +43,10 @@ class PruneReport:
             "sagas": [
                 {**saga, "finished_at": saga["finished_at"].isoformat()} for saga in self.sagas
             ],
+            "tombstone_cutoff": (
+                None if self.tombstone_cutoff is None else self.tombstone_cutoff.isoformat()
+            ),
+            "tombstones_deleted": self.tombstones,
         }
 
     def summary(self) -> str:
@@ -47,21 +56,47 @@ class PruneReport:
             f" ({states})" if states else ""
         )
         if not self.dry_run:
-            return f"{head} in {self.batches} batch(es)"
+            head = f"{head} in {self.batches} batch(es)"
+        if self.tombstone_cutoff is None:
+            tail = "tombstones kept"
+        else:
+            tail = (
+                f"{verb} {self.tombstones} tombstone(s) of sagas pruned before "
+                f"{self.tombstone_cutoff.isoformat()}"
+            )
         rows = [
             f"  {s['saga_id']}  {s['state']:11}  {s['finished_at'].isoformat()}  "
             f"{s['plan_id']}/{s['execution_id']}"
             for s in self.sagas
         ]
-        return "\n".join([head, *rows])
+        return "\n".join([head, tail, *rows])
 
 
-def prune(conn: Connection, older_than: timedelta, batch_size: int, dry_run: bool) -> PruneReport:
+def prune(
+    conn: Connection,
+    older_than: timedelta,
+    batch_size: int,
+    dry_run: bool,
+    keep_tombstones: timedelta | None = None,
+) -> PruneReport:
+    """``keep_tombstones``: delete tombstones of sagas pruned longer ago than this (None: keep
+    them all). Keep them at least as long as any destination keeps its idempotency records."""
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     seconds = older_than.total_seconds()
     [row] = run(conn, single("op_prune_cutoff", {"older_than_s": seconds}))
     report = PruneReport(seconds, row["cutoff"], dry_run)
+    if keep_tombstones is not None:
+        # before the sagas: this run's own tombstones are never among those it deletes
+        keep = {"older_than_s": keep_tombstones.total_seconds()}
+        [row] = run(conn, single("op_prune_cutoff", keep))
+        report.tombstone_cutoff = row["cutoff"]
+        cutoff = {"cutoff": report.tombstone_cutoff}
+        if dry_run:
+            [counted] = run(conn, single("op_prune_tombstones_preview", cutoff))
+            report.tombstones = int(counted["count"])
+        else:
+            report.tombstones = len(run(conn, single("op_prune_tombstones", cutoff)))
     states: Counter[str] = Counter()
     if dry_run:
         report.sagas = run(conn, single("op_prune_preview", {"cutoff": report.cutoff}))

@@ -14,8 +14,10 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg import errors as pg_errors
 
 from effectusd.core.database_url import DatabaseURLError, SqliteDatabase, parse_database_url
+from effectusd.core.errors import SchemaNotReady, WrongConnection
 from effectusd.core.poison import storable_text
 from effectusd.store.operations import Operation
 from effectusd.store.postgres import migrations as pg_migrations
@@ -51,11 +53,8 @@ def describe_failure(exc: BaseException) -> str:
 
 
 # What "cannot reach / open the database" looks like, for the CLI's exit code 1.
-UNAVAILABLE: tuple[type[BaseException], ...] = (
-    psycopg.OperationalError,
-    sqlite3.OperationalError,
-    DatabaseURLError,
-)
+UNAVAILABLE: tuple[type[BaseException], ...] = (psycopg.OperationalError, sqlite3.OperationalError)
+MIGRATE = "run `effectusd migrate`"
 
 Connection = psycopg.Connection[Any] | sqlite3.Connection
 
@@ -93,6 +92,50 @@ def connection(url: str, *, create: bool = False) -> Iterator[Connection]:
             yield pg
 
 
+def schema_missing(exc: BaseException) -> SchemaNotReady | None:
+    """The SchemaNotReady a store error means, if it is a table the migrations create."""
+    if isinstance(exc, pg_errors.UndefinedTable):
+        detail = exc.diag.message_primary or "a table is missing"
+    elif isinstance(exc, sqlite3.OperationalError) and str(exc).startswith("no such table"):
+        detail = str(exc)
+    else:
+        return None
+    return SchemaNotReady(
+        f"the database has no effectusd schema or an older one ({detail}): {MIGRATE}"
+    )
+
+
+@contextmanager
+def schema_checked() -> Iterator[None]:
+    """Turn "no such table" into SchemaNotReady, which tells the reader to migrate."""
+    try:
+        yield
+    except (pg_errors.UndefinedTable, sqlite3.OperationalError) as exc:
+        missing = schema_missing(exc)
+        if missing is None:
+            raise
+        raise missing from exc
+
+
+def require_store(url: str, conn: object, who: str = "Client") -> None:
+    """Refuse a connection of the other store than ``url`` names, or of the wrong kind."""
+    sqlite = is_sqlite(url)
+    if isinstance(conn, sqlite3.Connection if sqlite else psycopg.Connection):
+        return
+    store, wanted = (
+        ("SQLite", "sqlite3.Connection") if sqlite else ("PostgreSQL", "psycopg.Connection")
+    )
+    hint = (
+        "; AsyncClient takes a psycopg.AsyncConnection"
+        if isinstance(conn, psycopg.AsyncConnection)
+        else ""
+    )
+    raise WrongConnection(
+        f"{who} is configured for the {store} store (database URL) and joins a {wanted}'s "
+        f"transaction, not a {type(conn).__module__}.{type(conn).__name__}{hint}"
+    )
+
+
 def join_transaction(conn: Connection) -> None:
     if isinstance(conn, sqlite3.Connection):
         sqlite_runner.join_transaction(conn)
@@ -107,6 +150,7 @@ def migrations_of(conn: Connection) -> ModuleType:
 
 def run(conn: Connection, operation: Operation[T]) -> T:
     """Run a store operation in one transaction (a savepoint inside an open one)."""
-    if isinstance(conn, sqlite3.Connection):
-        return sqlite_runner.run(conn, operation)
-    return pg_runner.run(conn, operation)
+    with schema_checked():
+        if isinstance(conn, sqlite3.Connection):
+            return sqlite_runner.run(conn, operation)
+        return pg_runner.run(conn, operation)

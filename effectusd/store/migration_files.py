@@ -14,11 +14,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib.resources.abc import Traversable
 
+from effectusd.core.errors import EffectusError, SchemaNotReady
+
 _FILE = re.compile(r"^(\d+)_([a-z0-9_]+)\.sql$")
 
 
-class MigrationError(RuntimeError):
+class MigrationError(EffectusError, RuntimeError):
     """The database schema and the code disagree in a way migrate must not paper over."""
+
+
+class SchemaBehind(MigrationError, SchemaNotReady):
+    """Migrations are pending (or none was ever applied): `effectusd migrate` fixes it."""
 
 
 @dataclass(frozen=True)
@@ -93,4 +99,4 @@ def raise_unless_current(current: MigrationStatus) -> None:
         raise MigrationError("; ".join(current.problems))
     if current.pending:
         names = ", ".join(f"{m.version}_{m.name}" for m in current.pending)
-        raise MigrationError(f"database schema is behind: pending {names}; run `effectusd migrate`")
+        raise SchemaBehind(f"database schema is behind: pending {names}; run `effectusd migrate`")

@@ -16,7 +16,12 @@ from typing import Any, TypeVar
 from effectusd.core.canonical import canonical_text
 from effectusd.core.operator_decisions import resumed_stop_reason
 from effectusd.core.states import SagaState
-from effectusd.core.submission import SubmitConflict, SubmitRows, conflict_with_existing
+from effectusd.core.submission import (
+    SubmitConflict,
+    SubmitRows,
+    conflict_with_existing,
+    pruned_identity,
+)
 from effectusd.core.views import SagaView, build_saga_view
 
 T = TypeVar("T")
@@ -128,13 +133,26 @@ def _submission_writes(
         yield ("notify_outbox", {"destination": destination})
 
 
+def _refuse_unless_same(rows: SubmitRows, found: Rows) -> None:
+    """Raise unless ``found`` (select_saga_identity rows) is this very saga, alive."""
+    if not found:
+        # the saga that kept ours out was deleted before we could read it
+        raise SubmitConflict(f"saga {rows.saga_id} was deleted while this submit ran; submit again")
+    existing = min(found, key=lambda row: row["pruned_at"] is not None)  # a live saga first
+    if existing["pruned_at"] is not None:
+        raise pruned_identity(
+            rows, existing["state"], existing["finished_at"], existing["pruned_at"]
+        )
+    reason = conflict_with_existing(rows, existing["plan_digest"], existing["facts_hash"])
+    if reason is not None:
+        raise SubmitConflict(reason)
+
+
 def submit(rows: SubmitRows, actor: str, not_before: datetime | None) -> Operation[SubmitResult]:
     inserted = yield ("insert_saga", _saga_params(rows))
     if not inserted:
-        existing = yield ("select_saga_identity", {"saga_id": rows.saga_id})
-        reason = conflict_with_existing(rows, existing[0]["plan_digest"], existing[0]["facts_hash"])
-        if reason is not None:
-            raise SubmitConflict(reason)
+        found = yield ("select_saga_identity", {"saga_id": rows.saga_id})
+        _refuse_unless_same(rows, found)
         return SubmitResult(rows.saga_id, created=False)
     yield from _submission_writes([rows], actor, not_before)
     return SubmitResult(rows.saga_id, created=True)
@@ -146,19 +164,18 @@ def submit_many(
     """Submit many sagas in one transaction and a fixed number of statements. All or nothing:
     one conflict (with a stored saga or within the batch) raises and writes nothing."""
     ids = sorted({rows.saga_id for rows in batch})
-    known = {
-        row["saga_id"]: (row["plan_digest"], row["facts_hash"])
-        for row in (yield ("select_saga_identities", {"saga_ids": ids}))
-    }
+    known: dict[str, Rows] = {}
+    for row in (yield ("select_saga_identities", {"saga_ids": ids})):
+        known.setdefault(row["saga_id"], []).append(row)
     results, fresh = [], []
     for rows in batch:
         if rows.saga_id in known:
-            reason = conflict_with_existing(rows, *known[rows.saga_id])
-            if reason is not None:
-                raise SubmitConflict(reason)
+            _refuse_unless_same(rows, known[rows.saga_id])
             results.append(SubmitResult(rows.saga_id, created=False))
             continue
-        known[rows.saga_id] = (rows.plan_digest, rows.facts_hash)
+        known[rows.saga_id] = [
+            {"plan_digest": rows.plan_digest, "facts_hash": rows.facts_hash, "pruned_at": None}
+        ]
         fresh.append(rows)
         results.append(SubmitResult(rows.saga_id, created=True))
     if fresh:
@@ -179,6 +196,34 @@ def load_saga(saga_id: str) -> Operation[SagaView | None]:
     attempts = yield ("select_saga_attempts", params)
     events = yield ("select_saga_events", params)
     return build_saga_view(saga[0], steps, dispatches, attempts, events)
+
+
+FIND_LIMIT = 10  # enough to show an operator why a name is ambiguous
+
+
+def find_sagas(
+    *,
+    prefix: str | None = None,
+    namespace: str | None = None,
+    execution_id: str | None = None,
+    plan_id: str | None = None,
+) -> Operation[Rows]:
+    """Sagas (id, execution, plan, state) named by an id prefix, or by an execution id in a
+    namespace (and a plan id); at most FIND_LIMIT of them."""
+    if prefix is not None:
+        return (yield ("find_sagas_by_prefix", {"prefix": prefix, "limit": FIND_LIMIT}))
+    params = {
+        "namespace": namespace,
+        "execution_id": execution_id,
+        "plan_id": plan_id,
+        "limit": FIND_LIMIT,
+    }
+    return (yield ("find_sagas_by_execution", params))
+
+
+def saga_identity(saga_id: str) -> Operation[Rows]:
+    """The saga's identity row, or its tombstone's (pruned_at set), or nothing."""
+    return (yield ("select_saga_identity", {"saga_id": saga_id}))
 
 
 def list_sagas(

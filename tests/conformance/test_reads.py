@@ -289,3 +289,50 @@ async def test_a_closed_store_refuses_work_and_holds_no_connection(
     assert store.server_connections("closing") == 0
     with pytest.raises(Exception):  # noqa: B017 - each store refuses in its own words
         await daemon.ping()
+
+
+async def test_the_text_view_shows_each_attempts_error(store: StoreUnderTest) -> None:
+    from effectusd import render
+
+    saga = store.submit(serial_plan("p", ["pay"]), "x")
+    daemon = await store.dispatch_store()
+    await step(daemon, OutcomeClass.RETRYABLE, error="upstream said busy")
+    store.make_due()
+    await step(daemon, OutcomeClass.PERMANENT, error="card declined")
+
+    lines = render.saga_detail(store.view(saga)).splitlines()
+    first = next(i for i, line in enumerate(lines) if line.strip().startswith("#1 "))
+    second = next(i for i, line in enumerate(lines) if line.strip().startswith("#2 "))
+    assert lines[first + 1].strip() == "error: upstream said busy"
+    assert lines[second + 1].strip() == "error: card declined"
+
+
+async def test_find_sagas_by_id_prefix_or_by_execution_id(store: StoreUnderTest) -> None:
+    ids = {
+        (execution, plan): store.submit(serial_plan(plan, ["pay"]), execution)
+        for execution in ("order-1", "order-2")
+        for plan in ("checkout", "refund")
+    }
+    target = ids[("order-1", "checkout")]
+
+    def found(**kwargs: Any) -> list[str]:
+        return [row["saga_id"] for row in store.run(operations.find_sagas(**kwargs))]
+
+    unique = next(n for n in range(1, 65) if [i[:n] for i in ids.values()].count(target[:n]) == 1)
+    assert found(prefix=target[:unique]) == [target]
+    assert found(prefix=target) == [target]
+    assert sorted(found(prefix="")) == sorted(ids.values())  # every id starts with ""
+    assert found(prefix="g") == []
+    assert found(namespace="default", execution_id="order-1") == [
+        ids[("order-1", "checkout")],
+        ids[("order-1", "refund")],
+    ]  # ordered by plan id
+    assert found(namespace="default", execution_id="order-1", plan_id="checkout") == [target]
+    assert found(namespace="other", execution_id="order-1") == []
+    [row] = store.run(operations.find_sagas(prefix=target))
+    assert row == {
+        "saga_id": target,
+        "execution_id": "order-1",
+        "plan_id": "checkout",
+        "state": "running",
+    }

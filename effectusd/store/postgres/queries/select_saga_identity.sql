@@ -1,1 +1,6 @@
-SELECT saga_id, plan_digest, facts_hash, state FROM effectus_saga_instances WHERE saga_id = %(saga_id)s
+-- Why a submit inserted nothing: the saga exists (pruned_at NULL), or only its tombstone does.
+SELECT saga_id, plan_digest, facts_hash, state, finished_at, NULL::timestamptz AS pruned_at
+FROM effectus_saga_instances WHERE saga_id = %(saga_id)s
+UNION ALL
+SELECT saga_id, plan_digest, facts_hash, state, finished_at, pruned_at
+FROM effectus_saga_tombstones WHERE saga_id = %(saga_id)s

@@ -1,0 +1,4 @@
+-- Tombstones pruned longer ago than the cutoff: their identities may be used again.
+DELETE FROM effectus_saga_tombstones
+WHERE pruned_at < %(cutoff)s
+RETURNING saga_id

@@ -1,0 +1,7 @@
+-- `sagas show PREFIX`: the sagas whose id starts with the prefix `sagas list` prints (an
+-- operator's lookup: a scan is acceptable). Two or more rows: the prefix is ambiguous.
+SELECT saga_id, execution_id, plan_id, state
+FROM effectus_saga_instances
+WHERE substr(saga_id, 1, length(:prefix)) = :prefix
+ORDER BY saga_id
+LIMIT coalesce(:limit, -1)
