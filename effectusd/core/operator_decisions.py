@@ -21,6 +21,7 @@ class Action(StrEnum):
     RETRY = "retry"
     CANCEL = "cancel"
     PRUNE = "prune"
+    ADOPT_CONTRACT = "adopt_contract"
 
 
 class RefusalKind(StrEnum):

@@ -150,6 +150,7 @@ def dispatch_facts(row: dict[str, Any]) -> DispatchFacts:
         attempt=row["attempt"],
         max_attempts=row["max_attempts"],
         uncertain_attempt=row["uncertain_attempt"],
+        budget_base=row["budget_base"],
     )
 
 

@@ -47,11 +47,18 @@ class PostgresDispatchStore(DispatchStore):
             return await run_async(conn, operation, transaction=False)
 
     async def _claim(self, wanted: list[tuple[str, int]]) -> list[Claim]:
-        rows = await self._read(_claim_ready(wanted, self.owner, self.lease_margin_s))
+        rows = await self._read(
+            _claim_ready(wanted, self.owner, self.lease_margin_s, self.registry.live_limits())
+        )
         return [claim_from_row(row) for row in rows]
 
 
-def _claim_ready(wanted: list[tuple[str, int]], owner: str, margin_s: float) -> Operation[Rows]:
+def _claim_ready(
+    wanted: list[tuple[str, int]],
+    owner: str,
+    margin_s: float,
+    live: dict[str, tuple[int, int]],
+) -> Operation[Rows]:
     return (
         yield (
             "claim_ready",
@@ -60,6 +67,9 @@ def _claim_ready(wanted: list[tuple[str, int]], owner: str, margin_s: float) -> 
                 "limits": [free for _, free in wanted],
                 "owner": owner,
                 "margin_s": margin_s,
+                "verbs": list(live),
+                "timeouts_ms": [timeout for timeout, _ in live.values()],
+                "max_attempts": [attempts for _, attempts in live.values()],
             },
         )
     )

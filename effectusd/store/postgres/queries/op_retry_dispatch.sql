@@ -1,10 +1,11 @@
 -- An operator sends a blocked dispatch again: same row, same idempotency key; due now, with a
--- fresh retry budget and no uncertain attempt (the operator settled that question).
+-- fresh retry budget (counted from the attempts made so far) and no uncertain attempt (the operator settled that question).
 UPDATE effectus_saga_outbox
 SET state = 'retry_wait',
     next_attempt_at = now(),
     uncertain_attempt = NULL,
     max_attempts = %(max_attempts)s,
+    budget_base = %(budget_base)s,
     updated_at = now()
 WHERE dispatch_id = %(dispatch_id)s AND state = %(expected_state)s
 RETURNING dispatch_id

@@ -1,10 +1,11 @@
 -- An operator sends a blocked dispatch again: same row, same idempotency key; due now, with a
--- fresh retry budget and no uncertain attempt (the operator settled that question).
+-- fresh retry budget (counted from the attempts made so far) and no uncertain attempt (the operator settled that question).
 UPDATE effectus_saga_outbox
 SET state = 'retry_wait',
     next_attempt_at = ((julianday('now') - 2440587.5) * 86400.0),
     uncertain_attempt = NULL,
     max_attempts = :max_attempts,
+    budget_base = :budget_base,
     updated_at = ((julianday('now') - 2440587.5) * 86400.0)
 WHERE dispatch_id = :dispatch_id AND state = :expected_state
 RETURNING dispatch_id
