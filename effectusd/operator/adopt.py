@@ -58,13 +58,13 @@ def adopt_contract(
             f"saga {saga_id} pins the loaded contract of {verb!r} (or does not use it)"
         )
     adopting = [verb] if verb is not None else drifted
+    adoption = adopt(saga_id, locked.saga.plan, registry.verbs, adopting)
     blocked = [d for d in locked.dispatches if d.state is DispatchState.BLOCKED_CONTRACT]
     if blocked and blocked[0].verb not in adopting:
         raise NotBlockedOnVerb(
             f"saga {saga_id} is blocked on verb {blocked[0].verb!r}"
             + ("" if blocked[0].verb in registry.verbs else ", which is not in the loaded config")
         )
-    adoption = adopt(saga_id, locked.saga.plan, registry.verbs, adopting)
     adopted = replace(locked, saga=replace(locked.saga, plan=adoption.plan))
     if blocked:
         yield from _rebuild_dispatch(adopted, blocked[0].dispatch_id, registry)
