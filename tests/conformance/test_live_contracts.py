@@ -154,9 +154,7 @@ async def test_adopt_contract_builds_a_dispatch_that_was_blocked_at_enqueue(
         "s1": "succeeded",
         "s2": "succeeded",
     }
-    assert [e["evidence"] for e in _events(store, saga, "contract_adopted")] == [
-        "ship v2 is live"
-    ]
+    assert [e["evidence"] for e in _events(store, saga, "contract_adopted")] == ["ship v2 is live"]
 
 
 async def test_adopt_contract_refusals_write_nothing(store: StoreUnderTest) -> None:
