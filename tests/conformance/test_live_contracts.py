@@ -94,7 +94,9 @@ async def _blocked_by_the_guard(store: StoreUnderTest) -> str:
     claim = await claim_one(daemon)
     guard = replace(completion(claim, RETRYABLE, error="contract drift"), contract_drift=True)
     await daemon.record([guard])
-    assert store.view(saga)["state"] == "blocked_contract"
+    view = store.view(saga)
+    assert view["state"] == "blocked_contract"
+    assert f"effectusd adopt-contract {saga} --evidence 'WHAT YOU CHECKED'" in view["next_actions"]
     _reconfigure(store, pay={"path": "/v2/pay/{args.n}"})
     return saga
 
