@@ -11,7 +11,7 @@ import pytest
 
 from effectusd.core.operator_decisions import Refused
 from effectusd.core.states import OutcomeClass
-from effectusd.operator import adopt_contract
+from effectusd.operator import adopt_contract, retry
 from tests.conformance.support import (
     NOWHERE,
     RETRY,
@@ -82,6 +82,32 @@ async def test_a_max_attempts_lowered_below_the_attempts_made_spends_the_budget(
     assert view["state"] == "failed"
     assert dispatch_in(view, "s1")["state"] == "failed_permanent"
     assert "retry budget of 1 attempt(s) exhausted" in view["stop_reason"]
+
+
+async def test_budgets_count_from_an_operators_retry_and_old_rows_keep_their_own(
+    store: StoreUnderTest,
+) -> None:
+    # a row written before budgets were live (no base) keeps the budget it was written with
+    old = store.submit(serial_plan("p", ["ship"]), "old")  # ship: 3 attempts
+    mark = "?" if store.sqlite else "%s"
+    store.execute(
+        f"UPDATE effectus_saga_outbox SET budget_base = NULL WHERE saga_id = {mark}", (old,)
+    )
+    fenced = store.submit(serial_plan("p", ["pay"]), "fenced")
+    daemon = await store.dispatch_store()
+    await step(daemon, OutcomeClass.STALE_FENCE)  # attempt 1, blocked_fence
+    store.run(retry(fenced, registry=store.registry, actor=OPS, evidence="fence fixed"))
+    lowered = {"retry": {**RETRY, "max_attempts": 1}}
+    _reconfigure(store, pay=lowered, ship=lowered)
+    tuned = await store.dispatch_store("daemon-b")
+    claim, _ = await step(tuned, RETRYABLE)
+    # the fresh budget counts from the attempt the operator retried at: 1 + the live 1
+    assert (claim.attempt, claim.max_attempts) == (2, 2)
+    assert store.view(fenced)["state"] == "failed"
+
+    claim, _ = await step(tuned, RETRYABLE, destination="other")
+    assert (claim.saga_id, claim.max_attempts) == (old, 3)
+    assert dispatch_in(store.view(old), "s1")["state"] == "retry_wait"  # 1 < 3, not 1 < 1
 
 
 # -- adopt-contract ------------------------------------------------------------------------
