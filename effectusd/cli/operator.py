@@ -1,4 +1,4 @@
-"""Operator actions: resolve, retry, cancel (prune: cli/prune.py)."""
+"""Operator actions: resolve, retry, cancel, adopt-contract (prune: cli/prune.py)."""
 
 from __future__ import annotations
 
@@ -181,3 +181,97 @@ def cancel(
     compensates). Terminal and blocked sagas are refused.
     """
     _saga_action(obj, "cancel", saga_id, evidence, actor, as_json)
+
+
+@main.command("adopt-contract")
+@click.argument("saga_id", required=False)
+@click.option("--verb", help="Every saga blocked_contract on this verb (instead of SAGA_ID).")
+@click.option("--evidence", help="Why the changed contract is right for these sagas (required).")
+@actor_option
+@json_option
+@click.pass_obj
+def adopt_contract(
+    obj: Context,
+    saga_id: str | None,
+    verb: str | None,
+    evidence: str | None,
+    actor: str | None,
+    as_json: bool,
+) -> None:
+    """Move blocked_contract sagas to the verb contracts loaded now, and resume them.
+
+    \b
+    adopt-contract SAGA_ID --evidence TEXT       every drifted verb of that saga
+    adopt-contract --verb VERB --evidence TEXT   every saga blocked on VERB
+
+    Re-pins the saga's plan (new plan digest) and steps to the loaded contract hashes,
+    rebuilds a dispatch the guard stopped (same arguments and idempotency key), records the
+    adoption with your evidence and sends the saga on, as `retry` does.
+    """
+    from effectusd import operator
+    from effectusd.client import default_actor, registry_from_config
+    from effectusd.core import operator_decisions as decide
+
+    if (saga_id is None) == (verb is None):
+        if as_json:
+            emit({"ok": False, "refused": "invalid", "error": "give SAGA_ID or --verb"}, True, str)
+        fail("give SAGA_ID or --verb (one of them)", EXIT_INVALID)
+    who = actor or default_actor()
+    if saga_id is not None:
+        _operator_action(
+            obj,
+            lambda registry: operator.adopt_contract(
+                saga_id,
+                registry=registry,
+                actor=who,
+                evidence=decide.required_evidence(evidence),
+            ),
+            as_json,
+        )
+        return
+    assert verb is not None
+    registry = registry_from_config(obj.config)
+    try:
+        text = decide.required_evidence(evidence)
+        if verb not in registry.verbs:
+            raise decide.Refused(
+                decide.RefusalKind.CONFLICT,
+                f"verb {verb!r} is not in the loaded config: there is no contract to adopt",
+            )
+    except decide.Refused as exc:
+        if as_json:
+            emit({"ok": False, "refused": exc.kind.value, "error": exc.message}, True, str)
+        fail(exc.message, EXIT_INVALID if exc.kind is decide.RefusalKind.INVALID else EXIT_CONFLICT)
+    try:
+        report = _adopt_verb(obj, registry, verb, who, text)
+    except backends.UNAVAILABLE as exc:
+        fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
+    emit(report.as_dict(), as_json, lambda _: report.summary())
+    if not report.ok:
+        raise SystemExit(EXIT_CONFLICT)
+
+
+def _adopt_verb(obj: Context, registry: Any, verb: str, actor: str, evidence: str) -> Any:
+    """One guarded transaction per saga: a saga that is refused leaves the others adopted."""
+    from effectusd.core.operator_decisions import Refused
+    from effectusd.operator.adopt import (
+        NotBlockedOnVerb,
+        VerbAdoptionReport,
+        adopt_contract,
+        candidates,
+    )
+    from effectusd.store.backends import run as run_operation
+
+    report = VerbAdoptionReport(verb, actor, evidence)
+    with obj.connect() as conn:
+        for saga_id in run_operation(conn, candidates()):
+            operation = adopt_contract(
+                saga_id, registry=registry, actor=actor, evidence=evidence, verb=verb
+            )
+            try:
+                report.adopted.append(run_operation(conn, operation))
+            except NotBlockedOnVerb as exc:
+                report.skipped.append({"saga_id": saga_id, "error": exc.message})
+            except Refused as exc:
+                report.refused.append({"saga_id": saga_id, "error": exc.message})
+    return report

@@ -1,4 +1,10 @@
-"""Verb contracts (DESIGN.md section 4) and their contract hash."""
+"""Verb contracts (DESIGN.md section 4) and their contract hash.
+
+The contract hash pins what decides the effect a call has: which destination, which request
+(method, path template, argument schema), what an answer means (result schema), delivery and
+fencing. Operational tuning (timeout, retry policy) is not pinned: a live saga picks up the
+loaded config's values at its next attempt, so tuning a verb never blocks the sagas using it.
+"""
 
 from __future__ import annotations
 
@@ -51,7 +57,8 @@ HttpMethod = Literal["POST", "PUT", "PATCH", "DELETE"]
 
 
 class VerbContract(BaseModel):
-    """What a verb is: where it goes, how it is called, how it is retried and fenced."""
+    """What a verb is: where it goes, how it is called and fenced (pinned by the contract
+    hash), and how long a call may take and how it is retried (live: not pinned)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -104,7 +111,12 @@ class VerbContract(BaseModel):
 
     # The contract is frozen, so what is derived from it is computed once (hot path); a copy
     # made with changes must not inherit those values, hence model_copy below.
-    _DERIVED: ClassVar[tuple[str, ...]] = ("path_template", "fencing_templates", "contract_hash")
+    _DERIVED: ClassVar[tuple[str, ...]] = (
+        "path_template",
+        "fencing_templates",
+        "contract_hash",
+        "legacy_contract_hash",
+    )
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         copy = super().model_copy(update=update, deep=deep)
@@ -121,6 +133,7 @@ class VerbContract(BaseModel):
         return tuple(parse_template(template, FENCING_SCOPES) for template in self.fencing)
 
     def canonical(self) -> dict[str, JsonValue]:
+        """What the contract hash covers: everything that decides the effect of a call."""
         return {
             "name": self.name,
             "version": self.version,
@@ -130,14 +143,28 @@ class VerbContract(BaseModel):
             "args_schema": self.args_schema,
             "result_schema": self.result_schema,
             "delivery": self.delivery.value,
-            "timeout_ms": None if self.timeout is None else to_milliseconds(self.timeout),
-            "retry": self.retry.canonical(),
             "fencing": sorted(set(self.fencing)),  # resolved in sorted order; so is the hash
         }
 
     @cached_property
     def contract_hash(self) -> str:
         return canonical_hash(self.canonical())
+
+    @cached_property
+    def legacy_contract_hash(self) -> str:
+        """The hash as releases before the pinned/live split computed it (timeout and retry
+        included): sagas submitted then carry it, and still match while nothing changed."""
+        return canonical_hash(
+            {
+                **self.canonical(),
+                "timeout_ms": None if self.timeout is None else to_milliseconds(self.timeout),
+                "retry": self.retry.canonical(),
+            }
+        )
+
+    def pins(self, pinned_hash: str) -> bool:
+        """Whether a saga pinned to ``pinned_hash`` may be dispatched under this contract."""
+        return pinned_hash in (self.contract_hash, self.legacy_contract_hash)
 
     def render_path(self, args: dict[str, JsonValue]) -> str:
         return self.path_template.render_within(

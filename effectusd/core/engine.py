@@ -17,7 +17,7 @@ from effectusd.core.contracts import RetryPolicy
 from effectusd.core.enqueue import DispatchSpec, SagaRef, build_dispatch
 from effectusd.core.expressions import ResolutionError
 from effectusd.core.plan import CheckedPlan, CheckedStep
-from effectusd.core.registry import Registry
+from effectusd.core.registry import Registry, retry_budget
 from effectusd.core.states import (
     Delivery,
     Direction,
@@ -65,15 +65,12 @@ class DispatchFacts:
     verb: str
     state: DispatchState
     attempt: int
-    max_attempts: int
+    max_attempts: int  # as stored; the budget in force is registry.retry_budget()
     uncertain_attempt: int | None
     # Attempts whose write-ahead found a fencing resource held by another live dispatch:
     # nothing was sent, so they are not attempts of the retry budget.
     fence_waits: int = 0
-
-    @property
-    def budget_left(self) -> bool:
-        return self.attempt - self.fence_waits < self.max_attempts
+    budget_base: int | None = 0
 
 
 @dataclass(frozen=True)
@@ -159,9 +156,10 @@ def settle(
     outcome = completion.outcome
     step = saga.plan.step(dispatch.effect_id)
     forward = dispatch.direction is Direction.FORWARD
-    budget_left = dispatch.budget_left
-    uncertain = dispatch.uncertain_attempt
     contract = registry.verbs.get(dispatch.verb)
+    budget = retry_budget(dispatch.max_attempts, dispatch.budget_base, contract)
+    budget_left = dispatch.attempt - dispatch.fence_waits < budget
+    uncertain = dispatch.uncertain_attempt
     retry_policy = contract.retry if contract is not None else None
     builder = _Builder(saga, dispatch, completion, registry)
 
@@ -230,7 +228,7 @@ def settle(
         why = (
             f"permanent failure: {completion.error or 'no detail'}"
             if outcome is OutcomeClass.PERMANENT
-            else f"retry budget of {dispatch.max_attempts} attempt(s) exhausted"
+            else f"retry budget of {budget} attempt(s) exhausted"
         )
         builder.dispatch(DispatchState.FAILED_PERMANENT)
         if forward:
@@ -487,7 +485,7 @@ class _Builder:
         else:
             return ResolutionError(f"step {step.id!r} has no compensation")
         live = self.registry.verbs.get(verb)
-        if live is None or live.contract_hash != pinned:
+        if live is None or not live.pins(pinned):
             why = "is not configured" if live is None else "changed since the plan was checked"
             self.saga(
                 SagaState.BLOCKED_CONTRACT,

@@ -87,7 +87,7 @@ def build_dispatch(
     contract = registry.verbs.get(verb)
     if contract is None:
         raise ResolutionError(f"{where}: verb {verb!r} is not in the live registry")
-    if contract.contract_hash != pinned_hash:
+    if not contract.pins(pinned_hash):
         raise ResolutionError(f"{where}: verb {verb!r} changed since the plan was checked")
     try:
         args = resolve(args_expr, facts, results)

@@ -22,6 +22,7 @@ class Action(StrEnum):
     RETRY = "retry"
     CANCEL = "cancel"
     PRUNE = "prune"
+    ADOPT_CONTRACT = "adopt_contract"
 
 
 class RefusalKind(StrEnum):

@@ -1,4 +1,8 @@
-"""The live verb registry: contracts by name, plus each destination's default timeout."""
+"""The live verb registry: contracts by name, plus each destination's default timeout.
+
+A dispatch takes its call timeout and retry budget from here at each attempt (not from what
+was current when it was enqueued): they are operational tuning, outside the contract hash.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from effectusd.core.contracts import VerbContract
+from effectusd.core.durations import to_milliseconds
 
 DEFAULT_TIMEOUT = timedelta(seconds=10)
 # How long a dispatch waits for a fencing resource held by another dispatch before it blocks;
@@ -24,3 +29,19 @@ class Registry:
         if contract.timeout is not None:
             return contract.timeout
         return self.destination_timeouts.get(contract.destination, DEFAULT_TIMEOUT)
+
+    def live_limits(self) -> dict[str, tuple[int, int]]:
+        """verb -> (call timeout in ms, retry.max_attempts), as the claim applies them."""
+        return {
+            name: (to_milliseconds(self.timeout_for(contract)), contract.retry.max_attempts)
+            for name, contract in sorted(self.verbs.items())
+        }
+
+
+def retry_budget(max_attempts: int, budget_base: int | None, live: VerbContract | None) -> int:
+    """How many attempts a dispatch may make in all: the attempts made before its budget was
+    granted (``budget_base``) plus the live verb's max_attempts. A row written before budgets
+    were live (no base), or a verb no longer configured, keeps the row's own ``max_attempts``."""
+    if budget_base is None or live is None:
+        return max_attempts
+    return budget_base + live.retry.max_attempts

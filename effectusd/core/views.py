@@ -170,7 +170,12 @@ def next_actions(view: SagaView) -> list[str]:
                 f"{where} --not-committed --fail {evidence}",
             ]
         return actions
-    if state in ("blocked_fence", "blocked_contract", "blocked_compensation"):
+    if state == "blocked_contract":  # restore the pinned contract, or adopt the loaded one
+        return [
+            f"effectusd retry {saga} {evidence}",
+            f"effectusd adopt-contract {saga} {evidence}",
+        ]
+    if state in ("blocked_fence", "blocked_compensation"):
         actions = [f"effectusd retry {saga} {evidence}"]
         for step, dispatch in blocking_dispatches(view):
             if state == "blocked_compensation" and dispatch["state"] == "failed_permanent":

@@ -142,10 +142,13 @@ class Pipeline:
         sendable: list[Claim] = []
         for claim in claims:
             contract = self.registry.verbs.get(claim.verb)
-            if contract is None or contract.contract_hash != claim.contract_hash:
+            if contract is None or not contract.pins(claim.contract_hash):
                 self._finish(
                     claim, _not_sent(claim, "contract drift: nothing was sent", drift=True)
                 )
+            elif claim.max_attempts is not None and claim.attempt > claim.max_attempts:
+                # the budget was lowered in config below the attempts already made
+                self._finish(claim, _not_sent(claim, "retry budget spent; not sent"))
             elif not _lease_covers_call(claim, claimed_at):
                 self._finish(
                     claim, _not_sent(claim, "lease too short to finish the call; not sent")

@@ -1,4 +1,4 @@
-"""Operator actions: resolve, retry and cancel one saga; prune finished ones.
+"""Operator actions: resolve, retry, cancel and adopt-contract one saga; prune finished ones.
 
 resolve, retry and cancel are store operations (generators, see effectusd.store.operations):
 run one with ``effectusd.store.postgres.runner.run(conn, operation)`` and it is one
@@ -9,6 +9,7 @@ actor and evidence. A refusal raises ``Refused`` and writes nothing.
 
 from effectusd.core.operator_decisions import RefusalKind, Refused, Resolution
 from effectusd.operator.actions import resolve, retry
+from effectusd.operator.adopt import VerbAdoptionReport, adopt_contract
 from effectusd.operator.cancel import cancel
 from effectusd.operator.common import ActionReport
 from effectusd.operator.prune import PruneReport, prune
@@ -19,6 +20,8 @@ __all__ = [
     "RefusalKind",
     "Refused",
     "Resolution",
+    "VerbAdoptionReport",
+    "adopt_contract",
     "cancel",
     "prune",
     "resolve",

@@ -135,8 +135,11 @@ def _send_again(
     """The same dispatch row (same key), due now, with a fresh budget; the saga runs again."""
     row = locked.dispatch_rows[target.dispatch_id]
     live = registry.verbs.get(target.verb)
+    pinned = row["contract_hash"]
     refusal = contract_refusal(
-        target.verb, row["contract_hash"], live.contract_hash if live is not None else None
+        target.verb,
+        pinned,
+        None if live is None else pinned if live.pins(pinned) else live.contract_hash,
     )
     if refusal is not None or live is None:
         raise refusal or Refused(RefusalKind.CONFLICT, f"verb {target.verb!r} is not configured")
@@ -146,6 +149,7 @@ def _send_again(
         {
             "dispatch_id": target.dispatch_id,
             "max_attempts": budget,
+            "budget_base": target.attempt,
             "expected_state": target.state.value,
         },
     )
@@ -217,6 +221,14 @@ def retry(
                 locked, target, Action.RETRY, "send_again", registry, actor, evidence
             )
         )
+    return (yield from _enqueue_now(locked, Action.RETRY, registry, actor, evidence))
+
+
+def _enqueue_now(
+    locked: Locked, action: Action, registry: Registry, actor: str, evidence: str | None
+) -> Operation[ActionReport]:
+    """Build the dispatch the saga blocked before creating, as the engine would have."""
+    saga_id = locked.saga_id
     transition = resume_enqueue(locked.saga, registry, actor)
     if transition.saga is not None and transition.saga.state.is_blocked:
         raise Refused(
@@ -228,7 +240,7 @@ def retry(
     built = transition.new_dispatches[0] if transition.new_dispatches else None
     yield event(
         saga_id,
-        "operator_retry",
+        f"operator_{action.value}",
         actor,
         effect_id=built.effect_id if built else None,
         direction=built.direction if built else None,
@@ -238,7 +250,7 @@ def retry(
     )
     yield from write_transition(saga_id, transition)
     return ActionReport(
-        action=Action.RETRY.value,
+        action=action.value,
         saga_id=saga_id,
         actor=actor,
         evidence=evidence,

@@ -531,6 +531,7 @@ def claim_from_row(row: Mapping[str, Any]) -> Claim:
         idempotency_key=row["idempotency_key"],
         fencing_resources=tuple(row["fencing_resources"]),
         timeout_ms=row["timeout_ms"],
+        max_attempts=row["max_attempts"],
         attempt=row["attempt"],
         lease_token=str(row["lease_token"]),
         lease_expires_at=row["lease_expires_at"],

@@ -34,6 +34,7 @@ class Claim:
     request_id: str
     db_now: datetime
     created_at: datetime  # when the dispatch row was enqueued (database clock)
+    max_attempts: int | None = None  # the budget in force for this attempt (live, see claim)
 
     @property
     def lease_seconds(self) -> float:

@@ -151,6 +151,7 @@ def dispatch_facts(row: dict[str, Any]) -> DispatchFacts:
         max_attempts=row["max_attempts"],
         uncertain_attempt=row["uncertain_attempt"],
         fence_waits=row["fence_waits"],
+        budget_base=row["budget_base"],
     )
 
 

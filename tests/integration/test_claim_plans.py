@@ -55,7 +55,16 @@ def claim_plan(conn: psycopg.Connection) -> str:
     return plan_of(
         conn,
         sql("claim_ready").as_string(conn),
-        {"destinations": ["dest"], "limits": [16], "owner": "o", "margin_s": 1.0},
+        {
+            "destinations": ["dest"],
+            "limits": [16],
+            "total": 16,
+            "owner": "o",
+            "margin_s": 1.0,
+            "verbs": ["work"],  # the loaded config's timeout and budget per verb
+            "timeouts_ms": [1000],
+            "max_attempts": [3],
+        },
     )
 
 

@@ -223,6 +223,7 @@ def claim(
                 "dispatch_ids": [row["dispatch_id"] for row in due],
                 "owner": "worker-1",
                 "margin_s": margin_s,
+                "live": {},  # no verb in the loaded config: the row's own limits
             },
         )
         yield (
@@ -806,7 +807,8 @@ def test_claim_mark_leases_due_rows_once_with_converted_types(conn: sqlite3.Conn
     assert set(row) == {
         "dispatch_id", "saga_id", "effect_id", "direction", "execution_id", "destination",
         "verb", "contract_hash", "delivery", "method", "path", "args_canonical", "args_hash",
-        "idempotency_key", "fencing_resources", "timeout_ms", "attempt", "lease_token",
+        "idempotency_key", "fencing_resources", "timeout_ms", "max_attempts", "attempt",
+        "lease_token",
         "lease_expires_at", "created_at", "db_now",
     }  # fmt: skip
     # the row is in flight now: neither due nor markable again
@@ -814,7 +816,7 @@ def test_claim_mark_leases_due_rows_once_with_converted_types(conn: sqlite3.Conn
     again = q(
         conn,
         "claim_mark",
-        {"dispatch_ids": [dispatch_id], "owner": "worker-2", "margin_s": 2.0},
+        {"dispatch_ids": [dispatch_id], "owner": "worker-2", "margin_s": 2.0, "live": {}},
     )
     assert again == []
     [attempt] = q(conn, "select_saga_attempts", {"saga_id": saga_id})

@@ -45,19 +45,50 @@ def _retry(**changes: Any) -> dict[str, Any]:
         {"args_schema": None},
         {"result_schema": {"type": "object", "required": ["id"]}},
         {"delivery": "at_least_once"},
-        {"timeout": "501ms"},
-        {"timeout": None},
-        {"retry": _retry(max_attempts=6)},
-        {"retry": _retry(initial_backoff="2s")},
-        {"retry": _retry(max_backoff="2m")},
-        {"retry": _retry(multiplier=1.5)},
         {"fencing": ("order:{args.order}", "acct:{facts.account}")},
         {"fencing": ()},
     ],
     ids=lambda changes: ",".join(changes),
 )
-def test_contract_hash_changes_when_any_field_changes(changes: dict[str, Any]) -> None:
+def test_contract_hash_changes_when_a_field_that_decides_the_effect_changes(
+    changes: dict[str, Any],
+) -> None:
     assert _contract(**changes).contract_hash != _contract().contract_hash
+    assert not _contract(**changes).pins(_contract().contract_hash)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"timeout": "501ms"},
+        {"timeout": None},
+        {"retry": _retry(max_attempts=6)},
+        {"retry": _retry(max_attempts=1)},
+        {"retry": _retry(initial_backoff="2s")},
+        {"retry": _retry(max_backoff="2m")},
+        {"retry": _retry(multiplier=1.5)},
+        {"timeout": "30s", "retry": _retry(max_attempts=9, initial_backoff="5s")},
+    ],
+    ids=lambda changes: ",".join(changes),
+)
+def test_operational_tuning_keeps_the_contract_hash(changes: dict[str, Any]) -> None:
+    """Timeout and retry policy are live, not pinned: tuning them blocks no saga."""
+    assert _contract(**changes).contract_hash == _contract().contract_hash
+    assert _contract(**changes).pins(_contract().contract_hash)
+
+
+# The hash of BASE as releases before the pinned/live split computed it (timeout and retry
+# included). Sagas submitted by them carry such hashes in their plans and outbox rows.
+LEGACY_BASE_HASH = "acb547fe1e6b3f31df5c5444c9406f400d914d5ad2dae11e8ada8f78cd0ddab1"
+
+
+def test_a_saga_pinned_by_an_older_release_still_matches_an_unchanged_contract() -> None:
+    assert _contract().legacy_contract_hash == LEGACY_BASE_HASH
+    assert _contract().contract_hash != LEGACY_BASE_HASH
+    assert _contract().pins(LEGACY_BASE_HASH)
+    # the old hash covered the retry policy: a tuned verb no longer matches it (adopt-contract)
+    assert not _contract(retry=_retry(max_attempts=6)).pins(LEGACY_BASE_HASH)
+    assert not _contract(path="/charges").pins(LEGACY_BASE_HASH)
 
 
 @pytest.mark.parametrize(

@@ -47,12 +47,20 @@ class PostgresDispatchStore(DispatchStore):
             return await run_async(conn, operation, transaction=False)
 
     async def _claim(self, wanted: list[tuple[str, int]], total: int) -> list[Claim]:
-        rows = await self._read(_claim_ready(wanted, total, self.owner, self.lease_margin_s))
+        rows = await self._read(
+            _claim_ready(
+                wanted, total, self.owner, self.lease_margin_s, self.registry.live_limits()
+            )
+        )
         return [claim_from_row(row) for row in rows]
 
 
 def _claim_ready(
-    wanted: list[tuple[str, int]], total: int, owner: str, margin_s: float
+    wanted: list[tuple[str, int]],
+    total: int,
+    owner: str,
+    margin_s: float,
+    live: dict[str, tuple[int, int]],
 ) -> Operation[Rows]:
     return (
         yield (
@@ -63,6 +71,9 @@ def _claim_ready(
                 "total": total,
                 "owner": owner,
                 "margin_s": margin_s,
+                "verbs": list(live),
+                "timeouts_ms": [timeout for timeout, _ in live.values()],
+                "max_attempts": [attempts for _, attempts in live.values()],
             },
         )
     )

@@ -69,7 +69,12 @@ class SqliteDispatchStore(DispatchStore):
             return []
         leased = yield (
             "claim_mark",
-            {"dispatch_ids": list(previous), "owner": self.owner, "margin_s": self.lease_margin_s},
+            {
+                "dispatch_ids": list(previous),
+                "owner": self.owner,
+                "margin_s": self.lease_margin_s,
+                "live": self.registry.live_limits(),
+            },
         )
         rows = [{**row, "request_id": str(uuid.uuid4())} for row in leased]
         yield (

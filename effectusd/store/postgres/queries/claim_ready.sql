@@ -1,9 +1,17 @@
 -- Claim due rows for destinations with free capacity, within the overall room, in one
 -- statement: lease each row (attempt + 1, random token, deadline from the database clock),
--- open its attempt row and append the timeline event. Only rows in the partial "ready" index are ever looked at.
+-- open its attempt row and append the timeline event. Only rows in the partial "ready" index
+-- are ever looked at. The call timeout and the retry budget come from the loaded config
+-- (live), not from the row written at enqueue: the row is brought up to date here, so it
+-- shows what this attempt used.
 WITH wanted AS (
     SELECT destination, lim
     FROM unnest(%(destinations)s::text[], %(limits)s::int[]) AS w(destination, lim)
+),
+live AS (
+    SELECT verb, timeout_ms, max_attempts
+    FROM unnest(%(verbs)s::text[], %(timeouts_ms)s::int[], %(max_attempts)s::int[])
+        AS l(verb, timeout_ms, max_attempts)
 ),
 candidates AS (
     SELECT picked.dispatch_id, picked.state, picked.next_attempt_at,
@@ -36,7 +44,14 @@ claimed AS (
         attempt = o.attempt + 1,
         lease_owner = %(owner)s,
         lease_token = gen_random_uuid(),
-        lease_expires_at = now() + make_interval(secs => o.timeout_ms / 1000.0 + %(margin_s)s),
+        timeout_ms = coalesce((SELECT l.timeout_ms FROM live l WHERE l.verb = o.verb),
+                              o.timeout_ms),
+        max_attempts = coalesce(o.budget_base + (SELECT l.max_attempts FROM live l
+                                                  WHERE l.verb = o.verb),
+                                o.max_attempts),
+        lease_expires_at = now() + make_interval(
+            secs => coalesce((SELECT l.timeout_ms FROM live l WHERE l.verb = o.verb),
+                             o.timeout_ms) / 1000.0 + %(margin_s)s),
         updated_at = now()
     FROM due
     -- The array lets the planner look the few claimed rows up by primary key: joined to the
@@ -46,7 +61,8 @@ claimed AS (
       AND o.dispatch_id = ANY (ARRAY(SELECT dispatch_id FROM due))
     RETURNING o.dispatch_id, o.saga_id, o.effect_id, o.direction, o.execution_id, o.destination,
               o.verb, o.contract_hash, o.delivery, o.method, o.path, o.args_canonical,
-              o.args_hash, o.idempotency_key, o.fencing_resources, o.timeout_ms, o.attempt,
+              o.args_hash, o.idempotency_key, o.fencing_resources, o.timeout_ms, o.max_attempts,
+              o.attempt,
               o.lease_token, o.lease_expires_at, o.created_at, due.state AS previous_state
 ),
 opened AS (

@@ -1,6 +1,7 @@
 -- No FOR UPDATE: the recorder's transaction holds SQLite's write lock from its start.
 SELECT o.dispatch_id, o.saga_id, o.effect_id, o.direction, o.delivery, o.verb, o.destination,
-       o.state, o.attempt, o.max_attempts, o.uncertain_attempt, o.fence_waits, o.lease_token,
+       o.state, o.attempt, o.max_attempts, o.budget_base, o.uncertain_attempt, o.fence_waits,
+       o.lease_token,
        o.lease_expires_at < ((julianday('now') - 2440587.5) * 86400.0)
            AS "lease_expired [boolean]"
 FROM effectus_saga_outbox o
