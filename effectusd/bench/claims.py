@@ -9,9 +9,11 @@ from typing import Any
 import psycopg
 
 from effectusd.bench.common import drop_database, percentile, scratch_database
+from effectusd.client import registry_from_config
 from effectusd.config import Config
 from effectusd.dispatcher.daemon import new_owner_id
 from effectusd.dispatcher.pipeline import Capacity
+from effectusd.store.postgres.dispatch import claim_ready_params
 from effectusd.store.postgres.migrations import migrate
 from effectusd.store.postgres.queries import sql
 
@@ -54,14 +56,13 @@ def claim_params(config: Config) -> dict[str, Any]:
         limits={name: d.max_concurrency for name, d in config.destinations.items()},
         total_limit=config.dispatcher.concurrency,
     )
-    free = capacity.free()
-    return {
-        "destinations": list(free),
-        "limits": list(free.values()),
-        "total": capacity.room,
-        "owner": new_owner_id(),
-        "margin_s": config.dispatcher.lease_margin.total_seconds(),
-    }
+    return claim_ready_params(
+        list(capacity.free().items()),
+        capacity.room,
+        new_owner_id(),
+        config.dispatcher.lease_margin.total_seconds(),
+        registry_from_config(config).live_limits(),
+    )
 
 
 def time_claims(

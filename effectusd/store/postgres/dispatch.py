@@ -62,18 +62,25 @@ def _claim_ready(
     margin_s: float,
     live: dict[str, tuple[int, int]],
 ) -> Operation[Rows]:
-    return (
-        yield (
-            "claim_ready",
-            {
-                "destinations": [dest for dest, _ in wanted],
-                "limits": [free for _, free in wanted],
-                "total": total,
-                "owner": owner,
-                "margin_s": margin_s,
-                "verbs": list(live),
-                "timeouts_ms": [timeout for timeout, _ in live.values()],
-                "max_attempts": [attempts for _, attempts in live.values()],
-            },
-        )
-    )
+    return (yield ("claim_ready", claim_ready_params(wanted, total, owner, margin_s, live)))
+
+
+def claim_ready_params(
+    wanted: list[tuple[str, int]],
+    total: int,
+    owner: str,
+    margin_s: float,
+    live: dict[str, tuple[int, int]],
+) -> dict[str, Any]:
+    """What claim_ready.sql takes: free slots per destination, the overall room, the lease
+    owner and margin, and each verb's live call timeout and retry budget."""
+    return {
+        "destinations": [dest for dest, _ in wanted],
+        "limits": [free for _, free in wanted],
+        "total": total,
+        "owner": owner,
+        "margin_s": margin_s,
+        "verbs": list(live),
+        "timeouts_ms": [timeout for timeout, _ in live.values()],
+        "max_attempts": [attempts for _, attempts in live.values()],
+    }
