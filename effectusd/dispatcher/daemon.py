@@ -27,6 +27,7 @@ from effectusd.fencing.store import StoreFencing
 from effectusd.metrics import Metrics
 from effectusd.store import backends
 from effectusd.store.dispatch import DispatchStore
+from effectusd.store.operations import failure_name
 from effectusd.store.postgres.dispatch import PostgresDispatchStore
 from effectusd.store.postgres.queries import sql
 from effectusd.store.sqlite.dispatch import SqliteDispatchStore
@@ -224,7 +225,7 @@ class Daemon:
                 if isinstance(exc, backends.DATABASE_ERRORS):
                     log.warning(
                         "database trouble in the claim loop (%s); retrying in %.1fs",
-                        backends.describe_failure(exc),
+                        failure_name(exc),
                         wait,
                     )
                 else:

@@ -27,8 +27,9 @@ from effectusd.core.registry import Registry
 from effectusd.core.states import FencingStatus, OutcomeClass
 from effectusd.executors.protocol import CallResult, Executor, FencingGrant, Invocation
 from effectusd.metrics import Metrics
-from effectusd.store.backends import TRANSIENT_ERRORS, describe_failure
+from effectusd.store.backends import TRANSIENT_ERRORS
 from effectusd.store.dispatch import DispatchStore, RecordReport
+from effectusd.store.operations import failure_name
 from effectusd.store.records import Claim, WriteAhead
 
 log = logging.getLogger("effectusd.dispatcher")
@@ -129,7 +130,7 @@ class Pipeline:
         except Exception as exc:  # noqa: BLE001 - any deterministic failure is isolated below
             # One expired row the store cannot settle must not stall the reclaim of all the
             # others: settle them through the recorder, which isolates the poison.
-            log.warning("reclaim batch failed (%s); settling one by one", describe_failure(exc))
+            log.warning("reclaim batch failed (%s); settling one by one", failure_name(exc))
             report = await self._record_isolating(await self.store.expired_completions())
         self.metrics.reclaims.inc(report.applied)
         self._after_record(report)
@@ -146,7 +147,7 @@ class Pipeline:
                 self._finish(
                     claim, _not_sent(claim, "contract drift: nothing was sent", drift=True)
                 )
-            elif claim.max_attempts is not None and claim.attempt > claim.max_attempts:
+            elif claim.budget_spent:
                 # the budget was lowered in config below the attempts already made
                 self._finish(claim, _not_sent(claim, "retry budget spent; not sent"))
             elif not _lease_covers_call(claim, claimed_at):
@@ -266,7 +267,7 @@ class Pipeline:
             return first.merge(await self._record_isolating(batch[middle:]))
 
     async def _quarantine(self, completion: Completion, exc: Exception) -> RecordReport:
-        failure = describe_failure(exc)
+        failure = failure_name(exc)
         log.error(
             "dispatch %s attempt %s: its outcome could not be recorded (%s); holding its saga "
             "in blocked_unknown",

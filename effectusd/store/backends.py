@@ -18,7 +18,6 @@ from psycopg import errors as pg_errors
 
 from effectusd.core.database_url import DatabaseURLError, SqliteDatabase, parse_database_url
 from effectusd.core.errors import SchemaNotReady, WrongConnection
-from effectusd.core.poison import storable_text
 from effectusd.store.operations import Operation
 from effectusd.store.postgres import migrations as pg_migrations
 from effectusd.store.postgres import runner as pg_runner
@@ -40,16 +39,6 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     TimeoutError,
 )
-
-
-def describe_failure(exc: BaseException) -> str:
-    """The error class and its first line: PostgreSQL's primary message, never its detail
-    (which quotes the failing row's values)."""
-    if isinstance(exc, psycopg.Error) and exc.diag.message_primary:
-        message = exc.diag.message_primary
-    else:
-        message = str(exc).splitlines()[0] if str(exc) else ""
-    return storable_text(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
 
 
 # What "cannot reach / open the database" looks like, for the CLI's exit code 1.

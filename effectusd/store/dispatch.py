@@ -41,7 +41,7 @@ from effectusd.core.states import (
     StepState,
 )
 from effectusd.fencing.protocol import FenceBusy, FenceHolder, FencingProvider
-from effectusd.store.operations import Operation, resumed_reason, single
+from effectusd.store.operations import Operation, failure_name, resumed_reason, single
 from effectusd.store.records import Claim, WriteAhead
 from effectusd.store.rows import TransitionRows, batches, dispatch_facts
 
@@ -181,7 +181,7 @@ class DispatchStore:
             log.warning(
                 "write-ahead of %d claims failed (%s); trying each claim alone",
                 len(claims),
-                _error_name(error),
+                failure_name(error),
             )
         ready: list[WriteAhead] = []
         not_sent: list[Completion] = []
@@ -208,7 +208,7 @@ class DispatchStore:
         log.warning(
             "write-ahead of dispatch %s failed (%s); nothing was sent",
             claim.dispatch_id,
-            _error_name(error),
+            failure_name(error),
         )
         return Completion(
             dispatch_id=claim.dispatch_id,
@@ -216,7 +216,7 @@ class DispatchStore:
             lease_token=claim.lease_token,
             outcome=OutcomeClass.RETRYABLE,
             settled_by="guard",
-            error=f"write-ahead failed ({_error_name(error)}); nothing was sent",
+            error=f"write-ahead failed ({failure_name(error)}); nothing was sent",
             actor=self.owner,
         )
 
@@ -503,12 +503,6 @@ def _holder_name(row: Mapping[str, Any] | None) -> str:
     )
 
 
-def _error_name(error: Exception) -> str:
-    """The kind of a database error, never its message (which may quote values)."""
-    sqlstate = getattr(error, "sqlstate", None)
-    return f"{type(error).__name__} {sqlstate}" if sqlstate else type(error).__name__
-
-
 def grants_json(grants: Iterable[tuple[str, int]]) -> str:
     return canonical_text([{"resource": r, "token": t} for r, t in sorted(grants)])
 
@@ -532,6 +526,7 @@ def claim_from_row(row: Mapping[str, Any]) -> Claim:
         fencing_resources=tuple(row["fencing_resources"]),
         timeout_ms=row["timeout_ms"],
         max_attempts=row["max_attempts"],
+        fence_waits=row["fence_waits"],
         attempt=row["attempt"],
         lease_token=str(row["lease_token"]),
         lease_expires_at=row["lease_expires_at"],

@@ -32,6 +32,21 @@ Query = tuple[str, Params | Sequence[Params]]
 Operation = Generator[Query, Rows, T]
 
 
+def failure_name(error: BaseException) -> str:
+    """What kind of failure ``error`` is, fit for evidence and logs: its class, and the
+    SQLSTATE, SQLite error name and constraint when the driver reports them. Never its
+    message: database messages quote the values of the row they refused."""
+    parts = [type(error).__name__]
+    for attribute in ("sqlstate", "sqlite_errorname"):
+        code = getattr(error, attribute, None)
+        if code:
+            parts.append(str(code))
+    constraint = getattr(getattr(error, "diag", None), "constraint_name", None)
+    if constraint:
+        parts.append(f"constraint {constraint}")
+    return " ".join(parts)
+
+
 @dataclass(frozen=True)
 class SubmitResult:
     saga_id: str

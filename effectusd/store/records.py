@@ -35,6 +35,13 @@ class Claim:
     db_now: datetime
     created_at: datetime  # when the dispatch row was enqueued (database clock)
     max_attempts: int | None = None  # the budget in force for this attempt (live, see claim)
+    fence_waits: int = 0  # earlier attempts that only waited for a busy fencing resource
+
+    @property
+    def budget_spent(self) -> bool:
+        """This attempt is past the budget in force (lowered in config since the last one);
+        attempts that only waited for a fencing resource never count."""
+        return self.max_attempts is not None and self.attempt - self.fence_waits > self.max_attempts
 
     @property
     def lease_seconds(self) -> float:

@@ -284,6 +284,8 @@ async def test_a_fence_wait_outlasts_the_retry_budget_and_goes_once_released(
     store.make_due()
     [claim] = await daemon.claim({"dest": 10})
     assert (claim.saga_id, claim.attempt) == (waiter, rounds + 1)
+    # the pipeline's pre-send budget check counts only attempts that could have been sent
+    assert (claim.fence_waits, claim.budget_spent) == (rounds, False)
     assert (await send(daemon, claim)).grants == (("res:1", 2),)
     await daemon.record([completion(claim, OutcomeClass.SUCCESS)])
     assert store.view(waiter)["state"] == "completed"

@@ -28,8 +28,10 @@ from effectusd.core.states import (
     SagaState,
     StepState,
 )
+from tests.unit.conftest import make_core_verbs
 
 SAGA = "b" * 64
+BUDGET = make_core_verbs()["ship"].retry.max_attempts  # live: the loaded verb's budget counts
 HOLDER = "dispatch 7 of saga " + "c" * 64 + ", lease owner host:1"
 
 
@@ -78,7 +80,7 @@ def dispatch(
         verb=verb,
         state=DispatchState.IN_FLIGHT,
         attempt=attempt,
-        max_attempts=3,
+        max_attempts=BUDGET,
         uncertain_attempt=uncertain,
         fence_waits=fence_waits,
     )
@@ -124,8 +126,8 @@ def test_at_most_once_permanent_after_uncertain_still_blocks(core_registry: Regi
 def test_a_spent_budget_of_unsent_attempts_after_uncertain_blocks(
     core_registry: Registry, delivery: Delivery
 ) -> None:
-    facts = dispatch(delivery, attempt=3, uncertain=1)
-    state, saga_state, _ = decide(core_registry, facts, answer(OutcomeClass.RETRYABLE, 3))
+    facts = dispatch(delivery, attempt=BUDGET, uncertain=1)
+    state, saga_state, _ = decide(core_registry, facts, answer(OutcomeClass.RETRYABLE, BUDGET))
     assert (state, saga_state) == (DispatchState.BLOCKED_UNKNOWN, SagaState.BLOCKED_UNKNOWN)
 
 
@@ -133,7 +135,7 @@ def test_a_spent_budget_of_unsent_attempts_after_uncertain_blocks(
 
 
 def test_a_fence_wait_past_max_attempts_waits_again(core_registry: Registry) -> None:
-    # attempt 10 of a verb with max_attempts 3: nine of them found the resource busy
+    # attempt 10, past the verb's budget: every attempt so far found the resource busy
     facts = dispatch(Delivery.AT_LEAST_ONCE, attempt=10, fence_waits=10)
     wait = FenceWait(timedelta(minutes=4), HOLDER)
     transition = settle(
@@ -175,9 +177,9 @@ def test_a_fence_wait_bound_comes_from_the_registry(core_registry: Registry) -> 
 @pytest.mark.parametrize(
     ("attempt", "fence_waits", "expected"),
     [
-        (10, 8, DispatchState.RETRY_WAIT),  # 2 real attempts of 3
-        (10, 7, DispatchState.FAILED_PERMANENT),  # 3 real attempts of 3: spent
-        (3, 0, DispatchState.FAILED_PERMANENT),
+        (10, 10 - BUDGET + 1, DispatchState.RETRY_WAIT),  # one real attempt short of the budget
+        (10, 10 - BUDGET, DispatchState.FAILED_PERMANENT),  # every real attempt made: spent
+        (BUDGET, 0, DispatchState.FAILED_PERMANENT),
     ],
 )
 def test_fence_waits_do_not_count_against_the_retry_budget(

@@ -62,7 +62,7 @@ claimed AS (
     RETURNING o.dispatch_id, o.saga_id, o.effect_id, o.direction, o.execution_id, o.destination,
               o.verb, o.contract_hash, o.delivery, o.method, o.path, o.args_canonical,
               o.args_hash, o.idempotency_key, o.fencing_resources, o.timeout_ms, o.max_attempts,
-              o.attempt,
+              o.fence_waits, o.attempt,
               o.lease_token, o.lease_expires_at, o.created_at, due.state AS previous_state
 ),
 opened AS (

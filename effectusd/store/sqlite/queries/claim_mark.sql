@@ -19,5 +19,6 @@ WHERE dispatch_id IN (SELECT value FROM json_each(:dispatch_ids))
   AND state IN ('queued', 'retry_wait')
 RETURNING dispatch_id, saga_id, effect_id, direction, execution_id, destination, verb,
           contract_hash, delivery, method, path, args_canonical, args_hash, idempotency_key,
-          fencing_resources, timeout_ms, max_attempts, attempt, lease_token, lease_expires_at, created_at,
+          fencing_resources, timeout_ms, max_attempts, fence_waits, attempt, lease_token,
+          lease_expires_at, created_at,
           ((julianday('now') - 2440587.5) * 86400.0) AS "db_now [timestamp_real]"
