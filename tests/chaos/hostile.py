@@ -97,7 +97,7 @@ class Hostile:
             await asyncio.sleep(self.timeout + 0.5)  # past the timeout, the body still unread
             proper = True  # then a proper answer, too late for the caller
         await reader.readexactly(int(headers.get("content-length", "0")))
-        if not proper:
+        if not proper or behaviour == "stray":
             self.served[behaviour] = self.served.get(behaviour, 0) + 1
         echo = f"X-Effectus-Request-ID: {headers.get('x-effectus-request-id', '')}".encode()
         ok = _response(200, b'{"ok": true}', echo)
@@ -124,9 +124,11 @@ class Hostile:
         elif behaviour == "gzip_bomb":
             out = _response(200, self.bomb, echo, b"Content-Encoding: gzip")
         else:
-            # stray: a proper answer, then a second, unrequested one in the same write, so it
-            # is on the connection before the caller could send another request on it
-            out = ok + _response(200, STRAY)
+            out = ok
+        if behaviour == "stray":
+            # after any answer, a second, unrequested one in the same write, so it is on the
+            # connection before the caller could send another request on it
+            out += _response(200, STRAY)
         writer.write(out)
         await writer.drain()
 
