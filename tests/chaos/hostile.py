@@ -113,14 +113,14 @@ class Hostile:
         elif behaviour == "unstorable":
             out = _response(200, random.choice(UNSTORABLE), echo)
         elif behaviour == "bad_outcome":
-            value = random.choice(BAD_OUTCOMES)
-            if value == b"token":
-                value = headers.get("authorization", "none").encode("latin-1")
-            if value == b"echo":
+            bad = random.choice(BAD_OUTCOMES)
+            if bad == b"token":
+                bad = headers.get("authorization", "none").encode("latin-1")
+            if bad == b"echo":
                 out = _response(200, b'{"echo": "another"}', ECHO_OTHER)
             else:
                 status = random.choice((200, 422))
-                out = _response(status, b"{}", echo, b"X-Effectus-Outcome: " + value)
+                out = _response(status, b"{}", echo, b"X-Effectus-Outcome: " + bad)
         elif behaviour == "gzip_bomb":
             out = _response(200, self.bomb, echo, b"Content-Encoding: gzip")
         else:

@@ -194,7 +194,7 @@ def _destinations(
                 )
             )
         if scenario.hostile:
-            listen = []
+            listen: list[str] = []
             for behaviour, name in zip(
                 scenario.hostile, topology.hostile_names(scenario), strict=True
             ):
