@@ -24,6 +24,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from effectusd.store import backends
+from tests.chaos import topology
+from tests.chaos.hostile import BEHAVIOURS
 from tests.chaos.scenarios import LONG, SHORT, Report, Scenario
 
 ADMIN_URL = os.environ.get(
@@ -90,35 +92,9 @@ def _wait_for_postgres(timeout: float = 60.0) -> None:
             time.sleep(0.2)
 
 
-def _config(path: Path, port: int, scenario: Scenario) -> Path:
-    retry = '{ max_attempts = 30, initial_backoff = "20ms", max_backoff = "300ms" }'
-    verbs = "\n".join(
-        f'[verbs."chaos.{verb}"]\ndestination = "chaos"\npath = "/{verb}"\n'
-        f'delivery = "{scenario.delivery}"\nretry = {retry}\n'
-        for verb in ("do", "undo")
-    )
-    path.write_text(
-        '[dispatcher]\nconcurrency = 32\nlease_margin = "1s"\npoll_interval = "100ms"\n'
-        'shutdown_grace = "5s"\n'
-        f'[destinations.chaos]\nbase_url = "http://127.0.0.1:{port}"\ntimeout = "1s"\n'
-        'connect_timeout = "500ms"\nmax_concurrency = 16\n' + verbs
-    )
+def _config(path: Path, ports: dict[str, int], scenario: Scenario) -> Path:
+    path.write_text(topology.config_text(ports, scenario))
     return path
-
-
-def _plan(steps: int, fail: bool) -> dict[str, Any]:
-    return {
-        "plan_id": f"chaos-{steps}",
-        "steps": [
-            {
-                "id": f"s{i}",
-                "verb": "chaos.do",
-                "args": {"i": i, "fail": fail and i == steps},
-                "compensate": {"verb": "chaos.undo", "args": {"i": i}},
-            }
-            for i in range(1, steps + 1)
-        ],
-    }
 
 
 class Daemons:
@@ -131,7 +107,7 @@ class Daemons:
         self.restarts = 0
 
     def spawn(self, fault: str | None) -> subprocess.Popen[bytes]:
-        env = {**os.environ}
+        env = {**os.environ, topology.TOKEN_ENV: topology.TOKEN}
         env.pop("EFFECTUSD_FAULT", None)
         if fault:
             env["EFFECTUSD_FAULT"] = fault
@@ -196,37 +172,61 @@ def _outstanding(url: str) -> int:
     return int(row["n"])
 
 
+@contextmanager
+def _destinations(
+    scenario: Scenario, dest_url: str, served: dict[str, int], seed: int
+) -> Iterator[dict[str, int]]:
+    """The scenario's destination processes, started one by one (the kit installs itself):
+    the name each has in the config, and its port. Once they stopped, ``served`` holds the
+    hostile answers given per behaviour."""
+    ports: dict[str, int] = {}
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for name in topology.healthy_names(scenario):
+            ports[name] = _free_port()
+            procs.append(
+                _start(
+                    "tests.chaos.destination",
+                    *("--port", str(ports[name]), "--database-url", dest_url),
+                    *("--mode", scenario.mode),
+                    *("--stall-after-commit", str(scenario.stall_after_commit)),
+                    *("--reset-after-commit", str(scenario.reset_after_commit)),
+                )
+            )
+        if scenario.hostile:
+            listen: list[str] = []
+            for behaviour, name in zip(
+                scenario.hostile, topology.hostile_names(scenario), strict=True
+            ):
+                assert behaviour in BEHAVIOURS, behaviour
+                ports[name] = _free_port()
+                listen.extend(("--listen", f"{behaviour}:{ports[name]}"))
+            procs.append(
+                _start(
+                    "tests.chaos.hostile",
+                    *listen,
+                    *("--max-requests", str(scenario.sagas * 20)),
+                    *("--lifetime", str(scenario.timeout_s + 300)),
+                    *("--seed", str(seed)),
+                )
+            )
+        yield ports
+    finally:
+        for proc in procs:
+            proc.terminate()
+        outputs = [proc.communicate(timeout=10)[0] for proc in procs]
+        if scenario.hostile and outputs[-1].strip():
+            served.update(json.loads(outputs[-1].strip().splitlines()[-1]))
+
+
 def run_scenario(scenario: Scenario, seed: int = 0) -> Report:
     rng = random.Random(seed or hash(scenario.name))
     report = Report(scenario.name, sagas=scenario.sagas)
     started = time.monotonic()
     with _store(scenario) as url, _database("effectusd_chaos_dest") as dest_url:
-        port = _free_port()
-        destination = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.chaos.destination",
-                "--port",
-                str(port),
-                "--database-url",
-                dest_url,
-                "--mode",
-                scenario.mode,
-                "--stall-after-commit",
-                str(scenario.stall_after_commit),
-                "--reset-after-commit",
-                str(scenario.reset_after_commit),
-            ],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            assert (
-                destination.stdout is not None and destination.stdout.readline().strip() == b"ready"
-            )
-            config = _config(Path(f"/tmp/effectusd-chaos-{os.getpid()}.toml"), port, scenario)
+        served: dict[str, int] = {}
+        with _destinations(scenario, dest_url, served, rng.randrange(1 << 30)) as ports:
+            config = _config(Path(f"/tmp/effectusd-chaos-{os.getpid()}.toml"), ports, scenario)
             _submit(config, url, scenario)
             daemons = Daemons(scenario, config, url, rng)
             daemons.start()
@@ -235,11 +235,21 @@ def run_scenario(scenario: Scenario, seed: int = 0) -> Report:
             _settle(config, url)
             report.kills, report.restarts = daemons.kills, daemons.restarts
             _check(report, scenario, url, dest_url)
-        finally:
-            destination.terminate()
-            destination.wait(timeout=10)
+        if scenario.hostile:
+            topology.check_hostile(report.violations, scenario, url, _rows, served)
     report.seconds = round(time.monotonic() - started, 1)
     return report
+
+
+def _start(module: str, *args: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready", module
+    return proc
 
 
 def _submit(config: Path, url: str, scenario: Scenario) -> None:
@@ -248,11 +258,8 @@ def _submit(config: Path, url: str, scenario: Scenario) -> None:
 
     client = Client(load_config(config), database_url=url)
     client.submit_many(
-        Submission(
-            _plan(scenario.steps, scenario.fail_every > 0 and index % scenario.fail_every == 0),
-            execution_id=f"c-{index}",
-        )
-        for index in range(scenario.sagas)
+        Submission(plan, execution_id=execution_id)
+        for execution_id, plan in (topology.plan(scenario, i) for i in range(scenario.sagas))
     )
 
 
@@ -321,6 +328,7 @@ def _settle(config: Path, url: str) -> None:
         ],
         check=True,
         timeout=180,
+        env={**os.environ, topology.TOKEN_ENV: topology.TOKEN},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -350,9 +358,10 @@ def _check(report: Report, scenario: Scenario, url: str, dest_url: str) -> None:
 
     dispatches = _rows(
         url,
-        "SELECT dispatch_id, saga_id, effect_id, direction, idempotency_key, state, attempt"
-        " FROM effectus_saga_outbox",
+        "SELECT dispatch_id, saga_id, effect_id, direction, idempotency_key, state, attempt,"
+        " destination FROM effectus_saga_outbox",
     )
+    healthy = set(topology.healthy_names(scenario))
     attempts = _rows(
         url,
         "SELECT dispatch_id, attempt, outcome, sent_at, completed_at FROM effectus_saga_attempts",
@@ -373,6 +382,8 @@ def _check(report: Report, scenario: Scenario, url: str, dest_url: str) -> None:
     report.duplicates = sum(n - 1 for n in counts.values() if n > 1)
     if scenario.mode == "kit":
         for d in dispatches:
+            if d["destination"] not in healthy:
+                continue  # hostile destinations keep no rows: topology.check_hostile
             n = counts.get(d["idempotency_key"], 0)
             if d["state"] == "succeeded" and n != 1:
                 v.append(f"{d['effect_id']}/{d['direction']} succeeded with {n} mutations")

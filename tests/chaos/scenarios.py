@@ -3,9 +3,10 @@ run reports."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from effectusd.faults import POINTS
+from tests.chaos.hostile import BEHAVIOURS
 
 
 @dataclass
@@ -26,6 +27,9 @@ class Scenario:
     timeout_s: float = 240.0
     expect_duplicates: bool = False  # the control: this scenario must show duplicates
     store: str = "postgres"  # the daemons' store: postgres, or sqlite (one file, one host)
+    healthy: int = 1  # kit destinations, each its own process
+    # hostile.py behaviours, one destination each; with any, half the sagas are hostile
+    hostile: tuple[str, ...] = ()
 
 
 @dataclass
@@ -84,6 +88,16 @@ SHORT = [
         reset_after_commit=0.05,
         store="sqlite",
     ),
+    # Healthy sagas must all complete while hostile sagas beside them meet destinations that
+    # answer what the store cannot hold, send stray responses, stall, reset, or bomb.
+    Scenario(
+        "hostile destinations beside healthy ones",
+        sagas=72,
+        daemons=2,
+        healthy=3,
+        hostile=BEHAVIOURS,
+        timeout_s=120,
+    ),
 ]
 
 
@@ -98,24 +112,5 @@ LONG = [
         reset_after_commit=0.03,
         timeout_s=1200,
     ),
-    *(
-        Scenario(
-            s.name,
-            sagas=s.sagas * 3,
-            steps=s.steps,
-            delivery=s.delivery,
-            mode=s.mode,
-            daemons=s.daemons,
-            faults=s.faults,
-            external_kills=s.external_kills,
-            stall_after_commit=s.stall_after_commit,
-            reset_after_commit=s.reset_after_commit,
-            restart_postgres=s.restart_postgres,
-            pause_daemon=s.pause_daemon,
-            expect_duplicates=s.expect_duplicates,
-            store=s.store,
-            timeout_s=900,
-        )
-        for s in SHORT
-    ),
+    *(replace(s, sagas=s.sagas * 3, timeout_s=900) for s in SHORT),
 ]
