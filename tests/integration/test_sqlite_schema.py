@@ -807,8 +807,8 @@ def test_claim_mark_leases_due_rows_once_with_converted_types(conn: sqlite3.Conn
     assert set(row) == {
         "dispatch_id", "saga_id", "effect_id", "direction", "execution_id", "destination",
         "verb", "contract_hash", "delivery", "method", "path", "args_canonical", "args_hash",
-        "idempotency_key", "fencing_resources", "timeout_ms", "max_attempts", "fence_waits", "attempt",
-        "lease_token",
+        "idempotency_key", "fencing_resources", "timeout_ms", "max_attempts", "fence_waits",
+        "attempt", "lease_token",
         "lease_expires_at", "created_at", "db_now",
     }  # fmt: skip
     # the row is in flight now: neither due nor markable again
