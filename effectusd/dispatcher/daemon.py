@@ -17,6 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from effectusd.client import registry_from_config
 from effectusd.config import Config, ConfigError
+from effectusd.dispatcher.loops import Loop, Round
 from effectusd.dispatcher.observability import ObservabilityServer
 from effectusd.dispatcher.pipeline import Capacity, Pipeline
 from effectusd.executors.factory import executor_for
@@ -84,7 +85,7 @@ class Daemon:
         self.sqlite = backends.is_sqlite(database_url)
         self._store: DispatchStore | None = None
         self._background: list[asyncio.Task[Any]] = []
-        self.claim_failing_since: float | None = None  # monotonic; None while claims work
+        self.claimer: Loop | None = None
 
     def check_startup(self) -> None:
         """Refuse to run on a schema we do not match, or with test-only fencing in a real
@@ -131,12 +132,14 @@ class Daemon:
             claim_batch=settings.batch_size,
         )
         self.pipeline = pipeline
-        background = self._background = [
-            asyncio.create_task(pipeline.record_forever(), name="recorder"),
-            asyncio.create_task(self._sample_forever(store), name="sampler"),
+        loops = [
+            Loop("recorder", pipeline.record_round, self.metrics),
+            Loop("reclaimer", self._reclaim_round(pipeline), self.metrics),
+            Loop("sampler", self._sample_round(store), self.metrics),
         ]
         if not self.sqlite:  # SQLite has no notifications: the claim loop polls it
-            background.append(asyncio.create_task(self._listen_forever(), name="listener"))
+            loops.append(Loop("listener", self._listen_round, self.metrics))
+        background = self._background = [loop.start() for loop in loops]
         observability = self.config.observability
         server = None
         if observability.http_port is not None:
@@ -171,7 +174,10 @@ class Daemon:
     ) -> None:
         """Run the claim loop until it ends (idle) or a stop is asked for. The loop notices a
         stop between rounds; one stuck in the database is not waited on past LOOP_STOP_S."""
-        claimer = asyncio.create_task(self._loop(pipeline, store, until_idle), name="claimer")
+        self.claimer = Loop(
+            "claimer", self._claim_round(pipeline, store, until_idle), self.metrics, self._sleep
+        )
+        claimer = self.claimer.start()
         stop = asyncio.create_task(self.stopping.wait())
         try:
             await asyncio.wait({claimer, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -188,52 +194,38 @@ class Daemon:
             if not claimer.done():
                 claimer.cancel()
 
-    async def _loop(self, pipeline: Pipeline, store: DispatchStore, until_idle: bool) -> None:
+    def _claim_round(self, pipeline: Pipeline, store: DispatchStore, until_idle: bool) -> Round:
         poll = self.config.dispatcher.poll_seconds(self.sqlite)
         destinations = list(self.config.destinations)
-        last_reclaim = 0.0
-        failures = 0
-        while not self.stopping.is_set():
-            try:
-                self.wake.clear()  # before claiming: a wake-up during the claim is not lost
-                claimed = await pipeline.claim_once()  # first: new work waits for nothing
-                if time.monotonic() - last_reclaim >= RECLAIM_INTERVAL_S:
-                    last_reclaim = time.monotonic()
-                    await pipeline.reclaim_once()
-                if claimed:
-                    failures = 0
-                    continue
-                if until_idle and pipeline.idle:
-                    in_flight, due_soon = await store.outbox_counts(IDLE_HORIZON_S)
-                    if in_flight == 0 and due_soon == 0 and pipeline.idle:
-                        log.info("idle: nothing queued, in flight or due soon")
-                        return
-                wait = poll
-                if pipeline.capacity.free():  # a full pipeline is woken by its own calls
-                    due_in = await store.seconds_until_due(destinations)
-                    if due_in is not None:
-                        wait = min(wait, max(due_in, 0.001))
-                failures = 0
-            except Exception as exc:
-                # Nothing one row or one outage does may end the daemon: back off and retry,
-                # and let /healthz say so once it lasts (unhealthy_after).
-                failures += 1
-                wait = min(0.1 * 2**failures, 5.0)
-                if self.claim_failing_since is None:
-                    self.claim_failing_since = time.monotonic()
-                self.metrics.loop_failures.labels("claim").inc()
-                if isinstance(exc, backends.DATABASE_ERRORS):
-                    log.warning(
-                        "database trouble in the claim loop (%s); retrying in %.1fs",
-                        failure_name(exc),
-                        wait,
-                    )
-                else:
-                    log.exception("claim loop failed; retrying in %.1fs", wait)
-                await self._sleep(wait)
-                continue
-            self.claim_failing_since = None
-            await self._sleep(wait)
+
+        async def claim_round() -> float | None:
+            """Claim what fits; else say how long nothing can be due (None: idle, done)."""
+            if self.stopping.is_set():
+                return None
+            self.wake.clear()  # before claiming: a wake-up during the claim is not lost
+            if await pipeline.claim_once():
+                return 0.0
+            if until_idle and pipeline.idle:
+                in_flight, due_soon = await store.outbox_counts(IDLE_HORIZON_S)
+                if in_flight == 0 and due_soon == 0 and pipeline.idle:
+                    log.info("idle: nothing queued, in flight or due soon")
+                    return None
+            wait = poll
+            if pipeline.capacity.free():  # a full pipeline is woken by its own calls
+                due_in = await store.seconds_until_due(destinations)
+                if due_in is not None:
+                    wait = min(wait, max(due_in, 0.001))
+            return wait
+
+        return claim_round
+
+    @staticmethod
+    def _reclaim_round(pipeline: Pipeline) -> Round:
+        async def reclaim_round() -> float:
+            await pipeline.reclaim_once()
+            return RECLAIM_INTERVAL_S
+
+        return reclaim_round
 
     async def _sleep(self, seconds: float) -> None:
         waiters = [
@@ -268,20 +260,20 @@ class Daemon:
                 pipeline.completions.qsize(),
             )
 
-    async def _sample_forever(self, store: DispatchStore) -> None:
-        """Queue depth, oldest due age and live sagas by state, for the gauges."""
+    def _sample_round(self, store: DispatchStore) -> Round:
         seen: set[str] = set()
-        while True:
-            try:
-                sample = await store.sample()
-                self.metrics.ready_depth.set(sample.ready_depth)
-                self.metrics.oldest_ready_age.set(sample.oldest_ready_s)
-                for state in seen | set(sample.sagas):
-                    self.metrics.sagas.labels(state).set(sample.sagas.get(state, 0))
-                seen |= set(sample.sagas)
-            except backends.DATABASE_ERRORS as exc:
-                log.warning("metrics sampling failed: %s", exc)
-            await asyncio.sleep(SAMPLE_INTERVAL_S)
+
+        async def sample_round() -> float:
+            """Queue depth, oldest due age and live sagas by state, for the gauges."""
+            sample = await store.sample()
+            self.metrics.ready_depth.set(sample.ready_depth)
+            self.metrics.oldest_ready_age.set(sample.oldest_ready_s)
+            for state in seen | set(sample.sagas):
+                self.metrics.sagas.labels(state).set(sample.sagas.get(state, 0))
+            seen.update(sample.sagas)
+            return SAMPLE_INTERVAL_S
+
+        return sample_round
 
     async def _healthy(self) -> tuple[bool, dict[str, object]]:
         """The process answers, the database does, and the daemon's work moves: no loop has
@@ -307,8 +299,8 @@ class Daemon:
             for task in self._background
             if task.done() and not task.cancelled()
         ]
-        if self.claim_failing_since is not None and now - self.claim_failing_since > bound:
-            problems.append(f"claims failing for {now - self.claim_failing_since:.0f}s")
+        if self.claimer is not None and self.claimer.failing_for(now) > bound:
+            problems.append(f"claims failing for {self.claimer.failing_for(now):.0f}s")
         pipeline = self.pipeline
         if pipeline is not None:
             since = pipeline.recording_since
@@ -331,24 +323,26 @@ class Daemon:
             "store": "sqlite" if self.sqlite else "postgresql",
         }
 
-    async def _listen_forever(self) -> None:
-        delay = 0.1
-        while True:
+    async def _listen_round(self) -> float:
+        """Wake the claimer on every NOTIFY, until the connection is lost. A connection that
+        cannot be opened fails the round (the loop backs off); one lost after it worked is
+        opened again at once. Meanwhile the claimer polls."""
+        async with await psycopg.AsyncConnection.connect(
+            self.database_url, autocommit=True
+        ) as conn:
+            await conn.execute(sql("listen_outbox"))
+            self.listening = True
+            self.wake.set()  # notifications may have been missed while we were away
             try:
-                async with await psycopg.AsyncConnection.connect(
-                    self.database_url, autocommit=True
-                ) as conn:
-                    await conn.execute(sql("listen_outbox"))
-                    self.listening = True
-                    delay = 0.1
-                    self.wake.set()  # notifications may have been missed while we were away
-                    async for _ in conn.notifies():
-                        self.wake.set()
+                async for _ in conn.notifies():
+                    self.wake.set()
             except (psycopg.Error, OSError) as exc:
-                log.warning("LISTEN connection lost (%s); polling until it heals", exc)
-            self.listening = False
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+                log.warning(
+                    "LISTEN connection lost (%s); polling until it heals", failure_name(exc)
+                )
+            finally:
+                self.listening = False
+        return 0.1
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()

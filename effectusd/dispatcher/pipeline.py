@@ -225,19 +225,19 @@ class Pipeline:
         self.wake.set()  # a slot is free again
 
     # -- 5. record -------------------------------------------------------------------------
-    async def record_forever(self) -> None:
+    async def record_round(self) -> float:
         """Group commit: take everything that finished meanwhile and record it in one go."""
-        while True:
-            batch = [await self.completions.get()]
-            while not self.completions.empty() and len(batch) < RECORD_BATCH:
-                batch.append(self.completions.get_nowait())
-            self.recording_since = time.monotonic()
-            try:
-                await self.record(batch)
-            finally:
-                self.recording_since = None
+        batch = [await self.completions.get()]
+        while not self.completions.empty() and len(batch) < RECORD_BATCH:
+            batch.append(self.completions.get_nowait())
+        self.recording_since = time.monotonic()
+        try:
+            await self.record(batch)
+        finally:
+            self.recording_since = None
             for _ in batch:
                 self.completions.task_done()
+        return 0.0
 
     async def record(self, batch: list[Completion]) -> None:
         faults.point("before_record")
