@@ -2,7 +2,7 @@
 
 Transitions come from the engine (settle() for a resolution, resume_enqueue() for a dispatch
 that was never built); only "send it again" (same row and key, due now, fresh budget) is
-written here directly.
+decided here. Every saga, step and timeline row is written by the recorder's writer.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import random
 from dataclasses import replace
 
 from effectusd.core.canonical import JsonValue
-from effectusd.core.engine import Completion, DispatchFacts, resume_enqueue, settle
+from effectusd.core.engine import resume_enqueue, settle
 from effectusd.core.operator_decisions import (
     Action,
     RefusalKind,
@@ -25,13 +25,19 @@ from effectusd.core.operator_decisions import (
     retry_target,
 )
 from effectusd.core.registry import Registry
-from effectusd.core.states import Direction, DispatchState, OutcomeClass
+from effectusd.core.states import Direction, DispatchState, OutcomeClass, SettledBy
+from effectusd.core.transition import (
+    Completion,
+    DispatchFacts,
+    Event,
+    SagaUpdate,
+    Transition,
+)
 from effectusd.operator.common import (
     ActionReport,
     Locked,
     enqueued,
     lock_saga,
-    restore_reason,
     resumed_reason,
     saga_after,
     write_transition,
@@ -79,7 +85,7 @@ def resolve(
         attempt=target.attempt,
         lease_token=None,
         outcome=OutcomeClass.SUCCESS if committed else OutcomeClass.PERMANENT,
-        settled_by="operator",
+        settled_by=SettledBy.OPERATOR,
         result=result if committed else None,
         error=None if committed else f"known not committed, per {actor}: {evidence}",
         actor=actor,
@@ -88,7 +94,6 @@ def resolve(
     # The operator answered the question the uncertain attempt left open.
     settled = replace(target, uncertain_attempt=None)
     transition = settle(completion, settled, locked.saga, registry, random.random())
-    yield from restore_reason(locked, transition)
     yield event(
         saga_id,
         "operator_resolve",
@@ -159,7 +164,7 @@ def _send_again(
             f"{target.effect_id}/{target.direction.value} changed while it was being retried",
         )
     saga_to = resumed_state(target.direction)
-    reason = yield from resumed_reason(locked, saga_to, None)
+    reason = resumed_reason(locked, saga_to, None)
     yield event(
         locked.saga_id,
         f"operator_{action.value}",
@@ -176,18 +181,14 @@ def _send_again(
             "uncertain_attempt_cleared": target.uncertain_attempt,
         },
     )
-    yield (
-        "update_saga_state",
-        {"saga_id": locked.saga_id, "state": saga_to.value, "stop_reason": reason},
+    resumed = Transition(
+        target.state,
+        saga=SagaUpdate(saga_to, reason),
+        events=[
+            Event("saga_state", from_state=locked.state.value, to_state=saga_to.value, actor=actor)
+        ],
     )
-    yield event(
-        locked.saga_id,
-        "saga_state",
-        actor,
-        from_state=locked.state.value,
-        to_state=saga_to.value,
-    )
-    yield ("notify_outbox", {"destination": row["destination"]})
+    yield from write_transition(locked.saga_id, resumed, notify=(row["destination"],))
     return ActionReport(
         action=action.value,
         saga_id=locked.saga_id,
@@ -236,7 +237,6 @@ def _enqueue_now(
             f"saga {saga_id} would stay {transition.saga.state.value}: "
             f"{transition.saga.stop_reason}",
         )
-    yield from restore_reason(locked, transition)
     built = transition.new_dispatches[0] if transition.new_dispatches else None
     yield event(
         saga_id,
