@@ -70,8 +70,7 @@ def resolve(
         locked.dispatches,
         [step.id for step in locked.saga.plan.steps],
     )
-    refusal = resolution_refusal(saga_id, target, resolution)
-    if refusal is not None:
+    if (refusal := resolution_refusal(saga_id, target, resolution)) is not None:
         raise refusal
     if resolution is Resolution.RETRY:
         return (
@@ -79,18 +78,7 @@ def resolve(
                 locked, target, Action.RESOLVE, resolution, registry, actor, evidence
             )
         )
-    committed = resolution is Resolution.COMMITTED
-    completion = Completion(
-        dispatch_id=target.dispatch_id,
-        attempt=target.attempt,
-        lease_token=None,
-        outcome=OutcomeClass.SUCCESS if committed else OutcomeClass.PERMANENT,
-        settled_by=SettledBy.OPERATOR,
-        result=result if committed else None,
-        error=None if committed else f"known not committed, per {actor}: {evidence}",
-        actor=actor,
-        operator_evidence=evidence,
-    )
+    completion = _operator_answer(target, resolution, result, actor, evidence)
     # The operator answered the question the uncertain attempt left open.
     settled = replace(target, uncertain_attempt=None)
     transition = settle(completion, settled, locked.saga, registry, random.random())
@@ -109,6 +97,18 @@ def resolve(
     yield from write_transition(
         saga_id, transition, completion, locked.dispatch_rows[target.dispatch_id]
     )
+    return _resolved(locked, target, transition, resolution, actor, evidence)
+
+
+def _resolved(
+    locked: Locked,
+    target: DispatchFacts,
+    transition: Transition,
+    resolution: Resolution,
+    actor: str,
+    evidence: str,
+) -> ActionReport:
+    saga_id = locked.saga_id
     return ActionReport(
         action=Action.RESOLVE.value,
         saga_id=saga_id,
@@ -120,27 +120,38 @@ def resolve(
         direction=target.direction.value,
         dispatch_state={"from": target.state.value, "to": transition.dispatch_state.value},
         enqueued=enqueued(transition),
-        detail=(
-            {"reason": transition.saga.stop_reason}
-            if transition.saga is not None and transition.saga.stop_reason
-            else {}
-        ),
+        detail={"reason": transition.saga.stop_reason}
+        if transition.saga is not None and transition.saga.stop_reason
+        else {},
     )
 
 
-def _send_again(
-    locked: Locked,
+def _operator_answer(
     target: DispatchFacts,
-    action: Action,
-    decision: str,
-    registry: Registry,
+    resolution: Resolution,
+    result: JsonValue,
     actor: str,
-    evidence: str | None,
-) -> Operation[ActionReport]:
-    """The same dispatch row (same key), due now, with a fresh budget; the saga runs again."""
-    row = locked.dispatch_rows[target.dispatch_id]
+    evidence: str,
+) -> Completion:
+    """What the operator found out, as the completion of the uncertain attempt."""
+    committed = resolution is Resolution.COMMITTED
+    return Completion(
+        dispatch_id=target.dispatch_id,
+        attempt=target.attempt,
+        lease_token=None,
+        outcome=OutcomeClass.SUCCESS if committed else OutcomeClass.PERMANENT,
+        settled_by=SettledBy.OPERATOR,
+        result=result if committed else None,
+        error=None if committed else f"known not committed, per {actor}: {evidence}",
+        actor=actor,
+        operator_evidence=evidence,
+    )
+
+
+def _live_budget(target: DispatchFacts, pinned: str, registry: Registry) -> int:
+    """The fresh budget of a dispatch sent again, refused unless its pinned contract is the
+    loaded one."""
     live = registry.verbs.get(target.verb)
-    pinned = row["contract_hash"]
     refusal = contract_refusal(
         target.verb,
         pinned,
@@ -148,7 +159,11 @@ def _send_again(
     )
     if refusal is not None or live is None:
         raise refusal or Refused(RefusalKind.CONFLICT, f"verb {target.verb!r} is not configured")
-    budget = fresh_budget(target.attempt, live.retry.max_attempts)
+    return fresh_budget(target.attempt, live.retry.max_attempts)
+
+
+def _reset_budget(target: DispatchFacts, budget: int) -> Operation[None]:
+    """The same row and key, due now, with a fresh budget counted from its last attempt."""
     updated = yield (
         "op_retry_dispatch",
         {
@@ -163,8 +178,22 @@ def _send_again(
             RefusalKind.CONFLICT,
             f"{target.effect_id}/{target.direction.value} changed while it was being retried",
         )
+
+
+def _send_again(
+    locked: Locked,
+    target: DispatchFacts,
+    action: Action,
+    decision: str,
+    registry: Registry,
+    actor: str,
+    evidence: str | None,
+) -> Operation[ActionReport]:
+    """The same dispatch row (same key), due now, with a fresh budget; the saga runs again."""
+    row = locked.dispatch_rows[target.dispatch_id]
+    budget = _live_budget(target, row["contract_hash"], registry)
+    yield from _reset_budget(target, budget)
     saga_to = resumed_state(target.direction)
-    reason = resumed_reason(locked, saga_to, None)
     yield event(
         locked.saga_id,
         f"operator_{action.value}",
@@ -183,7 +212,7 @@ def _send_again(
     )
     resumed = Transition(
         target.state,
-        saga=SagaUpdate(saga_to, reason),
+        saga=SagaUpdate(saga_to, resumed_reason(locked, saga_to, None)),
         events=[
             Event("saga_state", from_state=locked.state.value, to_state=saga_to.value, actor=actor)
         ],
