@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -67,13 +68,20 @@ class Case:
     saga_to: tuple[SagaState, str | None] | None = None
 
 
-BLOCKED = {
-    "state": DispatchState.BLOCKED_UNKNOWN,
-    "row_token": None,
-    "uncertain": 2,
-    "attempt_settled_by": SettledBy.RECLAIM,
-    "saga_state": SagaState.BLOCKED_UNKNOWN,
-}
+def blocked(name: str, **changes: Any) -> Case:
+    """A late answer for a dispatch blocked_unknown on ``attempt`` 2, its lease long gone
+    (a reclaim settled the attempt as unknown)."""
+    base: dict[str, Any] = {
+        "state": DispatchState.BLOCKED_UNKNOWN,
+        "row_token": None,
+        "uncertain": 2,
+        "attempt_settled_by": SettledBy.RECLAIM,
+        "saga_state": SagaState.BLOCKED_UNKNOWN,
+        "late": True,
+    }
+    return Case(name, **{**base, **changes})
+
+
 CASES = [
     Case(
         "guard holds: the live attempt's answer",
@@ -138,46 +146,39 @@ CASES = [
         verdict=Verdict.LATE,
         late=True,
     ),
-    Case(
+    blocked(
         "late answer settles the uncertain attempt",
-        **BLOCKED,
-        late=True,  # type: ignore[arg-type]
         dispatch_to=DispatchState.SUCCEEDED,
         saga_to=(SagaState.COMPLETED, None),
     ),
-    Case(
+    blocked(
         "late unknown answer settles nothing",
-        **BLOCKED,  # type: ignore[arg-type]
         outcome=OutcomeClass.UNKNOWN,
         verdict=Verdict.LATE,
         late=True,
     ),
-    Case(
+    blocked(
         "late answer after a later attempt was sent",
-        **BLOCKED,  # type: ignore[arg-type]
         later_sent=True,
         verdict=Verdict.LATE,
         late=True,
     ),
-    Case(
+    blocked(
         "late answer for another attempt than the uncertain one",
-        **{**BLOCKED, "uncertain": 1},
+        uncertain=1,
         verdict=Verdict.LATE,
         late=True,
-    ),  # type: ignore[arg-type]
-    Case(
+    ),
+    blocked(
         "late answer of a compensation resumes with the reason compensation began",
-        **BLOCKED,
         direction=Direction.COMPENSATION,
-        late=True,  # type: ignore[arg-type]
         dispatch_to=DispatchState.SUCCEEDED,
         saga_to=(SagaState.COMPENSATED, BEGAN),
     ),
-    Case(
+    blocked(
         "late failure of a compensation blocks it again with its own reason",
-        **BLOCKED,
         direction=Direction.COMPENSATION,
-        late=True,  # type: ignore[arg-type]
+        late=True,
         outcome=OutcomeClass.PERMANENT,
         dispatch_to=DispatchState.FAILED_PERMANENT,
         saga_to=(
