@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from effectusd.core.canonical import JsonValue, json_problems, parse_json
 from effectusd.core.engine import DispatchFacts
+from effectusd.core.engine import resumed_stop_reason as resumed_stop_reason
 from effectusd.core.errors import EffectusError
 from effectusd.core.states import Direction, DispatchState, SagaState
 
@@ -354,15 +355,3 @@ def committed_result(text: str | None, direction: Direction | None) -> JsonValue
     if problems:
         raise Refused(RefusalKind.INVALID, "; ".join(problems))
     return value
-
-
-def resumed_stop_reason(
-    blocked_from: SagaState, resumed: SagaState, reason: str | None, began_because: str | None
-) -> str | None:
-    """The stop reason of a blocked saga the operator moved on. Compensating (and compensated)
-    keep the reason compensation began, not the block's; running has none (the store clears
-    it); anything the engine decided itself (a new failure, a new block) keeps its own."""
-    undoing = resumed in (SagaState.COMPENSATING, SagaState.COMPENSATED)
-    if blocked_from.is_blocked and undoing and reason is None:
-        return began_because
-    return reason

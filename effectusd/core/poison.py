@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from effectusd.core.engine import Completion, Event, SagaUpdate, Transition
-from effectusd.core.states import Direction, DispatchState, OutcomeClass, SagaState
+from effectusd.core.states import Direction, DispatchState, OutcomeClass, SagaState, SettledBy
 
 # Evidence kept about the failure: enough to find it, bounded so it is always storable.
 MAX_ERROR_CHARS = 300
@@ -41,7 +41,7 @@ def storable_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:
 
 def held_completion(completion: Completion, failure: str) -> Completion:
     """The completion as it can be stored: no result, the original class kept as evidence."""
-    may_have_been_sent = completion.settled_by != "guard"
+    may_have_been_sent = completion.settled_by is not SettledBy.GUARD
     return Completion(
         dispatch_id=completion.dispatch_id,
         attempt=completion.attempt,
@@ -82,7 +82,7 @@ def quarantine(held: Completion, dispatch: PoisonedDispatch) -> Transition:
             None,
             {
                 "outcome": held.outcome.value,
-                "settled_by": held.settled_by,
+                "settled_by": held.settled_by.value,
                 "status_code": held.status_code,
                 "error": held.error,
             },

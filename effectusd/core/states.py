@@ -78,3 +78,12 @@ class FencingStatus(StrEnum):
 class FencingGuarantee(StrEnum):
     DURABLE_MONOTONIC = "durable_monotonic"
     LOCAL_ADVISORY = "local_advisory"
+
+
+class SettledBy(StrEnum):
+    """Who reported an attempt's outcome (the stored ``settled_by``)."""
+
+    EXECUTOR = "executor"  # the call's own answer
+    RECLAIM = "reclaim"  # the lease ran out before the holder reported
+    GUARD = "guard"  # a pre-send check stopped the call: nothing was sent
+    OPERATOR = "operator"  # a person settled it (effectusd resolve)

@@ -24,7 +24,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 from effectusd import faults
 from effectusd.core.engine import Completion
 from effectusd.core.registry import Registry
-from effectusd.core.states import FencingStatus, OutcomeClass
+from effectusd.core.states import FencingStatus, OutcomeClass, SettledBy
 from effectusd.executors.protocol import CallResult, Executor, FencingGrant, Invocation
 from effectusd.metrics import Metrics
 from effectusd.store.backends import TRANSIENT_ERRORS
@@ -385,7 +385,7 @@ def _not_sent(claim: Claim, reason: str, drift: bool = False) -> Completion:
         attempt=claim.attempt,
         lease_token=claim.lease_token,
         outcome=OutcomeClass.RETRYABLE,
-        settled_by="guard",
+        settled_by=SettledBy.GUARD,
         error=reason,
         contract_drift=drift,
     )

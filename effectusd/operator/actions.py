@@ -2,7 +2,7 @@
 
 Transitions come from the engine (settle() for a resolution, resume_enqueue() for a dispatch
 that was never built); only "send it again" (same row and key, due now, fresh budget) is
-written here directly.
+decided here. Every saga, step and timeline row is written by the recorder's writer.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import random
 from dataclasses import replace
 
 from effectusd.core.canonical import JsonValue
-from effectusd.core.engine import Completion, DispatchFacts, resume_enqueue, settle
+from effectusd.core.engine import resume_enqueue, settle
 from effectusd.core.operator_decisions import (
     Action,
     RefusalKind,
@@ -25,13 +25,19 @@ from effectusd.core.operator_decisions import (
     retry_target,
 )
 from effectusd.core.registry import Registry
-from effectusd.core.states import Direction, DispatchState, OutcomeClass
+from effectusd.core.states import Direction, DispatchState, OutcomeClass, SettledBy
+from effectusd.core.transition import (
+    Completion,
+    DispatchFacts,
+    Event,
+    SagaUpdate,
+    Transition,
+)
 from effectusd.operator.common import (
     ActionReport,
     Locked,
     enqueued,
     lock_saga,
-    restore_reason,
     resumed_reason,
     saga_after,
     write_transition,
@@ -64,8 +70,7 @@ def resolve(
         locked.dispatches,
         [step.id for step in locked.saga.plan.steps],
     )
-    refusal = resolution_refusal(saga_id, target, resolution)
-    if refusal is not None:
+    if (refusal := resolution_refusal(saga_id, target, resolution)) is not None:
         raise refusal
     if resolution is Resolution.RETRY:
         return (
@@ -73,22 +78,10 @@ def resolve(
                 locked, target, Action.RESOLVE, resolution, registry, actor, evidence
             )
         )
-    committed = resolution is Resolution.COMMITTED
-    completion = Completion(
-        dispatch_id=target.dispatch_id,
-        attempt=target.attempt,
-        lease_token=None,
-        outcome=OutcomeClass.SUCCESS if committed else OutcomeClass.PERMANENT,
-        settled_by="operator",
-        result=result if committed else None,
-        error=None if committed else f"known not committed, per {actor}: {evidence}",
-        actor=actor,
-        operator_evidence=evidence,
-    )
+    completion = _operator_answer(target, resolution, result, actor, evidence)
     # The operator answered the question the uncertain attempt left open.
     settled = replace(target, uncertain_attempt=None)
     transition = settle(completion, settled, locked.saga, registry, random.random())
-    yield from restore_reason(locked, transition)
     yield event(
         saga_id,
         "operator_resolve",
@@ -104,6 +97,18 @@ def resolve(
     yield from write_transition(
         saga_id, transition, completion, locked.dispatch_rows[target.dispatch_id]
     )
+    return _resolved(locked, target, transition, resolution, actor, evidence)
+
+
+def _resolved(
+    locked: Locked,
+    target: DispatchFacts,
+    transition: Transition,
+    resolution: Resolution,
+    actor: str,
+    evidence: str,
+) -> ActionReport:
+    saga_id = locked.saga_id
     return ActionReport(
         action=Action.RESOLVE.value,
         saga_id=saga_id,
@@ -115,27 +120,38 @@ def resolve(
         direction=target.direction.value,
         dispatch_state={"from": target.state.value, "to": transition.dispatch_state.value},
         enqueued=enqueued(transition),
-        detail=(
-            {"reason": transition.saga.stop_reason}
-            if transition.saga is not None and transition.saga.stop_reason
-            else {}
-        ),
+        detail={"reason": transition.saga.stop_reason}
+        if transition.saga is not None and transition.saga.stop_reason
+        else {},
     )
 
 
-def _send_again(
-    locked: Locked,
+def _operator_answer(
     target: DispatchFacts,
-    action: Action,
-    decision: str,
-    registry: Registry,
+    resolution: Resolution,
+    result: JsonValue,
     actor: str,
-    evidence: str | None,
-) -> Operation[ActionReport]:
-    """The same dispatch row (same key), due now, with a fresh budget; the saga runs again."""
-    row = locked.dispatch_rows[target.dispatch_id]
+    evidence: str,
+) -> Completion:
+    """What the operator found out, as the completion of the uncertain attempt."""
+    committed = resolution is Resolution.COMMITTED
+    return Completion(
+        dispatch_id=target.dispatch_id,
+        attempt=target.attempt,
+        lease_token=None,
+        outcome=OutcomeClass.SUCCESS if committed else OutcomeClass.PERMANENT,
+        settled_by=SettledBy.OPERATOR,
+        result=result if committed else None,
+        error=None if committed else f"known not committed, per {actor}: {evidence}",
+        actor=actor,
+        operator_evidence=evidence,
+    )
+
+
+def _live_budget(target: DispatchFacts, pinned: str, registry: Registry) -> int:
+    """The fresh budget of a dispatch sent again, refused unless its pinned contract is the
+    loaded one."""
     live = registry.verbs.get(target.verb)
-    pinned = row["contract_hash"]
     refusal = contract_refusal(
         target.verb,
         pinned,
@@ -143,7 +159,11 @@ def _send_again(
     )
     if refusal is not None or live is None:
         raise refusal or Refused(RefusalKind.CONFLICT, f"verb {target.verb!r} is not configured")
-    budget = fresh_budget(target.attempt, live.retry.max_attempts)
+    return fresh_budget(target.attempt, live.retry.max_attempts)
+
+
+def _reset_budget(target: DispatchFacts, budget: int) -> Operation[None]:
+    """The same row and key, due now, with a fresh budget counted from its last attempt."""
     updated = yield (
         "op_retry_dispatch",
         {
@@ -158,8 +178,22 @@ def _send_again(
             RefusalKind.CONFLICT,
             f"{target.effect_id}/{target.direction.value} changed while it was being retried",
         )
+
+
+def _send_again(
+    locked: Locked,
+    target: DispatchFacts,
+    action: Action,
+    decision: str,
+    registry: Registry,
+    actor: str,
+    evidence: str | None,
+) -> Operation[ActionReport]:
+    """The same dispatch row (same key), due now, with a fresh budget; the saga runs again."""
+    row = locked.dispatch_rows[target.dispatch_id]
+    budget = _live_budget(target, row["contract_hash"], registry)
+    yield from _reset_budget(target, budget)
     saga_to = resumed_state(target.direction)
-    reason = yield from resumed_reason(locked, saga_to, None)
     yield event(
         locked.saga_id,
         f"operator_{action.value}",
@@ -176,18 +210,14 @@ def _send_again(
             "uncertain_attempt_cleared": target.uncertain_attempt,
         },
     )
-    yield (
-        "update_saga_state",
-        {"saga_id": locked.saga_id, "state": saga_to.value, "stop_reason": reason},
+    resumed = Transition(
+        target.state,
+        saga=SagaUpdate(saga_to, resumed_reason(locked, saga_to, None)),
+        events=[
+            Event("saga_state", from_state=locked.state.value, to_state=saga_to.value, actor=actor)
+        ],
     )
-    yield event(
-        locked.saga_id,
-        "saga_state",
-        actor,
-        from_state=locked.state.value,
-        to_state=saga_to.value,
-    )
-    yield ("notify_outbox", {"destination": row["destination"]})
+    yield from write_transition(locked.saga_id, resumed, notify=(row["destination"],))
     return ActionReport(
         action=action.value,
         saga_id=locked.saga_id,
@@ -236,7 +266,6 @@ def _enqueue_now(
             f"saga {saga_id} would stay {transition.saga.state.value}: "
             f"{transition.saga.stop_reason}",
         )
-    yield from restore_reason(locked, transition)
     built = transition.new_dispatches[0] if transition.new_dispatches else None
     yield event(
         saga_id,

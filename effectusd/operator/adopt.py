@@ -44,20 +44,7 @@ def adopt_contract(
 ) -> Operation[ActionReport]:
     """Adopt the loaded contract of ``verb`` (default: of every drifted verb of the saga)."""
     locked = yield from lock_saga(saga_id)
-    if locked.state is not SagaState.BLOCKED_CONTRACT:
-        raise Refused(
-            RefusalKind.CONFLICT,
-            f"saga {saga_id} is {locked.state.value}, not blocked_contract: "
-            "adopt-contract does not apply",
-        )
-    if verb is not None and verb not in registry.verbs:
-        raise Refused(RefusalKind.CONFLICT, f"verb {verb!r} is not in the loaded config")
-    drifted = drifted_verbs(locked.saga.plan, registry.verbs)
-    if verb is not None and verb not in drifted:
-        raise NotBlockedOnVerb(
-            f"saga {saga_id} pins the loaded contract of {verb!r} (or does not use it)"
-        )
-    adopting = [verb] if verb is not None else drifted
+    adopting = _verbs_to_adopt(locked, registry, verb)
     adoption = adopt(saga_id, locked.saga.plan, registry.verbs, adopting)
     blocked = [d for d in locked.dispatches if d.state is DispatchState.BLOCKED_CONTRACT]
     if blocked and blocked[0].verb not in adopting:
@@ -101,6 +88,25 @@ def adopt_contract(
         report = yield from _enqueue_now(adopted, action, registry, actor, evidence)
     report.detail = {**report.detail, **detail}
     return report
+
+
+def _verbs_to_adopt(locked: Locked, registry: Registry, verb: str | None) -> list[str]:
+    """``verb``, or every drifted verb of the saga; refused unless it is blocked_contract."""
+    saga_id = locked.saga_id
+    if locked.state is not SagaState.BLOCKED_CONTRACT:
+        raise Refused(
+            RefusalKind.CONFLICT,
+            f"saga {saga_id} is {locked.state.value}, not blocked_contract: "
+            "adopt-contract does not apply",
+        )
+    if verb is not None and verb not in registry.verbs:
+        raise Refused(RefusalKind.CONFLICT, f"verb {verb!r} is not in the loaded config")
+    drifted = drifted_verbs(locked.saga.plan, registry.verbs)
+    if verb is not None and verb not in drifted:
+        raise NotBlockedOnVerb(
+            f"saga {saga_id} pins the loaded contract of {verb!r} (or does not use it)"
+        )
+    return [verb] if verb is not None else drifted
 
 
 def _rebuild_dispatch(locked: Locked, dispatch_id: int, registry: Registry) -> Operation[None]:

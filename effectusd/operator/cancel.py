@@ -16,6 +16,7 @@ from effectusd.core.operator_decisions import (
 )
 from effectusd.core.registry import Registry
 from effectusd.core.states import Direction, DispatchState
+from effectusd.core.transition import DispatchFacts
 from effectusd.operator.common import (
     ActionReport,
     enqueued,
@@ -54,22 +55,7 @@ def cancel(
         direction=forward.direction.value if forward else None,
     )
     if effect is CancelEffect.FLAG_ONLY:
-        yield event(
-            saga_id,
-            "operator_cancel",
-            actor,
-            effect_id=report.effect_id,
-            direction=report.direction,
-            evidence=evidence,
-            detail={
-                "decision": effect.value,
-                "dispatch_state": forward.state.value if forward else None,
-            },
-        )
-        report.detail["note"] = (
-            "the dispatch may reach its destination; compensation starts when its outcome "
-            "is recorded"
-        )
+        yield from _flag_only(report, forward, evidence)
         return report
     assert forward is not None  # cancel_effect only cancels now a live forward dispatch
     canceled = yield ("op_cancel_dispatch", {"dispatch_id": forward.dispatch_id})
@@ -100,3 +86,25 @@ def cancel(
     if transition.saga is not None and transition.saga.stop_reason:
         report.detail["reason"] = transition.saga.stop_reason
     return report
+
+
+def _flag_only(
+    report: ActionReport, forward: DispatchFacts | None, evidence: str | None
+) -> Operation[None]:
+    """The dispatch may be at its destination: only the request is recorded; the engine
+    starts compensation when its outcome arrives."""
+    yield event(
+        report.saga_id,
+        "operator_cancel",
+        report.actor,
+        effect_id=report.effect_id,
+        direction=report.direction,
+        evidence=evidence,
+        detail={
+            "decision": CancelEffect.FLAG_ONLY.value,
+            "dispatch_state": forward.state.value if forward else None,
+        },
+    )
+    report.detail["note"] = (
+        "the dispatch may reach its destination; compensation starts when its outcome is recorded"
+    )

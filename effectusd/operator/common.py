@@ -7,26 +7,22 @@ row; the second then reads what the first committed and is refused by name.
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from effectusd.core.engine import (
-    Completion,
-    DispatchFacts,
-    SagaFacts,
-    SagaUpdate,
-    StepFacts,
-    Transition,
-)
+from effectusd.core.engine import resumed_stop_reason
 from effectusd.core.operator_decisions import RefusalKind, Refused
-from effectusd.core.plan import CheckedPlan
-from effectusd.core.states import OutcomeClass, SagaState, StepState
-from effectusd.store import operations
-from effectusd.store.operations import Operation, Query, Rows
-from effectusd.store.rows import TransitionRows, dispatch_facts
-
-Writes = Generator[Query, Rows, None]
+from effectusd.core.states import OutcomeClass, SagaState, SettledBy
+from effectusd.core.transition import Completion, DispatchFacts, SagaFacts, Transition
+from effectusd.store.operations import Operation
+from effectusd.store.rows import (
+    TransitionRows,
+    dispatch_facts,
+    notify_rows,
+    saga_facts,
+    steps_by_saga,
+    write_rows,
+)
 
 
 @dataclass
@@ -88,21 +84,7 @@ def lock_saga(saga_id: str) -> Operation[Locked]:
     row = rows[0]
     dispatch_rows = yield ("op_lock_saga_dispatches", {"saga_id": saga_id})
     step_rows = yield ("select_steps_of_sagas", {"saga_ids": [saga_id]})
-    saga = SagaFacts(
-        saga_id=saga_id,
-        namespace=row["namespace"],
-        execution_id=row["execution_id"],
-        state=SagaState(row["state"]),
-        cancel_requested=row["cancel_requested"],
-        plan=CheckedPlan.model_validate(row["plan"]),
-        facts=row["facts"],
-        steps={
-            s["effect_id"]: StepFacts(
-                s["effect_id"], s["sequence"], StepState(s["state"]), s["result"]
-            )
-            for s in step_rows
-        },
-    )
+    saga = saga_facts(row, steps_by_saga(step_rows).get(saga_id, {}))
     return Locked(
         row,
         saga,
@@ -111,7 +93,7 @@ def lock_saga(saga_id: str) -> Operation[Locked]:
     )
 
 
-_NO_ATTEMPT = Completion(0, 0, None, OutcomeClass.SUCCESS, "operator")
+_NO_ATTEMPT = Completion(0, 0, None, OutcomeClass.SUCCESS, SettledBy.OPERATOR)
 
 
 def write_transition(
@@ -119,28 +101,23 @@ def write_transition(
     transition: Transition,
     completion: Completion | None = None,
     dispatch_row: dict[str, Any] | None = None,
-) -> Writes:
-    """The rows of an engine transition, shaped as the recorder shapes them. The attempt
+    notify: tuple[str, ...] = (),
+) -> Operation[None]:
+    """The rows of an engine transition, written as the recorder writes them. The attempt
     rows are left alone: they keep the outcome their call had. The dispatch row is written
-    only for a settlement (``completion`` with its ``dispatch_row``)."""
+    only for a settlement (``completion`` with its ``dispatch_row``); ``notify`` wakes the
+    destinations of rows made due again besides the transition's new dispatches."""
     writes = TransitionRows()
     writes.apply(
         completion or _NO_ATTEMPT,
         dispatch_row or {"saga_id": saga_id, "lease_token": None},
         transition,
+        attempt=False,
+        dispatch=dispatch_row is not None,
     )
-    batches = [
-        ("update_dispatch_settled", writes.dispatches if dispatch_row is not None else []),
-        ("update_step", writes.steps),
-        ("update_saga_state", writes.sagas),
-        ("insert_dispatch", writes.inserts),
-        ("insert_event", writes.events),
-    ]
-    for name, rows in batches:
-        for params in rows:
-            yield (name, params)
-    for destination in sorted(writes.destinations):
-        yield ("notify_outbox", {"destination": destination})
+    writes.destinations.update(notify)
+    yield from write_rows(writes)
+    yield from notify_rows(writes)
 
 
 def enqueued(transition: Transition) -> list[dict[str, str]]:
@@ -155,14 +132,7 @@ def saga_after(locked: Locked, transition: Transition) -> dict[str, str]:
     return {"from": locked.state.value, "to": after.value}
 
 
-def resumed_reason(locked: Locked, state: SagaState, reason: str | None) -> Operation[str | None]:
-    """The stop reason for ``state`` when ``locked`` resumes (see operations.resumed_reason)."""
-    return (yield from operations.resumed_reason(locked.saga_id, locked.state, state, reason))
-
-
-def restore_reason(locked: Locked, transition: Transition) -> Operation[None]:
-    """Give an engine transition that resumes compensation the reason compensation began."""
-    update = transition.saga
-    if update is not None:
-        reason = yield from resumed_reason(locked, update.state, update.stop_reason)
-        transition.saga = SagaUpdate(update.state, reason)
+def resumed_reason(locked: Locked, state: SagaState, reason: str | None) -> str | None:
+    """The stop reason for ``state`` when ``locked`` resumes (see
+    ``effectusd.core.engine.resumed_stop_reason``)."""
+    return resumed_stop_reason(locked.state, state, reason, locked.saga.compensation_reason)

@@ -2,48 +2,46 @@
 
 The operations here are written once, as generators of named statements (see
 ``operations.py``); each store runs them in its own dialect and transaction. Decisions come
-from ``effectusd.core.engine``: an operation reads the facts under the store's write lock,
-asks the engine, and writes what it says.
+from core: the recorder reads the facts under the store's write lock, asks
+``effectusd.core.settlement``, and writes what it says (write-ahead: ``write_ahead.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from effectusd import faults
-from effectusd.core.canonical import canonical_text
-from effectusd.core.engine import (
-    Completion,
-    FenceWait,
-    SagaFacts,
-    SagaUpdate,
-    StepFacts,
-    Transition,
-    as_settled_late,
-    late_completion_settles,
-    settle,
-)
 from effectusd.core.plan import CheckedPlan
 from effectusd.core.poison import PoisonedDispatch, held_completion, quarantine
 from effectusd.core.registry import Registry
+from effectusd.core.settlement import SettlementFacts, Verdict, holds_lease, settle_completion
 from effectusd.core.states import (
     Delivery,
     Direction,
     DispatchState,
-    FencingStatus,
     OutcomeClass,
     SagaState,
-    StepState,
+    SettledBy,
 )
-from effectusd.fencing.protocol import FenceBusy, FenceHolder, FencingProvider
-from effectusd.store.operations import Operation, failure_name, resumed_reason, single
-from effectusd.store.records import Claim, WriteAhead
-from effectusd.store.rows import TransitionRows, batches, dispatch_facts
+from effectusd.core.transition import Completion, SagaFacts, StepFacts, Transition
+from effectusd.fencing.protocol import FencingProvider
+from effectusd.store.operations import Operation, single
+from effectusd.store.records import Claim
+from effectusd.store.rows import (
+    TransitionRows,
+    attempt_facts,
+    locked_dispatch,
+    notify_rows,
+    saga_facts,
+    steps_by_saga,
+    write_rows,
+)
+from effectusd.store.write_ahead import WriteAheadStore
 
 T = TypeVar("T")
 log = logging.getLogger("effectusd.store")
@@ -81,7 +79,22 @@ class OutboxSample:
     sagas: dict[str, int]
 
 
-class DispatchStore:
+@dataclass
+class _Locked:
+    """What the recorder read under its lock, by key."""
+
+    sagas: dict[str, dict[str, Any]]
+    steps: dict[str, dict[str, StepFacts]]
+    dispatches: dict[int, dict[str, Any]]
+    attempts: dict[tuple[int, int], dict[str, Any]]
+    plans: dict[str, CheckedPlan]
+
+    def saga(self, saga_id: str) -> SagaFacts:
+        """Built only when a completion settles: building them checks the saga's plan."""
+        return saga_facts(self.sagas[saga_id], self.steps.get(saga_id, {}), self.plans)
+
+
+class DispatchStore(WriteAheadStore):
     """What the pipeline asks of a store. A store supplies ``_write``/``_read`` (run an
     operation in a write or a read transaction) and ``_claim``; the rest is shared."""
 
@@ -102,11 +115,6 @@ class DispatchStore:
 
     async def _claim(self, wanted: list[tuple[str, int]], total: int) -> list[Claim]:
         raise NotImplementedError
-
-    async def _write_single(self, operation: Operation[T]) -> T:
-        """An operation of exactly one write statement, which is atomic by itself: a store may
-        spare the BEGIN/COMMIT round trips."""
-        return await self._write(operation)
 
     async def close(self) -> None:
         """Give back connections and threads."""
@@ -150,7 +158,7 @@ class DispatchStore:
                 outcome=(
                     OutcomeClass.UNKNOWN if row["sent_at"] is not None else OutcomeClass.RETRYABLE
                 ),
-                settled_by="reclaim",
+                settled_by=SettledBy.RECLAIM,
                 error=f"lease of {row['lease_owner']} expired "
                 + (
                     "after the call may have been sent"
@@ -162,142 +170,6 @@ class DispatchStore:
             for row in expired
         ]
 
-    # -- 3. write-ahead ----------------------------------------------------------------------
-    async def write_ahead(
-        self, claims: Sequence[Claim]
-    ) -> tuple[list[WriteAhead], list[Completion]]:
-        """Take fencing tokens and mark each claim sent, in one transaction.
-
-        Returns the claims that may now be called, and known-not-committed completions for the
-        claims that must not be: a fencing resource is held by another live dispatch (a fence
-        wait), or the claim's own write-ahead failed (the error is the evidence). A failed batch
-        is tried again claim by claim, so one bad claim never holds back the others.
-        """
-        try:
-            return await self._write_ahead_batch(claims)
-        except Exception as error:  # noqa: BLE001 - each claim is tried alone below
-            if len(claims) == 1:
-                return [], [self._write_ahead_failed(claims[0], error)]
-            log.warning(
-                "write-ahead of %d claims failed (%s); trying each claim alone",
-                len(claims),
-                failure_name(error),
-            )
-        ready: list[WriteAhead] = []
-        not_sent: list[Completion] = []
-        for claim in claims:
-            try:
-                one_ready, one_busy = await self._write_ahead_batch([claim])
-            except Exception as error:  # noqa: BLE001 - settles this claim only, as evidence
-                not_sent.append(self._write_ahead_failed(claim, error))
-            else:
-                ready += one_ready
-                not_sent += one_busy
-        return ready, not_sent
-
-    async def _write_ahead_batch(
-        self, claims: Sequence[Claim]
-    ) -> tuple[list[WriteAhead], list[Completion]]:
-        operation = self._write_ahead(claims)
-        if any(claim.fencing_resources for claim in claims):
-            return await self._write(operation)
-        return await self._write_single(operation)  # unfenced: the one write_ahead statement
-
-    def _write_ahead_failed(self, claim: Claim, error: Exception) -> Completion:
-        """Nothing is ever called after a failed write-ahead: known not committed."""
-        log.warning(
-            "write-ahead of dispatch %s failed (%s); nothing was sent",
-            claim.dispatch_id,
-            failure_name(error),
-        )
-        return Completion(
-            dispatch_id=claim.dispatch_id,
-            attempt=claim.attempt,
-            lease_token=claim.lease_token,
-            outcome=OutcomeClass.RETRYABLE,
-            settled_by="guard",
-            error=f"write-ahead failed ({failure_name(error)}); nothing was sent",
-            actor=self.owner,
-        )
-
-    def _write_ahead(
-        self, claims: Sequence[Claim]
-    ) -> Operation[tuple[list[WriteAhead], list[Completion]]]:
-        ready: list[WriteAhead] = []
-        waiting: list[tuple[Claim, str]] = []  # (claim, the resource another dispatch holds)
-        fenced = [claim for claim in claims if claim.fencing_resources]
-        if fenced:
-            # Claims are taken in claim order, each claim's resources in canonical order: only
-            # one global lock order over the whole batch keeps two batches from deadlocking.
-            yield from self.fencing.lock([r for claim in fenced for r in claim.fencing_resources])
-        for claim in claims:
-            if not claim.fencing_resources:
-                ready.append(WriteAhead(claim, (), FencingStatus.NOT_REQUESTED.value))
-                continue
-            holder = FenceHolder(claim.dispatch_id, claim.lease_token, claim.lease_expires_at)
-            try:
-                grants = yield from self.fencing.acquire(holder, claim.fencing_resources)
-            except FenceBusy as taken:
-                waiting.append((claim, taken.resource))
-            else:
-                ready.append(WriteAhead(claim, grants, self.fencing.status.value))
-        busy = (yield from self._fence_waits(waiting)) if waiting else []
-        if not ready:
-            return [], busy
-        marked_rows = yield (
-            "write_ahead",
-            {
-                "dispatch_ids": [w.claim.dispatch_id for w in ready],
-                "attempts": [w.claim.attempt for w in ready],
-                "lease_tokens": [w.claim.lease_token for w in ready],
-                "grants": [grants_json(w.grants) for w in ready],
-                "fencing_statuses": [w.fencing_status for w in ready],
-            },
-        )
-        marked = {row["dispatch_id"] for row in marked_rows}
-        return [w for w in ready if w.claim.dispatch_id in marked], busy
-
-    def _fence_waits(self, waiting: Sequence[tuple[Claim, str]]) -> Operation[list[Completion]]:
-        """Count each busy claim as a fence wait (not an attempt of the retry budget) and tell
-        the engine how long the wait has lasted and who holds the resource."""
-        marked = yield (
-            "mark_fence_waits",
-            {
-                "dispatch_ids": [claim.dispatch_id for claim, _ in waiting],
-                "attempts": [claim.attempt for claim, _ in waiting],
-                "lease_tokens": [claim.lease_token for claim, _ in waiting],
-            },
-        )
-        waited = {row["dispatch_id"]: float(row["waited_s"] or 0.0) for row in marked}
-        holders = {
-            row["resource"]: row
-            for row in (
-                yield ("select_fence_holders", {"resources": sorted({r for _, r in waiting})})
-            )
-        }
-        busy = []
-        for claim, resource in waiting:
-            who = _holder_name(holders.get(resource))
-            busy.append(
-                Completion(
-                    dispatch_id=claim.dispatch_id,
-                    attempt=claim.attempt,
-                    lease_token=claim.lease_token,
-                    outcome=OutcomeClass.RETRYABLE,
-                    settled_by="guard",
-                    # the resource itself is not named: its text may carry argument values
-                    error=(
-                        f"a fencing resource is held by another live dispatch ({who}); "
-                        "nothing was sent"
-                    ),
-                    actor=self.owner,
-                    fence_wait=FenceWait(
-                        timedelta(seconds=max(waited.get(claim.dispatch_id, 0.0), 0.0)), who
-                    ),
-                )
-            )
-        return busy
-
     # -- 5. record outcomes (group commit) ---------------------------------------------------
     async def record(self, completions: Sequence[Completion]) -> RecordReport:
         return await self._write(self._record(completions, crash_point=True))
@@ -305,13 +177,54 @@ class DispatchStore:
     def _record(
         self, completions: Sequence[Completion], crash_point: bool = False
     ) -> Operation[RecordReport]:
+        """Load the facts under lock, ask ``settle_completion`` for each completion (one
+        transition per saga per batch; the rest are deferred), write what it says."""
+        locked = yield from self._lock_for_settlement(completions)
         report = RecordReport()
+        writes = TransitionRows()
+        touched: set[str] = set()
+        for completion in completions:
+            drow = locked.dispatches.get(completion.dispatch_id)
+            attempt = locked.attempts.get((completion.dispatch_id, completion.attempt))
+            if drow is None or attempt is None:
+                report.dropped += 1
+                continue
+            saga_id = drow["saga_id"]
+            if saga_id in touched:
+                report.deferred.append(completion)
+                continue
+            settlement = settle_completion(
+                completion,
+                SettlementFacts(
+                    locked_dispatch(drow), attempt_facts(attempt), partial(locked.saga, saga_id)
+                ),
+                self.registry,
+                random.random(),
+            )
+            if settlement.late:
+                writes.late(completion)
+            if settlement.verdict is Verdict.DROP:
+                report.dropped += 1
+            elif settlement.verdict is Verdict.LATE:
+                report.late += 1
+            elif settlement.transition is not None:
+                touched.add(saga_id)
+                writes.apply(completion, drow, settlement.transition)
+                report.applied += 1
+                report.transitions.append((completion, settlement.transition, drow))
+        yield from write_rows(writes)
+        yield from self.fencing.release(writes.released)
+        yield from notify_rows(writes)
+        report.notified = writes.destinations
+        if crash_point:
+            faults.point("during_record")  # inside the transaction, before it commits
+        return report
+
+    def _lock_for_settlement(self, completions: Sequence[Completion]) -> Operation[_Locked]:
         ids = sorted({c.dispatch_id for c in completions})
         # Lock order: sagas, then their dispatches (the operator actions take the same order).
         saga_rows = yield ("lock_sagas_of_dispatches", {"dispatch_ids": ids})
-        sagas = {row["saga_id"]: row for row in saga_rows}
         dispatch_rows = yield ("lock_dispatches", {"dispatch_ids": ids})
-        dispatches = {row["dispatch_id"]: row for row in dispatch_rows}
         attempt_rows = yield (
             "select_completion_attempts",
             {
@@ -319,77 +232,15 @@ class DispatchStore:
                 "attempts": [c.attempt for c in completions],
             },
         )
-        attempts = {(row["dispatch_id"], row["attempt"]): row for row in attempt_rows}
-        steps: dict[str, dict[str, StepFacts]] = {}
-        for row in (yield ("select_steps_of_sagas", {"saga_ids": list(sagas)})):
-            steps.setdefault(row["saga_id"], {})[row["effect_id"]] = StepFacts(
-                row["effect_id"], row["sequence"], StepState(row["state"]), row["result"]
-            )
-
-        writes = TransitionRows()
-        touched: set[str] = set()
-        for completion in completions:
-            drow = dispatches.get(completion.dispatch_id)
-            attempt_row = attempts.get((completion.dispatch_id, completion.attempt))
-            if drow is None or attempt_row is None:
-                report.dropped += 1
-                continue
-            if drow["saga_id"] in touched:
-                report.deferred.append(completion)  # one transition per saga per batch
-                continue
-            dispatch = dispatch_facts(drow)
-            guard_holds = (
-                drow["state"] == DispatchState.IN_FLIGHT.value
-                and drow["attempt"] == completion.attempt
-                and str(drow["lease_token"]) == completion.lease_token
-                and (completion.settled_by != "reclaim" or drow["lease_expired"])
-            )
-            if not guard_holds:
-                if completion.settled_by == "reclaim":
-                    report.dropped += 1  # the holder finished first: nothing to reclaim
-                    continue
-                if attempt_row["settled_by"] == completion.settled_by == "executor":
-                    report.dropped += 1  # our own earlier commit went through after all
-                    continue
-                if not late_completion_settles(completion, dispatch, attempt_row["later_sent"]):
-                    writes.late(completion)
-                    report.late += 1
-                    continue
-                writes.late(completion)
-                dispatch = as_settled_late(dispatch, completion)
-            transition = settle(
-                completion,
-                dispatch,
-                self._saga_facts(sagas[drow["saga_id"]], steps.get(drow["saga_id"], {})),
-                self.registry,
-                random.random(),
-            )
-            if transition.saga is not None:  # a late answer may move a blocked saga on
-                transition.saga = SagaUpdate(
-                    transition.saga.state,
-                    (
-                        yield from resumed_reason(
-                            drow["saga_id"],
-                            SagaState(sagas[drow["saga_id"]]["state"]),
-                            transition.saga.state,
-                            transition.saga.stop_reason,
-                        )
-                    ),
-                )
-            touched.add(drow["saga_id"])
-            writes.apply(completion, drow, transition)
-            report.applied += 1
-            report.transitions.append((completion, transition, drow))
-        for name, params in batches(writes):
-            if params:
-                yield name, params
-        yield from self.fencing.release(writes.released)
-        for destination in sorted(writes.destinations):
-            yield ("notify_outbox", {"destination": destination})
-        report.notified = writes.destinations
-        if crash_point:
-            faults.point("during_record")  # inside the transaction, before it commits
-        return report
+        sagas = {row["saga_id"]: row for row in saga_rows}
+        step_rows = yield ("select_steps_of_sagas", {"saga_ids": list(sagas)})
+        return _Locked(
+            sagas,
+            steps_by_saga(step_rows),
+            {row["dispatch_id"]: row for row in dispatch_rows},
+            {(row["dispatch_id"], row["attempt"]): row for row in attempt_rows},
+            self._plans,
+        )
 
     # -- 5b. quarantine one completion the recorder could not write ------------------------
     async def quarantine(self, completion: Completion, failure: str) -> RecordReport:
@@ -407,11 +258,7 @@ class DispatchStore:
             return report
         drow = rows[0]
         writes = TransitionRows()
-        if not (
-            drow["state"] == DispatchState.IN_FLIGHT.value
-            and drow["attempt"] == held.attempt
-            and str(drow["lease_token"]) == held.lease_token
-        ):
+        if not holds_lease(held, locked_dispatch(drow)):
             writes.late(held)  # superseded meanwhile: kept as evidence on its attempt
             report.late += 1
         else:
@@ -430,27 +277,9 @@ class DispatchStore:
             report.applied += 1
             report.quarantined += 1
             report.transitions.append((held, transition, drow))
-        for name, params in batches(writes):
-            if params:
-                yield name, params
+        yield from write_rows(writes)
         yield from self.fencing.release(writes.released)
         return report
-
-    def _saga_facts(self, row: dict[str, Any], steps: dict[str, StepFacts]) -> SagaFacts:
-        plan = self._plans.get(row["plan_digest"])
-        if plan is None:
-            plan = CheckedPlan.model_validate(row["plan"])
-            self._plans[row["plan_digest"]] = plan
-        return SagaFacts(
-            saga_id=row["saga_id"],
-            namespace=row["namespace"],
-            execution_id=row["execution_id"],
-            state=SagaState(row["state"]),
-            cancel_requested=bool(row["cancel_requested"]),
-            plan=plan,
-            facts=row["facts"],
-            steps=steps,
-        )
 
     # -- waiting and watching ---------------------------------------------------------------
     async def seconds_until_due(self, destinations: list[str]) -> float | None:
@@ -490,21 +319,6 @@ def deal_in_turns(candidates: Mapping[str, Sequence[T]], total: int) -> list[T]:
                 if len(dealt) == total:
                     return dealt
     return dealt
-
-
-def _holder_name(row: Mapping[str, Any] | None) -> str:
-    if row is None:  # a provider that keeps no lease rows (in-memory)
-        return "holder not recorded"
-    if row["saga_id"] is None:  # the holder's saga was pruned meanwhile
-        return f"dispatch {row['holder_dispatch_id']}"
-    return (
-        f"dispatch {row['holder_dispatch_id']} of saga {row['saga_id']}, "
-        f"lease owner {row['lease_owner']}"
-    )
-
-
-def grants_json(grants: Iterable[tuple[str, int]]) -> str:
-    return canonical_text([{"resource": r, "token": t} for r, t in sorted(grants)])
 
 
 def claim_from_row(row: Mapping[str, Any]) -> Claim:

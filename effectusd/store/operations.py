@@ -14,8 +14,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from effectusd.core.canonical import canonical_text
-from effectusd.core.operator_decisions import resumed_stop_reason
-from effectusd.core.states import SagaState
 from effectusd.core.submission import (
     SubmitConflict,
     SubmitRows,
@@ -259,19 +257,6 @@ def list_sagas(
         },
     )
     return rows
-
-
-def resumed_reason(
-    saga_id: str, blocked_from: SagaState, state: SagaState, reason: str | None
-) -> Operation[str | None]:
-    """The stop reason of a blocked saga moved on to ``state`` (by an operator or by a late
-    answer): compensating and compensated get back the reason compensation began, read from
-    the timeline, instead of the block's (see core.operator_decisions.resumed_stop_reason)."""
-    began = None
-    if blocked_from.is_blocked and state in (SagaState.COMPENSATING, SagaState.COMPENSATED):
-        rows = yield ("op_compensation_reason", {"saga_id": saga_id})
-        began = rows[0]["reason"] if rows else None
-    return resumed_stop_reason(blocked_from, state, reason, began)
 
 
 def single(name: str, params: Params) -> Operation[Rows]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from effectusd.core.states import Delivery, Direction
+from effectusd.core.states import Delivery, Direction, FencingStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,4 +55,4 @@ class WriteAhead:
 
     claim: Claim
     grants: tuple[tuple[str, int], ...]
-    fencing_status: str
+    fencing_status: FencingStatus

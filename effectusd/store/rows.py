@@ -1,18 +1,38 @@
-"""An engine Transition (plus the completion it settles) as the rows to write, by query name.
+"""Locked rows in, engine facts out; an engine Transition out, the rows to write back.
 
-Store-neutral: the recorder and the operator actions both shape their writes here, and each
-store executes the named statements in its own dialect.
+Store-neutral: the recorder and the operator actions both read their facts and shape their
+writes here, and each store executes the named statements in its own dialect.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import asdict
 from typing import Any
 
 from effectusd.core.canonical import canonical_text
-from effectusd.core.engine import Completion, DispatchFacts, Event, Transition
-from effectusd.core.states import Delivery, Direction, DispatchState
+from effectusd.core.plan import CheckedPlan
+from effectusd.core.settlement import AttemptFacts, LockedDispatch
+from effectusd.core.states import (
+    Delivery,
+    Direction,
+    DispatchState,
+    SagaState,
+    SettledBy,
+    StepState,
+)
+from effectusd.core.transition import (
+    Completion,
+    DispatchFacts,
+    Event,
+    SagaFacts,
+    StepFacts,
+    Transition,
+)
+from effectusd.store.operations import Operation
+
+Row = Mapping[str, Any]
 
 
 class TransitionRows:
@@ -56,17 +76,36 @@ class TransitionRows:
         if update["args"] is not None:
             row["args"], row["args_hash"] = update["args"], update["args_hash"]
 
-    def apply(self, completion: Completion, row: dict[str, Any], transition: Transition) -> None:
+    def apply(
+        self,
+        completion: Completion,
+        row: Row,
+        transition: Transition,
+        *,
+        attempt: bool = True,
+        dispatch: bool = True,
+    ) -> None:
+        """Add ``transition`` of ``row``'s saga. ``attempt``: settle the attempt row with
+        ``completion``; ``dispatch``: write the dispatch row (the operator actions leave the
+        attempt, and sometimes the dispatch, as they are)."""
         saga_id = row["saga_id"]
-        self.attempts.append(
-            {
-                **outcome_params(completion),
-                "settled_by": completion.settled_by,
-                "fencing_status": completion.fencing_status.value
-                if completion.fencing_status
-                else None,
-            }
-        )
+        if attempt:
+            self.attempts.append(
+                {
+                    **outcome_params(completion),
+                    "settled_by": completion.settled_by.value,
+                    "fencing_status": completion.fencing_status.value
+                    if completion.fencing_status
+                    else None,
+                }
+            )
+        if dispatch:
+            self._dispatch(completion, transition)
+        if row["lease_token"] is not None:
+            self.released.append((completion.dispatch_id, str(row["lease_token"])))
+        self._saga(saga_id, transition)
+
+    def _dispatch(self, completion: Completion, transition: Transition) -> None:
         self.dispatches.append(
             {
                 "dispatch_id": completion.dispatch_id,
@@ -81,8 +120,8 @@ class TransitionRows:
                 "last_error": transition.last_error,
             }
         )
-        if row["lease_token"] is not None:
-            self.released.append((completion.dispatch_id, str(row["lease_token"])))
+
+    def _saga(self, saga_id: str, transition: Transition) -> None:
         for step in transition.steps:
             self._step(
                 {
@@ -139,7 +178,7 @@ def event_params(saga_id: str, event: Event) -> dict[str, Any]:
     }
 
 
-def dispatch_facts(row: dict[str, Any]) -> DispatchFacts:
+def dispatch_facts(row: Row) -> DispatchFacts:
     return DispatchFacts(
         dispatch_id=row["dispatch_id"],
         effect_id=row["effect_id"],
@@ -153,6 +192,71 @@ def dispatch_facts(row: dict[str, Any]) -> DispatchFacts:
         fence_waits=row["fence_waits"],
         budget_base=row["budget_base"],
     )
+
+
+def locked_dispatch(row: Row) -> LockedDispatch:
+    """A lock_dispatches row as the settlement guard sees it."""
+    token = row["lease_token"]
+    return LockedDispatch(
+        dispatch_facts(row), None if token is None else str(token), bool(row["lease_expired"])
+    )
+
+
+def attempt_facts(row: Row) -> AttemptFacts:
+    """A select_completion_attempts row."""
+    settled_by = row["settled_by"]
+    return AttemptFacts(
+        None if settled_by is None else SettledBy(settled_by), bool(row["later_sent"])
+    )
+
+
+def steps_by_saga(rows: Iterable[Row]) -> dict[str, dict[str, StepFacts]]:
+    """select_steps_of_sagas rows, by saga and effect id."""
+    steps: dict[str, dict[str, StepFacts]] = {}
+    for row in rows:
+        steps.setdefault(row["saga_id"], {})[row["effect_id"]] = StepFacts(
+            row["effect_id"], row["sequence"], StepState(row["state"]), row["result"]
+        )
+    return steps
+
+
+def saga_facts(
+    row: Row,
+    steps: Mapping[str, StepFacts],
+    plans: MutableMapping[str, CheckedPlan] | None = None,
+) -> SagaFacts:
+    """A locked saga row (lock_sagas_of_dispatches, op_lock_saga) as the engine's facts;
+    ``plans`` caches checked plans by digest."""
+    plan = None if plans is None else plans.get(row["plan_digest"])
+    if plan is None:
+        plan = CheckedPlan.model_validate(row["plan"])
+        if plans is not None:
+            plans[row["plan_digest"]] = plan
+    return SagaFacts(
+        saga_id=row["saga_id"],
+        namespace=row["namespace"],
+        execution_id=row["execution_id"],
+        state=SagaState(row["state"]),
+        cancel_requested=bool(row["cancel_requested"]),
+        plan=plan,
+        facts=row["facts"],
+        steps=steps,
+        compensation_reason=row["compensation_reason"],
+    )
+
+
+def write_rows(rows: TransitionRows) -> Operation[None]:
+    """The statements of ``rows`` (each run once per parameter row), in order; fencing
+    releases and notifications are the caller's."""
+    for name, params in batches(rows):
+        if params:
+            yield name, params
+
+
+def notify_rows(rows: TransitionRows) -> Operation[None]:
+    """One wake-up per destination that got a new dispatch."""
+    for destination in sorted(rows.destinations):
+        yield ("notify_outbox", {"destination": destination})
 
 
 def batches(rows: TransitionRows) -> list[tuple[str, list[dict[str, Any]]]]:

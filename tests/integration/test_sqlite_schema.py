@@ -1032,7 +1032,10 @@ def test_saga_state_updates_and_the_compensation_reason(conn: sqlite3.Connection
             "detail": detail,
         }
 
-    assert q(conn, "op_compensation_reason", {"saga_id": saga_id}) == []
+    def compensation_reason() -> Any:
+        [locked] = q(conn, "op_lock_saga", {"saga_id": saga_id})
+        return locked["compensation_reason"]
+
     q(
         conn,
         "insert_event",
@@ -1042,7 +1045,7 @@ def test_saga_state_updates_and_the_compensation_reason(conn: sqlite3.Connection
             timeline("blocked_unknown", '{"reason":"not this one"}'),
         ],
     )
-    assert q(conn, "op_compensation_reason", {"saga_id": saga_id}) == [{"reason": "first"}]
+    assert compensation_reason() is None  # read only while the saga is blocked
 
     q(conn, "update_saga_state", [{"saga_id": saga_id, "state": "failed", "stop_reason": "no"}])
     [failed] = q(conn, "select_saga", {"saga_id": saga_id})
@@ -1059,6 +1062,9 @@ def test_saga_state_updates_and_the_compensation_reason(conn: sqlite3.Connection
     [cancel] = q(conn, "op_request_cancel", {"saga_id": saga_id, "actor": "ops"})
     assert isinstance(cancel["cancel_requested_at"], datetime)
     assert q(conn, "op_request_cancel", {"saga_id": saga_id, "actor": "ops"}) == []
+    blocked = {"saga_id": saga_id, "state": "blocked_unknown", "stop_reason": "b"}
+    q(conn, "update_saga_state", [blocked])
+    assert compensation_reason() == "first"
 
 
 def test_the_gauges_and_the_wait_for_the_next_due_row(conn: sqlite3.Connection) -> None:

@@ -1,0 +1,128 @@
+"""Settlement: what one reported outcome does, decided in one place.
+
+The recorder loads the facts under its lock (the dispatch row, the attempt the outcome is
+for, the saga) and asks ``settle_completion``; it then writes what the answer says and
+nothing else. The rules, in the order they apply:
+
+* the guard: the dispatch is in flight on this very attempt and lease token, and a reclaim
+  only takes a lease that has run out;
+* a reclaim whose holder finished first is dropped (there is nothing to reclaim);
+* our own earlier executor commit that went through after all is dropped (no duplicate);
+* any other answer that misses the guard is late: kept as evidence on its attempt, and it
+  settles the dispatch only when it answers the uncertain attempt that blocked it;
+* then the engine decides the transition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from effectusd.core.engine import settle
+from effectusd.core.registry import Registry
+from effectusd.core.states import DispatchState, OutcomeClass, SettledBy
+from effectusd.core.transition import Completion, DispatchFacts, SagaFacts, Transition
+
+
+class Verdict(StrEnum):
+    DROP = "drop"  # nothing is written
+    LATE = "late"  # the answer is kept on its attempt as evidence; nothing else moves
+    APPLY = "apply"  # the transition is written (after the late evidence, when ``late``)
+
+
+@dataclass(frozen=True)
+class LockedDispatch:
+    """The dispatch row as locked: the engine's facts plus what the guard compares."""
+
+    facts: DispatchFacts
+    lease_token: str | None
+    lease_expired: bool
+
+
+@dataclass(frozen=True)
+class AttemptFacts:
+    """The attempt row the outcome is for."""
+
+    settled_by: SettledBy | None  # None while the attempt is open
+    later_sent: bool  # a later attempt of the dispatch was written ahead (sent)
+
+
+@dataclass(frozen=True)
+class SettlementFacts:
+    dispatch: LockedDispatch
+    attempt: AttemptFacts
+    # The saga's facts, built only for a completion that settles: building them checks the
+    # saga's plan, which a dropped or merely late answer never needs.
+    saga: Callable[[], SagaFacts]
+
+
+@dataclass(frozen=True)
+class Settlement:
+    verdict: Verdict
+    why: str
+    late: bool = False  # record the completion as a late answer on its attempt
+    transition: Transition | None = None
+
+
+def holds_lease(completion: Completion, dispatch: LockedDispatch) -> bool:
+    """The completion is for the live attempt: in flight, same attempt, same lease token."""
+    return (
+        dispatch.facts.state is DispatchState.IN_FLIGHT
+        and dispatch.facts.attempt == completion.attempt
+        and dispatch.lease_token == completion.lease_token
+    )
+
+
+def guard_holds(completion: Completion, dispatch: LockedDispatch) -> bool:
+    """The live attempt's own answer; a reclaim also needs the lease to have run out."""
+    return holds_lease(completion, dispatch) and (
+        completion.settled_by is not SettledBy.RECLAIM or dispatch.lease_expired
+    )
+
+
+def late_completion_settles(
+    completion: Completion, dispatch: DispatchFacts, later_sent: bool
+) -> bool:
+    """An answer for the attempt whose uncertainty blocked the dispatch settles it, if no
+    later attempt was sent and the answer is known."""
+    return (
+        dispatch.state is DispatchState.BLOCKED_UNKNOWN
+        and dispatch.uncertain_attempt == completion.attempt
+        and not later_sent
+        and completion.outcome is not OutcomeClass.UNKNOWN
+    )
+
+
+def as_settled_late(dispatch: DispatchFacts, completion: Completion) -> DispatchFacts:
+    """The dispatch as settle() should see it when a late answer resolves its uncertainty."""
+    return replace(dispatch, attempt=completion.attempt, uncertain_attempt=None)
+
+
+def settle_completion(
+    completion: Completion,
+    facts: SettlementFacts,
+    registry: Registry,
+    jitter: float,
+) -> Settlement:
+    """What ``completion`` does to the locked rows ``facts`` describe."""
+    dispatch = facts.dispatch.facts
+    late = False
+    if not guard_holds(completion, facts.dispatch):
+        if completion.settled_by is SettledBy.RECLAIM:
+            return Settlement(Verdict.DROP, "the holder finished first: nothing to reclaim")
+        ours = completion.settled_by is SettledBy.EXECUTOR
+        if ours and facts.attempt.settled_by is SettledBy.EXECUTOR:
+            return Settlement(Verdict.DROP, "our own earlier commit went through after all")
+        if not late_completion_settles(completion, dispatch, facts.attempt.later_sent):
+            return Settlement(Verdict.LATE, "a late answer, kept as evidence", late=True)
+        dispatch, late = as_settled_late(dispatch, completion), True
+    transition = settle(
+        completion,
+        dispatch,
+        facts.saga(),
+        registry,
+        jitter,
+    )
+    why = "a late answer settles the uncertain attempt" if late else "the guard holds"
+    return Settlement(Verdict.APPLY, why, late=late, transition=transition)

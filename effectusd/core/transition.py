@@ -1,0 +1,147 @@
+"""The facts the engine decides from and the Transition it returns.
+
+Plain records: the store reads the facts under lock and writes the Transition back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from effectusd.core.canonical import JsonValue
+from effectusd.core.enqueue import DispatchSpec, SagaRef
+from effectusd.core.plan import CheckedPlan
+from effectusd.core.states import (
+    Delivery,
+    Direction,
+    DispatchState,
+    FencingStatus,
+    OutcomeClass,
+    SagaState,
+    SettledBy,
+    StepState,
+)
+
+ENGINE = "engine"
+
+
+@dataclass(frozen=True)
+class StepFacts:
+    effect_id: str
+    sequence: int
+    state: StepState
+    result: JsonValue = None
+
+
+@dataclass(frozen=True)
+class SagaFacts:
+    saga_id: str
+    namespace: str
+    execution_id: str
+    state: SagaState
+    cancel_requested: bool
+    plan: CheckedPlan
+    facts: Mapping[str, JsonValue]
+    steps: Mapping[str, StepFacts]
+    # Why compensation began (the reason on the latest move into compensating), loaded with
+    # the saga row while it is blocked: a blocked saga that resumes compensating gets it back.
+    compensation_reason: str | None = None
+
+    @property
+    def ref(self) -> SagaRef:
+        return SagaRef(self.saga_id, self.namespace, self.execution_id)
+
+
+@dataclass(frozen=True)
+class DispatchFacts:
+    dispatch_id: int
+    effect_id: str
+    direction: Direction
+    delivery: Delivery
+    verb: str
+    state: DispatchState
+    attempt: int
+    max_attempts: int  # as stored; the budget in force is registry.retry_budget()
+    uncertain_attempt: int | None
+    # Attempts whose write-ahead found a fencing resource held by another live dispatch:
+    # nothing was sent, so they are not attempts of the retry budget.
+    fence_waits: int = 0
+    budget_base: int | None = 0
+
+
+@dataclass(frozen=True)
+class FenceWait:
+    """The write-ahead found a fencing resource held by another live dispatch; nothing was
+    sent. ``waited`` runs from the first busy write-ahead of this wait (database clock);
+    ``holder`` names the holding dispatch, its saga and lease owner, never a resource value."""
+
+    waited: timedelta
+    holder: str
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What one attempt ended with, as reported by the executor, a reclaim, a guard or a person."""
+
+    dispatch_id: int
+    attempt: int
+    lease_token: str | None
+    outcome: OutcomeClass
+    settled_by: SettledBy = SettledBy.EXECUTOR
+    status_code: int | None = None
+    result: JsonValue = None
+    error: str | None = None
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    fencing_status: FencingStatus | None = None
+    actor: str = ENGINE
+    operator_evidence: str | None = None
+    contract_drift: bool = False  # set by the pre-dispatch guard; nothing was sent
+    fence_wait: FenceWait | None = None  # set by the write-ahead; nothing was sent
+
+    def __post_init__(self) -> None:
+        # Callers outside core (tests, adapters) may still pass the stored string.
+        object.__setattr__(self, "settled_by", SettledBy(self.settled_by))
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    effect_id: str | None = None
+    direction: str | None = None
+    attempt: int | None = None
+    from_state: str | None = None
+    to_state: str | None = None
+    actor: str = ENGINE
+    evidence: str | None = None
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepUpdate:
+    effect_id: str
+    state: StepState
+    result: JsonValue = None
+    set_result: bool = False
+    args: str | None = None  # canonical resolved args, set when a forward step starts
+    args_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class SagaUpdate:
+    state: SagaState
+    stop_reason: str | None
+
+
+@dataclass
+class Transition:
+    dispatch_state: DispatchState
+    retry_delay: timedelta | None = None
+    uncertain_attempt: int | None = None
+    last_outcome: OutcomeClass | None = None
+    last_error: str | None = None
+    steps: list[StepUpdate] = field(default_factory=list)
+    saga: SagaUpdate | None = None
+    new_dispatches: list[DispatchSpec] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)

@@ -1,0 +1,188 @@
+"""The write-ahead step of a store: fencing tokens taken and each claim marked sent, in one
+transaction, before anything is called.
+
+A claim that must not be called (a fencing resource held by another live dispatch, or its own
+write-ahead failed) comes back as a known-not-committed completion for the recorder.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from effectusd.core.canonical import canonical_text
+from effectusd.core.states import FencingStatus, OutcomeClass, SettledBy
+from effectusd.core.transition import Completion, FenceWait
+from effectusd.fencing.protocol import FenceBusy, FenceHolder, FencingProvider
+from effectusd.store.operations import Operation, failure_name
+from effectusd.store.records import Claim, WriteAhead
+
+T = TypeVar("T")
+log = logging.getLogger("effectusd.store")
+
+
+class WriteAheadStore:
+    """The write-ahead half of ``DispatchStore`` (which supplies ``_write``)."""
+
+    owner: str
+    fencing: FencingProvider
+
+    async def _write(self, operation: Operation[T]) -> T:
+        raise NotImplementedError
+
+    async def _write_single(self, operation: Operation[T]) -> T:
+        """An operation of exactly one write statement, which is atomic by itself: a store may
+        spare the BEGIN/COMMIT round trips."""
+        return await self._write(operation)
+
+    async def write_ahead(
+        self, claims: Sequence[Claim]
+    ) -> tuple[list[WriteAhead], list[Completion]]:
+        """Take fencing tokens and mark each claim sent, in one transaction.
+
+        Returns the claims that may now be called, and known-not-committed completions for the
+        claims that must not be: a fencing resource is held by another live dispatch (a fence
+        wait), or the claim's own write-ahead failed (the error is the evidence). A failed batch
+        is tried again claim by claim, so one bad claim never holds back the others.
+        """
+        try:
+            return await self._write_ahead_batch(claims)
+        except Exception as error:  # noqa: BLE001 - each claim is tried alone below
+            if len(claims) == 1:
+                return [], [self._write_ahead_failed(claims[0], error)]
+            log.warning(
+                "write-ahead of %d claims failed (%s); trying each claim alone",
+                len(claims),
+                failure_name(error),
+            )
+        ready: list[WriteAhead] = []
+        not_sent: list[Completion] = []
+        for claim in claims:
+            try:
+                one_ready, one_busy = await self._write_ahead_batch([claim])
+            except Exception as error:  # noqa: BLE001 - settles this claim only, as evidence
+                not_sent.append(self._write_ahead_failed(claim, error))
+            else:
+                ready += one_ready
+                not_sent += one_busy
+        return ready, not_sent
+
+    async def _write_ahead_batch(
+        self, claims: Sequence[Claim]
+    ) -> tuple[list[WriteAhead], list[Completion]]:
+        operation = self._write_ahead(claims)
+        if any(claim.fencing_resources for claim in claims):
+            return await self._write(operation)
+        return await self._write_single(operation)  # unfenced: the one write_ahead statement
+
+    def _write_ahead_failed(self, claim: Claim, error: Exception) -> Completion:
+        """Nothing is ever called after a failed write-ahead: known not committed."""
+        log.warning(
+            "write-ahead of dispatch %s failed (%s); nothing was sent",
+            claim.dispatch_id,
+            failure_name(error),
+        )
+        return Completion(
+            dispatch_id=claim.dispatch_id,
+            attempt=claim.attempt,
+            lease_token=claim.lease_token,
+            outcome=OutcomeClass.RETRYABLE,
+            settled_by=SettledBy.GUARD,
+            error=f"write-ahead failed ({failure_name(error)}); nothing was sent",
+            actor=self.owner,
+        )
+
+    def _write_ahead(
+        self, claims: Sequence[Claim]
+    ) -> Operation[tuple[list[WriteAhead], list[Completion]]]:
+        ready: list[WriteAhead] = []
+        waiting: list[tuple[Claim, str]] = []  # (claim, the resource another dispatch holds)
+        fenced = [claim for claim in claims if claim.fencing_resources]
+        if fenced:
+            # Claims are taken in claim order, each claim's resources in canonical order: only
+            # one global lock order over the whole batch keeps two batches from deadlocking.
+            yield from self.fencing.lock([r for claim in fenced for r in claim.fencing_resources])
+        for claim in claims:
+            if not claim.fencing_resources:
+                ready.append(WriteAhead(claim, (), FencingStatus.NOT_REQUESTED))
+                continue
+            holder = FenceHolder(claim.dispatch_id, claim.lease_token, claim.lease_expires_at)
+            try:
+                grants = yield from self.fencing.acquire(holder, claim.fencing_resources)
+            except FenceBusy as taken:
+                waiting.append((claim, taken.resource))
+            else:
+                ready.append(WriteAhead(claim, grants, self.fencing.status))
+        busy = (yield from self._fence_waits(waiting)) if waiting else []
+        if not ready:
+            return [], busy
+        marked_rows = yield (
+            "write_ahead",
+            {
+                "dispatch_ids": [w.claim.dispatch_id for w in ready],
+                "attempts": [w.claim.attempt for w in ready],
+                "lease_tokens": [w.claim.lease_token for w in ready],
+                "grants": [grants_json(w.grants) for w in ready],
+                "fencing_statuses": [w.fencing_status.value for w in ready],
+            },
+        )
+        marked = {row["dispatch_id"] for row in marked_rows}
+        return [w for w in ready if w.claim.dispatch_id in marked], busy
+
+    def _fence_waits(self, waiting: Sequence[tuple[Claim, str]]) -> Operation[list[Completion]]:
+        """Count each busy claim as a fence wait (not an attempt of the retry budget) and tell
+        the engine how long the wait has lasted and who holds the resource."""
+        marked = yield (
+            "mark_fence_waits",
+            {
+                "dispatch_ids": [claim.dispatch_id for claim, _ in waiting],
+                "attempts": [claim.attempt for claim, _ in waiting],
+                "lease_tokens": [claim.lease_token for claim, _ in waiting],
+            },
+        )
+        waited = {row["dispatch_id"]: float(row["waited_s"] or 0.0) for row in marked}
+        holders = {
+            row["resource"]: row
+            for row in (
+                yield ("select_fence_holders", {"resources": sorted({r for _, r in waiting})})
+            )
+        }
+        busy = []
+        for claim, resource in waiting:
+            who = _holder_name(holders.get(resource))
+            busy.append(
+                Completion(
+                    dispatch_id=claim.dispatch_id,
+                    attempt=claim.attempt,
+                    lease_token=claim.lease_token,
+                    outcome=OutcomeClass.RETRYABLE,
+                    settled_by=SettledBy.GUARD,
+                    # the resource itself is not named: its text may carry argument values
+                    error=(
+                        f"a fencing resource is held by another live dispatch ({who}); "
+                        "nothing was sent"
+                    ),
+                    actor=self.owner,
+                    fence_wait=FenceWait(
+                        timedelta(seconds=max(waited.get(claim.dispatch_id, 0.0), 0.0)), who
+                    ),
+                )
+            )
+        return busy
+
+
+def _holder_name(row: Mapping[str, Any] | None) -> str:
+    if row is None:  # a provider that keeps no lease rows (in-memory)
+        return "holder not recorded"
+    if row["saga_id"] is None:  # the holder's saga was pruned meanwhile
+        return f"dispatch {row['holder_dispatch_id']}"
+    return (
+        f"dispatch {row['holder_dispatch_id']} of saga {row['saga_id']}, "
+        f"lease owner {row['lease_owner']}"
+    )
+
+
+def grants_json(grants: Iterable[tuple[str, int]]) -> str:
+    return canonical_text([{"resource": r, "token": t} for r, t in sorted(grants)])

@@ -1,0 +1,258 @@
+"""settle_completion(): the guard and the late-answer rules, one row per case. Pure: the
+locked facts in, drop / late / apply out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from effectusd.core.checker import check
+from effectusd.core.registry import Registry
+from effectusd.core.settlement import (
+    AttemptFacts,
+    LockedDispatch,
+    Settlement,
+    SettlementFacts,
+    Verdict,
+    settle_completion,
+)
+from effectusd.core.states import (
+    Delivery,
+    Direction,
+    DispatchState,
+    OutcomeClass,
+    SagaState,
+    SettledBy,
+    StepState,
+)
+from effectusd.core.transition import Completion, DispatchFacts, SagaFacts, StepFacts
+
+TOKEN = "lease-1"
+BEGAN = "step 'second' failed: permanent failure: declined"
+PLAN = {
+    "plan_id": "p",
+    "steps": [
+        {"id": "first", "verb": "ship", "args": {"n": 1}, "compensate": {"verb": "ship"}},
+        {"id": "second", "verb": "ship", "args": {"n": 2}, "compensate": "none"},
+    ],
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    # the completion
+    settled_by: SettledBy = SettledBy.EXECUTOR
+    outcome: OutcomeClass = OutcomeClass.SUCCESS
+    attempt: int = 2
+    token: str | None = TOKEN
+    # the locked dispatch row
+    state: DispatchState = DispatchState.IN_FLIGHT
+    row_attempt: int = 2
+    row_token: str | None = TOKEN
+    lease_expired: bool = False
+    uncertain: int | None = None
+    direction: Direction = Direction.FORWARD
+    # the attempt row
+    attempt_settled_by: SettledBy | None = None
+    later_sent: bool = False
+    # the saga
+    saga_state: SagaState = SagaState.RUNNING
+    # expected
+    verdict: Verdict = Verdict.APPLY
+    late: bool = False
+    dispatch_to: DispatchState | None = None
+    saga_to: tuple[SagaState, str | None] | None = None
+
+
+def blocked(name: str, **changes: Any) -> Case:
+    """A late answer for a dispatch blocked_unknown on ``attempt`` 2, its lease long gone
+    (a reclaim settled the attempt as unknown)."""
+    base: dict[str, Any] = {
+        "state": DispatchState.BLOCKED_UNKNOWN,
+        "row_token": None,
+        "uncertain": 2,
+        "attempt_settled_by": SettledBy.RECLAIM,
+        "saga_state": SagaState.BLOCKED_UNKNOWN,
+        "late": True,
+    }
+    return Case(name, **{**base, **changes})
+
+
+CASES = [
+    Case(
+        "guard holds: the live attempt's answer",
+        dispatch_to=DispatchState.SUCCEEDED,
+        saga_to=(SagaState.COMPLETED, None),
+    ),
+    Case(
+        "reclaim of an expired lease",
+        settled_by=SettledBy.RECLAIM,
+        lease_expired=True,
+        outcome=OutcomeClass.RETRYABLE,
+        dispatch_to=DispatchState.RETRY_WAIT,
+    ),
+    Case(
+        "reclaim of a lease still running",
+        settled_by=SettledBy.RECLAIM,
+        outcome=OutcomeClass.UNKNOWN,
+        verdict=Verdict.DROP,
+    ),
+    Case(
+        "reclaim after the holder finished",
+        settled_by=SettledBy.RECLAIM,
+        lease_expired=True,
+        state=DispatchState.SUCCEEDED,
+        row_token=None,
+        outcome=OutcomeClass.UNKNOWN,
+        attempt_settled_by=SettledBy.EXECUTOR,
+        verdict=Verdict.DROP,
+    ),
+    Case(
+        "our own earlier commit went through",
+        state=DispatchState.SUCCEEDED,
+        row_token=None,
+        attempt_settled_by=SettledBy.EXECUTOR,
+        verdict=Verdict.DROP,
+    ),
+    Case(
+        "another lease token on the same attempt",
+        row_token="lease-2",
+        verdict=Verdict.LATE,
+        late=True,
+    ),
+    Case(
+        "an answer for an attempt already superseded",
+        row_attempt=3,
+        verdict=Verdict.LATE,
+        late=True,
+    ),
+    Case(
+        "a guard's answer that missed the guard",
+        settled_by=SettledBy.GUARD,
+        outcome=OutcomeClass.RETRYABLE,
+        row_token="lease-2",
+        verdict=Verdict.LATE,
+        late=True,
+    ),
+    Case(
+        "late answer after a reclaim, on a dispatch that moved on",
+        row_token=None,
+        state=DispatchState.RETRY_WAIT,
+        attempt_settled_by=SettledBy.RECLAIM,
+        verdict=Verdict.LATE,
+        late=True,
+    ),
+    blocked(
+        "late answer settles the uncertain attempt",
+        dispatch_to=DispatchState.SUCCEEDED,
+        saga_to=(SagaState.COMPLETED, None),
+    ),
+    blocked(
+        "late unknown answer settles nothing",
+        outcome=OutcomeClass.UNKNOWN,
+        verdict=Verdict.LATE,
+        late=True,
+    ),
+    blocked(
+        "late answer after a later attempt was sent",
+        later_sent=True,
+        verdict=Verdict.LATE,
+        late=True,
+    ),
+    blocked(
+        "late answer for another attempt than the uncertain one",
+        uncertain=1,
+        verdict=Verdict.LATE,
+        late=True,
+    ),
+    blocked(
+        "late answer of a compensation resumes with the reason compensation began",
+        direction=Direction.COMPENSATION,
+        dispatch_to=DispatchState.SUCCEEDED,
+        saga_to=(SagaState.COMPENSATED, BEGAN),
+    ),
+    blocked(
+        "late failure of a compensation blocks it again with its own reason",
+        direction=Direction.COMPENSATION,
+        late=True,
+        outcome=OutcomeClass.PERMANENT,
+        dispatch_to=DispatchState.FAILED_PERMANENT,
+        saga_to=(
+            SagaState.BLOCKED_COMPENSATION,
+            "compensation of 'first' failed: permanent failure: declined",
+        ),
+    ),
+]
+
+
+def saga_of(registry: Registry, case: Case) -> SagaFacts:
+    checked = check(PLAN, registry.verbs)
+    undoing = case.direction is Direction.COMPENSATION
+    states = {
+        "first": StepState.COMPENSATING if undoing else StepState.SUCCEEDED,
+        "second": StepState.FAILED if undoing else StepState.IN_PROGRESS,
+    }
+    return SagaFacts(
+        saga_id="s" * 64,
+        namespace="default",
+        execution_id="x",
+        state=case.saga_state,
+        cancel_requested=False,
+        plan=checked,
+        facts={},
+        steps={s.id: StepFacts(s.id, s.sequence, states[s.id]) for s in checked.steps},
+        compensation_reason=BEGAN if case.saga_state.is_blocked else None,
+    )
+
+
+def facts_of(case: Case, saga: Callable[[], SagaFacts]) -> SettlementFacts:
+    undoing = case.direction is Direction.COMPENSATION
+    dispatch = DispatchFacts(
+        dispatch_id=1,
+        effect_id="first" if undoing else "second",
+        direction=case.direction,
+        delivery=Delivery.AT_LEAST_ONCE,
+        verb="ship",
+        state=case.state,
+        attempt=case.row_attempt,
+        max_attempts=5,
+        uncertain_attempt=case.uncertain,
+    )
+    return SettlementFacts(
+        LockedDispatch(dispatch, case.row_token, case.lease_expired),
+        AttemptFacts(case.attempt_settled_by, case.later_sent),
+        saga,
+    )
+
+
+def run(registry: Registry, case: Case) -> Settlement:
+    completion = Completion(
+        1, case.attempt, case.token, case.outcome, case.settled_by, error="declined"
+    )
+    built: list[SagaFacts] = []
+
+    def saga() -> SagaFacts:
+        built.append(saga_of(registry, case))
+        return built[-1]
+
+    settlement = settle_completion(completion, facts_of(case, saga), registry, 0.5)
+    # a dropped or merely late answer never needs the saga (its plan is never even read)
+    assert bool(built) is (settlement.verdict is Verdict.APPLY)
+    return settlement
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_settlement_table(core_registry: Registry, case: Case) -> None:
+    settlement = run(core_registry, case)
+    assert (settlement.verdict, settlement.late) == (case.verdict, case.late)
+    if case.verdict is not Verdict.APPLY:
+        assert settlement.transition is None
+        return
+    assert settlement.transition is not None
+    assert settlement.transition.dispatch_state is case.dispatch_to
+    saga = settlement.transition.saga
+    assert (None if saga is None else (saga.state, saga.stop_reason)) == case.saga_to
