@@ -1,7 +1,8 @@
 """The documentation holds together: every relative link in README.md and docs/*.md reaches a
 file (and, with a #fragment, a heading of it), every "docs/FILE.md section N" that code, tests
 or docs cite names a numbered heading that exists, and the README's Development layout matches
-the tree. Each checker is also run on a deliberately broken example, so it is shown to fail."""
+the tree; every test the docs name exists. Each checker is also run on a deliberately broken
+example, so it is shown to fail."""
 
 from __future__ import annotations
 
@@ -169,6 +170,15 @@ def test_the_checkers_find_broken_links_references_and_layouts(tmp_path: Path) -
         "layout names effectusd/cli/, which does not exist",
         "layout does not name effectusd/store/",
     ]
+
+
+def test_every_test_the_docs_name_exists() -> None:
+    defined = set()
+    for source in (ROOT / "tests").rglob("*.py"):
+        defined |= set(re.findall(r"^\s*(?:async )?def (test_\w+)", source.read_text(), re.M))
+    named = {name for doc in docs() for name in re.findall(r"`(test_\w+)`", doc.read_text())}
+    assert named, "the docs name the tests that prove each promise"
+    assert sorted(named - defined) == []
 
 
 def test_slugs_follow_github() -> None:
