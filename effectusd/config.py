@@ -1,4 +1,4 @@
-"""The TOML configuration (DESIGN.md section 12) as pydantic models.
+"""The TOML configuration (docs/configuration.md section 1) as pydantic models.
 
 Every error names the file, the key and the reason, e.g.
 ``effectusd.toml: destinations.payments.headers.Idempotency-Key: reserved header``.

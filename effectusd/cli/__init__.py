@@ -1,4 +1,5 @@
-"""The effectusd command line (DESIGN.md section 11); each command group in its own module."""
+"""The effectusd command line (docs/configuration.md section 3); each command group in its own
+module."""
 
 from effectusd.cli import daemon, operator, plans, prune, sagas  # noqa: F401  (registers them)
 from effectusd.cli.app import main

@@ -1,4 +1,4 @@
-"""The effectusd command line (DESIGN.md section 11).
+"""The effectusd command line (docs/configuration.md section 3).
 
 Exit codes scripts can rely on: 0 success; 1 operational failure (database unreachable, …);
 2 usage error (click's own, and our checks of option values); 3 invalid input (plan, facts or

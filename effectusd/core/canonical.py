@@ -1,4 +1,4 @@
-"""Canonical JSON (RFC 8785 / JCS) with the limits of DESIGN.md section 3, reported by path.
+"""Canonical JSON (RFC 8785 / JCS) with the limits of docs/design.md section 3, reported by path.
 
 We validate before handing a value to ``rfc8785`` so that every problem is reported at once
 and names where it is (``steps[1].args.amount: integer outside ±(2^53-1)``), instead of the
@@ -22,7 +22,7 @@ JsonValue = Any
 
 MAX_SAFE_INTEGER = 2**53 - 1
 
-# Limits on what effectusd accepts (README "Limits"), far below what any JSON loader or
+# Limits on what effectusd accepts (docs/design.md section 3), far below what any JSON loader or
 # index chokes on: a value past them is refused at check/submit (or fails its step when it
 # is only built at enqueue), never stored for a daemon to trip over.
 MAX_JSON_DEPTH = 64

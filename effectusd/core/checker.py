@@ -1,4 +1,4 @@
-"""check(plan, verbs): a CheckedPlan, or every problem at once (DESIGN.md section 4)."""
+"""check(plan, verbs): a CheckedPlan, or every problem at once (docs/design.md section 4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Verb contracts (DESIGN.md section 4) and their contract hash.
+"""Verb contracts (docs/design.md section 4) and their contract hash.
 
 The contract hash pins what decides the effect a call has: which destination, which request
 (method, path template, argument schema), what an answer means (result schema), delivery and

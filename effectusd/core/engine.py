@@ -1,4 +1,4 @@
-"""The saga engine: one outcome in, one complete transition out (DESIGN.md section 6).
+"""The saga engine: one outcome in, one complete transition out (docs/design.md section 6).
 
 Everything here is a pure function of facts the store read under lock. The store applies the
 returned Transition in the same transaction, guarded by state, attempt and lease token (the

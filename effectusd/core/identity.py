@@ -1,4 +1,4 @@
-"""The identities of DESIGN.md section 3. Tests pin each with fixed vectors."""
+"""The identities of docs/design.md section 2. Tests pin each with fixed vectors."""
 
 from __future__ import annotations
 

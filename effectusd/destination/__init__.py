@@ -1,4 +1,4 @@
-"""The destination kit: honour effectusd's destination contract (DESIGN.md section 10) in a
+"""The destination kit: honour effectusd's destination contract (docs/design.md section 9) in a
 Python service on PostgreSQL or SQLite, atomically with the service's own business writes.
 
     from effectusd.destination import install, parse_request, handle, PermanentFailure

@@ -1,4 +1,4 @@
-"""The dispatch pipeline of DESIGN.md section 7, top to bottom.
+"""The dispatch pipeline of docs/design.md section 7, top to bottom.
 
     1. claim      due rows for destinations with free capacity (one statement, SKIP LOCKED)
     2. reclaim    expired leases: not sent → known not committed; sent → unknown

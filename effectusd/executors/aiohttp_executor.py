@@ -1,4 +1,4 @@
-"""The HTTP executor on aiohttp (DESIGN.md section 9): one destination, one ClientSession.
+"""The HTTP executor on aiohttp (docs/design.md section 5): one destination, one ClientSession.
 
 Same request, same classification as the httpx executor (``effectusd.executors.common``); only
 the evidence of what reached the wire differs. aiohttp raises ServerDisconnectedError and

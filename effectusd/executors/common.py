@@ -1,5 +1,5 @@
-"""What every HTTP transport shares (DESIGN.md section 9): the request it builds, how it turns an
-answer into an outcome, and how it reports a failure.
+"""What every HTTP transport shares (docs/design.md section 5): the request it builds, how it turns
+an answer into an outcome, and how it reports a failure.
 
 A transport only sends and says what it saw on the wire. Whether a failed call "may have been
 sent" is the transport's ``Wire.provably_not_sent``: a request counts as not sent only on

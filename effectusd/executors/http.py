@@ -1,4 +1,4 @@
-"""The HTTP executor on httpx (DESIGN.md section 9): one destination, one httpx client.
+"""The HTTP executor on httpx (docs/design.md section 5): one destination, one httpx client.
 
 Whether a failed call "may have been sent" is decided from what httpcore reports it did on the
 wire (its documented ``trace`` request extension), never from exception class names alone: a

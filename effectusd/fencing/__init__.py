@@ -1,4 +1,4 @@
-"""Fencing providers: leases on resources and monotonic tokens (DESIGN.md section 8)."""
+"""Fencing providers: leases on resources and monotonic tokens (docs/design.md section 8)."""
 
 from effectusd.fencing.protocol import FenceBusy, FenceHolder, FencingProvider, Grants
 

@@ -1,5 +1,5 @@
-"""Every outcome's transition (DESIGN.md section 6), guarded completions and compensation order,
-driven through the DispatchStore with outcomes the test chooses."""
+"""Every outcome's transition (docs/design.md section 6), guarded completions and compensation
+order, driven through the DispatchStore with outcomes the test chooses."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The effectusd CLI (DESIGN.md section 11) on the shipped example config and plan.
+"""The effectusd CLI (docs/configuration.md section 3) on the shipped example config and plan.
 
 Exit codes pinned here are the ones documented at the top of effectusd/cli.py:
 0 ok, 1 operational failure, 3 invalid input, 4 conflict, 5 not found.

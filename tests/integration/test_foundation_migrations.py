@@ -1,4 +1,4 @@
-"""Schema migrations against a real PostgreSQL (DESIGN.md section 5).
+"""Schema migrations against a real PostgreSQL (docs/design.md section 10).
 
 Covers: what the first migration creates, idempotence, status/require_current, refusal of a
 database that is newer than the code or whose applied migration changed, `migrate --check`,

@@ -1,6 +1,6 @@
 """Submitting sagas through the transactional outbox, against a real PostgreSQL.
 
-The plan and config below use the inputs of the DESIGN.md section 3 vectors (namespace
+The plan and config below use the inputs of the docs/design.md section 2 vectors (namespace
 ``default``, execution ``order-7``, plan ``checkout``, first step ``charge`` with arguments
 ``{"order":"o-1","currency":"EUR","amount":1250}``), so the rows a submit writes can be pinned
 to the published identities.

@@ -31,7 +31,8 @@ from effectusd.executors.common import BaseHttpExecutor
 from effectusd.executors.factory import EXECUTOR_CLASSES, executor_for
 from effectusd.executors.protocol import CallResult, FencingGrant, Invocation
 
-# DESIGN.md section 3 vectors: namespace default, execution order-7, plan checkout, step charge.
+# docs/design.md section 2 vectors: namespace default, execution order-7, plan checkout, step
+# charge.
 SAGA_ID = "53c4d5234ab09a8d5912898c4e385b0a86809796ccca87c3959d7755085345f8"
 FORWARD_KEY = "8574e6019624ecdc867c223762cb0e8f2f1bca2924d07b3563fd0c977bbbab6e"
 ARGS = b'{"amount":1250,"currency":"EUR","order":"o-1"}'

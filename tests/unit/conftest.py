@@ -1,6 +1,7 @@
-"""Fixtures for the pure-core unit tests: a small verb registry and the DESIGN.md checkout plan.
+"""Fixtures for the pure-core unit tests: a small verb registry and the
+docs/design.md checkout plan.
 
-The plan uses the inputs of the DESIGN.md section 3 vectors (namespace ``default``, execution
+The plan uses the inputs of the docs/design.md section 2 vectors (namespace ``default``, execution
 ``order-7``, plan ``checkout``, step ``charge``, arguments ``{"order":"o-1","currency":"EUR",
 "amount":1250}``) so that end-to-end tests can pin the published identities.
 """

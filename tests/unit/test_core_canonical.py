@@ -1,4 +1,5 @@
-"""Canonical JSON (DESIGN.md section 3): RFC 8785 bytes, the project's limits, strict parsing."""
+"""Canonical JSON (docs/design.md section 3): RFC 8785 bytes, the project's limits, strict
+parsing."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def _utf16_key(text: str) -> bytes:
     return text.encode("utf-16-be")
 
 
-# --- DESIGN.md section 3 vectors -------------------------------------------------------------
+# --- docs/design.md section 2 vectors -------------------------------------------------------------
 
 
 def test_design_vector_arguments_canonicalise_to_sorted_compact_bytes() -> None:

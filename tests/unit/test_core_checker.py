@@ -1,4 +1,4 @@
-"""check(plan, verbs) and verify_checked (DESIGN.md section 4)."""
+"""check(plan, verbs) and verify_checked (docs/design.md section 4)."""
 
 from __future__ import annotations
 

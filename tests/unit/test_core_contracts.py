@@ -1,4 +1,4 @@
-"""Verb contracts (DESIGN.md section 4): validation and what the contract hash covers."""
+"""Verb contracts (docs/design.md section 4): validation and what the contract hash covers."""
 
 from __future__ import annotations
 

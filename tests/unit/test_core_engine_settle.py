@@ -1,5 +1,5 @@
 """settle(): the retry budget, fence waits and what an answer after an uncertain attempt means
-(DESIGN.md section 6). Pure: facts in, a Transition out."""
+(docs/design.md section 6). Pure: facts in, a Transition out."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Identities (DESIGN.md section 3): the fixed vectors and the properties of H(tag, c1..cn)."""
+"""Identities (docs/design.md section 2): the fixed vectors and the properties of H(tag, c1..cn)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ components = st.lists(st.text(max_size=8), max_size=5)
 
 
 def _spec_hash(tag: str, *parts: str) -> str:
-    """H as DESIGN.md words it, written independently of the implementation."""
+    """H as docs/design.md words it, written independently of the implementation."""
     data = tag.encode("ascii") + b"\x00"
     for part in parts:
         encoded = part.encode("utf-8")
@@ -37,7 +37,7 @@ def _spec_hash(tag: str, *parts: str) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-# --- DESIGN.md section 3 vectors -------------------------------------------------------------
+# --- docs/design.md section 2 vectors -------------------------------------------------------------
 
 
 def test_design_vector_saga_id() -> None:

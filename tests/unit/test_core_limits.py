@@ -1,4 +1,5 @@
-"""The limits on what effectusd accepts (README "Limits"), and errors that never show a value.
+"""The limits on what effectusd accepts (docs/design.md section 3), and errors that never show a
+value.
 
 Each limit is enforced where the value first arrives (check, submit) and, for what is only
 known later (a result rendered into the next step's path or fencing resource), when the step
