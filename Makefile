@@ -31,7 +31,7 @@ demo: install
 bench: install
 	$(BIN)/effectusd --config examples/effectusd.toml --database-url $(BENCH_DATABASE_URL) bench
 
-# The long chaos run (about half an hour): prints the evidence table published in README.md.
+# The long chaos run (about fifteen minutes): prints the evidence table published in docs/evidence.md.
 chaos: install
 	$(BIN)/python -m tests.chaos.runner
 

@@ -2,7 +2,7 @@
 a database restart, destinations that commit then stall or reset, a paused daemon; then
 invariants checked over the whole history, from the destination's rows and ours.
 
-    python -m tests.chaos.runner            # the long run: prints the table for the README
+    python -m tests.chaos.runner            # the long run: prints the table for docs/evidence.md
 """
 
 from __future__ import annotations
