@@ -216,11 +216,10 @@ def decode_request_headers(headers: HeaderSource) -> RequestIdentity | list[Wire
         else:
             text[name] = value
 
-    def check(name: str, ok: bool, reason: str) -> bool:
+    def check(name: str, ok: bool, reason: str) -> None:
         if name in text and not ok:
             problems.append(WireProblem(name, reason))
             del text[name]
-        return name in text
 
     for name in (IDEMPOTENCY_KEY, SAGA_ID, ARGUMENT_HASH, CONTRACT_HASH):
         check(name, bool(_HEX64.fullmatch(text.get(name, ""))), "expected 64 lowercase hex digits")
