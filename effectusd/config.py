@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tomllib
 from datetime import timedelta
 from pathlib import Path
@@ -29,22 +28,14 @@ from effectusd.core.contracts import VerbContract
 from effectusd.core.durations import parse_duration
 from effectusd.core.registry import DEFAULT_FENCE_WAIT_LIMIT
 from effectusd.core.states import OutcomeClass
+from effectusd.core.wire import has_control, is_reserved_header, is_token
 from effectusd.store.backends import check_url
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
-RESERVED_HEADERS = frozenset({"idempotency-key", "content-type", "content-length", "host"})
-RESERVED_PREFIX = "x-effectus-"
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "cookie2", "set-cookie"})
 CREDENTIAL_NAME_PARTS = ("api-key", "apikey", "api_key", "token", "secret", "password")
-HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 DEFAULT_DATABASE_URL = "sqlite:///effectusd.db"  # the embedded default for one machine
-
-
-def is_reserved_header(name: str) -> bool:
-    lowered = name.strip().lower()
-    return lowered in RESERVED_HEADERS or lowered.startswith(RESERVED_PREFIX)
 
 
 def is_credential_header(name: str) -> bool:
@@ -145,7 +136,7 @@ class DestinationConfig(BaseModel):
     @field_validator("headers")
     @classmethod
     def _no_reserved_headers(cls, value: dict[str, str]) -> dict[str, str]:
-        malformed = sorted(json.dumps(name) for name in value if not HEADER_NAME.fullmatch(name))
+        malformed = sorted(json.dumps(name) for name in value if not is_token(name))
         if malformed:
             raise ValueError(
                 f"{', '.join(malformed)}: not a valid header name (letters, digits and "
@@ -164,7 +155,7 @@ class DestinationConfig(BaseModel):
                 "bearer_token_env to the name of an environment variable holding the token "
                 "(sent as Authorization: Bearer)"
             )
-        broken = sorted(name for name, text in value.items() if _CONTROL.search(text))
+        broken = sorted(name for name, text in value.items() if has_control(text))
         if broken:
             raise ValueError(f"{', '.join(broken)}: the value holds control characters")
         return value

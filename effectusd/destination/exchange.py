@@ -35,6 +35,7 @@ from typing import Any
 
 from effectusd.core.canonical import canonical_bytes
 from effectusd.core.states import OutcomeClass
+from effectusd.core.wire import FENCING_GRANTS
 from effectusd.destination.protocol import EffectusRequest
 from effectusd.destination.replies import (
     PermanentFailure,
@@ -119,7 +120,7 @@ class Exchange:
                 "raise_watermark", {"resource": grant.resource, "token": grant.token}
             )
             if accepted is None:
-                message = "X-Effectus-Fencing-Grants: a token is below its resource's watermark"
+                message = f"{FENCING_GRANTS}: a token is below its resource's watermark"
                 raise Abandon(
                     error_reply(409, OutcomeClass.STALE_FENCE, message, acknowledged=True)
                 )

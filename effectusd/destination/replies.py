@@ -11,10 +11,7 @@ from typing import Any
 
 from effectusd.core.canonical import canonical_bytes
 from effectusd.core.states import OutcomeClass
-
-OUTCOME_HEADER = "X-Effectus-Outcome"
-FENCING_HEADER = "X-Effectus-Fencing"
-REQUEST_ID = "X-Effectus-Request-ID"
+from effectusd.core.wire import encode_reply_headers
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,16 +28,15 @@ class Reply:
 
     @property
     def headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json"}
-        if self.outcome is not None:
-            headers[OUTCOME_HEADER] = self.outcome.value
-        if self.fencing_acknowledged:
-            headers[FENCING_HEADER] = "acknowledged"
-        if self.retry_after is not None:
-            headers["Retry-After"] = str(self.retry_after)
-        if self.request_id is not None:
-            headers[REQUEST_ID] = self.request_id
-        return headers
+        return {
+            "Content-Type": "application/json",
+            **encode_reply_headers(
+                outcome=self.outcome,
+                fencing_acknowledged=self.fencing_acknowledged,
+                retry_after=self.retry_after,
+                request_id=self.request_id,
+            ),
+        }
 
 
 def error_reply(

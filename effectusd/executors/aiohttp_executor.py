@@ -1,13 +1,14 @@
 """The HTTP executor on aiohttp (docs/design.md section 5): one destination, one ClientSession.
 
-Same request, same classification as the httpx executor (``effectusd.executors.common``); only
-the evidence of what reached the wire differs. aiohttp raises ServerDisconnectedError and
-ClientOSError for resets both before and after a request was written, so exception classes
-prove nothing. The proof is aiohttp's tracing: the connector fires ``connection_create_end``
-or ``connection_reuseconn`` before it hands a request the connection it will be written on,
-and no request byte can be written without one. A call that failed after its trace said it
-was queued for, or opening, a connection but before either of those signals never had a
-connection to write on: that, and only that, is "not sent". Everything else is unknown.
+Same request, same classification as the httpx executor (``effectusd.executors.base`` and
+``effectusd.executors.classify``); only the evidence of what reached the wire differs.
+aiohttp raises ServerDisconnectedError and ClientOSError for resets both before and after a
+request was written, so exception classes prove nothing. The proof is aiohttp's tracing: the
+connector fires ``connection_create_end`` or ``connection_reuseconn`` before it hands a request
+the connection it will be written on, and no request byte can be written without one. A call
+that failed after its trace said it was queued for, or opening, a connection but before either
+of those signals never had a connection to write on: that, and only that, is "not sent".
+Everything else is unknown.
 
 aiohttp re-sends idempotent methods (PUT, DELETE, …) once when a pooled connection fails;
 a middleware turns that failure into one aiohttp does not retry, because a re-send is the
@@ -22,7 +23,6 @@ it out, and drops it if it has (nothing was written on it: the request never had
 from __future__ import annotations
 
 import os
-import re
 import select
 import ssl
 import string
@@ -38,15 +38,15 @@ from yarl import URL
 
 from effectusd import faults
 from effectusd.config import DestinationConfig
-from effectusd.executors.common import (
-    ANSWER_HEADERS,
+from effectusd.core.wire import has_control
+from effectusd.executors.base import (
     USER_AGENT,
     BaseHttpExecutor,
     InvalidInvocation,
-    Wire,
     error_name,
     tls_context,
 )
+from effectusd.executors.classify import ANSWER_HEADERS, Wire
 from effectusd.executors.protocol import CallResult, Invocation
 
 # Idle connections are dropped by us before the 5 s after which uvicorn and Node drop them, so
@@ -60,7 +60,6 @@ _QUEUED, _CONNECTING = "queued", "connecting"
 # percent-encoded first, and a fragment dropped, as httpx does.
 _PATH_SAFE = "/?%!$&'()*+,;=:@[]"
 _PATH_CHARS = frozenset(string.ascii_letters + string.digits + "-._~" + _PATH_SAFE)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class _Wire(Wire):
@@ -185,7 +184,7 @@ class AiohttpExecutor(BaseHttpExecutor[tuple[str, URL, bytes, dict[str, str], An
     ) -> tuple[str, URL, bytes, dict[str, str], Any]:
         path = inv.path
         if not _PATH_CHARS.issuperset(path):
-            if _CONTROL.search(path):
+            if has_control(path):
                 raise InvalidInvocation("path contains a control character")
             path = quote(path.partition("#")[0], safe=_PATH_SAFE)
         url = URL(self._base_url + path, encoded=True)  # exactly these bytes, never re-quoted

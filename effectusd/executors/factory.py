@@ -7,8 +7,8 @@ from typing import Any
 
 from effectusd.config import DestinationConfig
 from effectusd.executors.aiohttp_executor import AiohttpExecutor
-from effectusd.executors.common import BaseHttpExecutor
-from effectusd.executors.http import HttpExecutor
+from effectusd.executors.base import BaseHttpExecutor
+from effectusd.executors.httpx_executor import HttpExecutor
 
 EXECUTOR_CLASSES: dict[str, type[BaseHttpExecutor[Any, Any]]] = {
     "httpx": HttpExecutor,

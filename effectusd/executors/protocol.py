@@ -7,12 +7,9 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from effectusd.core.states import Direction, OutcomeClass
+from effectusd.core.wire import FencingGrant
 
-
-@dataclass(frozen=True, slots=True)
-class FencingGrant:
-    resource: str
-    token: int
+__all__ = ["CallResult", "Executor", "FencingGrant", "Invocation"]
 
 
 @dataclass(frozen=True, slots=True)

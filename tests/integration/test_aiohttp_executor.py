@@ -20,7 +20,7 @@ from effectusd.config import ConfigError, DestinationConfig, parse_config
 from effectusd.core.states import OutcomeClass
 from effectusd.executors.aiohttp_executor import AiohttpExecutor
 from effectusd.executors.factory import EXECUTOR_CLASSES, executor_for
-from effectusd.executors.http import HttpExecutor
+from effectusd.executors.httpx_executor import HttpExecutor
 from tests.integration.test_http_executor import (
     SHORT,
     Chosen,

@@ -42,6 +42,7 @@ from contrib.kit_shop_service import build_app as build_shop
 from effectusd.config import DestinationConfig
 from effectusd.core.canonical import canonical_bytes, parse_json, sha256_hex
 from effectusd.core.states import Direction, OutcomeClass
+from effectusd.core.wire import encode_request_headers
 from effectusd.destination import (
     EffectusRequest,
     PermanentFailure,
@@ -59,7 +60,7 @@ from effectusd.destination import (
     write_transaction,
 )
 from effectusd.destination.asgi import effectus_endpoint
-from effectusd.executors.http import HttpExecutor, reserved_headers
+from effectusd.executors.httpx_executor import HttpExecutor
 from effectusd.executors.protocol import FencingGrant, Invocation
 from tests.conftest import create_database, drop_database
 
@@ -113,13 +114,13 @@ def invocation(
 
 
 def request_of(inv: Invocation) -> EffectusRequest:
-    return parse_request(reserved_headers(inv), inv.body)
+    return parse_request(encode_request_headers(inv), inv.body)
 
 
 def wire_headers(inv: Invocation, **drop: bool) -> list[tuple[bytes, bytes]]:
     return [
         (name.encode(), value.encode("utf-8"))
-        for name, value in reserved_headers(inv).items()
+        for name, value in encode_request_headers(inv).items()
         if name not in drop
     ]
 
@@ -898,7 +899,7 @@ def send_twice(base_url: str, key: str) -> list[httpx.Response]:
             client.post(
                 inv.path,
                 content=inv.body,
-                headers=[(n.encode(), v.encode()) for n, v in reserved_headers(inv).items()],
+                headers=[(n.encode(), v.encode()) for n, v in encode_request_headers(inv).items()],
             )
             for inv in (charge(key, attempt=1), charge(key, attempt=2))
         ]

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from effectusd.executors.http import HttpExecutor
+from effectusd.executors.httpx_executor import HttpExecutor
 from effectusd.executors.protocol import CallResult, Invocation
 from effectusd.store import backends
 from tests.support.destination import HeldUntilMoreThan, Request, Response, running

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from effectusd.cli import main
 from effectusd.core.canonical import parse_json
-from effectusd.executors.http import HttpExecutor
+from effectusd.executors.httpx_executor import HttpExecutor
 from effectusd.store import backends
 from tests.conformance.support import StoreUnderTest
 from tests.integration.test_dispatcher_leases import PausedExecutor, expire_leases, wait_for

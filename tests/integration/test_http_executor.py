@@ -27,7 +27,7 @@ import pytest
 
 from effectusd.config import DestinationConfig
 from effectusd.core.states import Direction, OutcomeClass
-from effectusd.executors.common import BaseHttpExecutor
+from effectusd.executors.base import BaseHttpExecutor
 from effectusd.executors.factory import EXECUTOR_CLASSES, executor_for
 from effectusd.executors.protocol import CallResult, FencingGrant, Invocation
 

@@ -1,6 +1,6 @@
 """parse_request is pure: reserved headers and body in, a verified request or a ProtocolError
-that names the header out. Headers are built by the executor's own ``reserved_headers``, so the
-client and the kit are held to one wire format."""
+that names the header out. Headers are built by ``core.wire.encode_request_headers``, as the
+executors build them, so the client and the kit are held to one wire format."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 from effectusd.core.canonical import canonical_bytes, sha256_hex
 from effectusd.core.states import Direction, OutcomeClass
+from effectusd.core.wire import REQUEST_HEADERS, encode_request_headers
 from effectusd.destination import (
     EffectusRequest,
     FencingGrant,
@@ -20,9 +21,7 @@ from effectusd.destination import (
     RetryableFailure,
     parse_request,
 )
-from effectusd.destination.protocol import RESERVED
 from effectusd.executors import protocol as executor_protocol
-from effectusd.executors.http import reserved_headers
 
 ARGS = {"order": "o-1", "currency": "EUR", "amount": 1250, "card": "4111-secret"}
 BODY = canonical_bytes(ARGS)
@@ -52,7 +51,7 @@ INVOCATION = executor_protocol.Invocation(
 def headers(**changes: str | None) -> dict[str, str]:
     """The executor's headers for INVOCATION; a keyword (dashes as underscores) replaces or,
     with None, removes one."""
-    result = reserved_headers(INVOCATION)
+    result = encode_request_headers(INVOCATION)
     for field, value in changes.items():
         name = next(n for n in result if n.lower().replace("-", "_") == field.lower())
         if value is None:
@@ -105,7 +104,7 @@ def test_raw_byte_pairs_are_decoded_as_utf8() -> None:
     inv = dataclasses.replace(
         INVOCATION, fencing_grants=(executor_protocol.FencingGrant("account:müller", 1),)
     )
-    raw = [(n.lower().encode(), v.encode("utf-8")) for n, v in reserved_headers(inv).items()]
+    raw = [(n.lower().encode(), v.encode("utf-8")) for n, v in encode_request_headers(inv).items()]
     request = parse_request(raw, BODY)
     assert request.fencing_grants == (FencingGrant("account:müller", 1),)
 
@@ -145,13 +144,13 @@ def test_rfc3339_deadlines_in_any_offset_and_precision_are_accepted(
 # --- refusals name the header ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", RESERVED)
+@pytest.mark.parametrize("name", REQUEST_HEADERS)
 def test_each_missing_reserved_header_is_refused_by_name(name: str) -> None:
     error = refused({k: v for k, v in headers().items() if k != name})
     assert (error.header, error.reason) == (name, "missing")
 
 
-@pytest.mark.parametrize("name", RESERVED)
+@pytest.mark.parametrize("name", REQUEST_HEADERS)
 def test_each_empty_reserved_header_is_refused_by_name(name: str) -> None:
     error = refused({**headers(), name: "  "})
     assert (error.header, error.reason) == (name, "empty")

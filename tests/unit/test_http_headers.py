@@ -1,4 +1,4 @@
-"""reserved_headers is pure: one invocation in, the exact identity headers out."""
+"""encode_request_headers is pure: one invocation in, the exact identity headers out."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from effectusd.core.states import Direction
-from effectusd.executors.http import InvalidInvocation, format_deadline, reserved_headers
+from effectusd.core.wire import WireError, encode_request_headers, format_deadline
 from effectusd.executors.protocol import FencingGrant, Invocation
 
 BASE = Invocation(
@@ -32,7 +32,7 @@ BASE = Invocation(
 
 
 def test_headers_are_exactly_the_reserved_set_with_invocation_values() -> None:
-    assert reserved_headers(BASE) == {
+    assert encode_request_headers(BASE) == {
         "Idempotency-Key": "k" * 64,
         "X-Effectus-Request-ID": "r-1",
         "X-Effectus-Execution-ID": "order-7",
@@ -51,15 +51,15 @@ def test_headers_are_exactly_the_reserved_set_with_invocation_values() -> None:
 def test_fencing_grants_are_canonical_json_sorted_by_resource() -> None:
     grants = (FencingGrant("z:1", 3), FencingGrant("a:9", 2**40))
     inv = dataclasses.replace(BASE, fencing_grants=grants)
-    assert reserved_headers(inv)["X-Effectus-Fencing-Grants"] == (
+    assert encode_request_headers(inv)["X-Effectus-Fencing-Grants"] == (
         '[{"resource":"a:9","token":1099511627776},{"resource":"z:1","token":3}]'
     )
 
 
 def test_duplicate_fencing_resource_is_refused() -> None:
     grants = (FencingGrant("a", 1), FencingGrant("a", 2))
-    with pytest.raises(InvalidInvocation, match="duplicate"):
-        reserved_headers(dataclasses.replace(BASE, fencing_grants=grants))
+    with pytest.raises(WireError, match="duplicate"):
+        encode_request_headers(dataclasses.replace(BASE, fencing_grants=grants))
 
 
 def test_deadline_is_converted_to_utc_and_truncated_to_milliseconds() -> None:
@@ -69,18 +69,18 @@ def test_deadline_is_converted_to_utc_and_truncated_to_milliseconds() -> None:
 
 
 def test_naive_deadline_is_refused() -> None:
-    with pytest.raises(InvalidInvocation, match="timezone-aware"):
+    with pytest.raises(WireError, match="timezone-aware"):
         format_deadline(datetime(2030, 1, 2))
 
 
 def test_control_characters_are_refused_and_the_value_is_not_echoed() -> None:
     inv = dataclasses.replace(BASE, execution_id="order-7\r\nX-Evil: yes")
-    with pytest.raises(InvalidInvocation) as raised:
-        reserved_headers(inv)
+    with pytest.raises(WireError) as raised:
+        encode_request_headers(inv)
     assert "X-Effectus-Execution-ID" in str(raised.value)
     assert "Evil" not in str(raised.value)
 
 
 def test_attempt_zero_is_refused() -> None:
-    with pytest.raises(InvalidInvocation, match="Attempt"):
-        reserved_headers(dataclasses.replace(BASE, attempt=0))
+    with pytest.raises(WireError, match="Attempt"):
+        encode_request_headers(dataclasses.replace(BASE, attempt=0))

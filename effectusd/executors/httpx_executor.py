@@ -4,7 +4,7 @@ Whether a failed call "may have been sent" is decided from what httpcore reports
 wire (its documented ``trace`` request extension), never from exception class names alone: a
 request counts as not sent only on positive evidence that it never reached a connection's
 write path. Request building and classification are shared with the other transports
-(``effectusd.executors.common``).
+(``effectusd.executors.base`` and ``effectusd.executors.classify``).
 """
 
 from __future__ import annotations
@@ -19,33 +19,9 @@ import httpx
 
 from effectusd import faults
 from effectusd.config import DestinationConfig
-from effectusd.executors.common import (
-    EVIDENCE_HEADERS,
-    FENCING_HEADER,
-    MAYBE_SENT,
-    NOT_SENT,
-    OUTCOME_HEADER,
-    USER_AGENT,
-    BaseHttpExecutor,
-    InvalidInvocation,
-    Wire,
-    format_deadline,
-    reserved_headers,
-    tls_context,
-)
+from effectusd.executors.base import USER_AGENT, BaseHttpExecutor, tls_context
+from effectusd.executors.classify import Wire
 from effectusd.executors.protocol import CallResult, Invocation
-
-__all__ = [
-    "EVIDENCE_HEADERS",
-    "FENCING_HEADER",
-    "MAYBE_SENT",
-    "NOT_SENT",
-    "OUTCOME_HEADER",
-    "HttpExecutor",
-    "InvalidInvocation",
-    "format_deadline",
-    "reserved_headers",
-]
 
 # httpcore trace events that only happen while opening a new connection, before any request byte.
 _CONNECT_EVENTS = frozenset(

@@ -1,0 +1,161 @@
+"""What every HTTP transport shares (docs/design.md section 5): the request it builds, the overall
+deadline, and what a failure may say. Classifying the answer is ``executors.classify``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import ClassVar, Generic, TypeVar
+
+from effectusd.config import DestinationConfig
+from effectusd.core import wire as contract
+from effectusd.core.states import OutcomeClass
+from effectusd.executors.classify import Wire, classify
+from effectusd.executors.protocol import CallResult, Invocation
+
+USER_AGENT = "effectusd"
+
+Request = TypeVar("Request")
+WireT = TypeVar("WireT", bound=Wire)
+
+
+class InvalidInvocation(ValueError):
+    """An invocation that cannot be put on the wire. Messages name fields, never values."""
+
+
+def static_headers(
+    name: str, config: DestinationConfig, environ: Mapping[str, str]
+) -> dict[str, str]:
+    """Config headers plus Authorization, validated once so a bad one never reaches the wire."""
+    headers: dict[str, str] = {"Content-Type": "application/json"}
+    for header, value in config.headers.items():
+        # Config validation already refuses these; a model built without validation must
+        # still not be able to send a second, conflicting identity header.
+        if contract.is_reserved_header(header) or header.strip().lower() == "authorization":
+            continue
+        if not contract.is_token(header) or contract.has_control(value):
+            raise ValueError(f"destination {name!r}: header {header!r} is not a valid HTTP header")
+        headers[header] = value
+    variable = config.bearer_token_env
+    if variable is not None:
+        token = environ.get(variable)
+        where = f"destination {name!r}: environment variable {variable} (bearer_token_env)"
+        if token is None:
+            raise ValueError(f"{where} is not set")
+        token = token.strip()
+        if not token:
+            raise ValueError(f"{where} is empty")
+        if not all("!" <= char <= "~" for char in token):
+            raise ValueError(f"{where} holds characters not allowed in an HTTP header")
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+def tls_context(config: DestinationConfig) -> ssl.SSLContext | None:
+    """The verifying context for a configured CA file; None means the transport's default."""
+    return ssl.create_default_context(cafile=config.ca_file) if config.ca_file else None
+
+
+def error_name(exc: BaseException) -> str:
+    """Class name plus errno name: enough to diagnose, never a message that might quote data."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):  # its errno is an OpenSSL code, not an OS one
+            return f"{type(exc).__name__} ({type(seen).__name__})"
+        if isinstance(seen, OSError) and seen.errno is not None and seen.errno in errno.errorcode:
+            return f"{type(exc).__name__} ({errno.errorcode[seen.errno]})"
+        seen = seen.__cause__ or seen.__context__
+    return type(exc).__name__
+
+
+class BaseHttpExecutor(Generic[Request, WireT]):
+    """One destination over one HTTP transport. Callers limit concurrency to max_concurrency.
+
+    Subclasses build a transport request and exchange it; this class owns the invariant parts:
+    validation, the overall deadline, classification, and what an error may say.
+    """
+
+    transport: ClassVar[str]  # the DestinationConfig.transport value that selects this class
+
+    def __init__(
+        self, name: str, config: DestinationConfig, *, environ: Mapping[str, str] | None = None
+    ) -> None:
+        self.name = name
+        self.max_concurrency = config.max_concurrency
+        self._base_url = config.base_url.rstrip("/")
+        self._timeout = config.timeout.total_seconds()
+        self._connect_timeout = config.connect_timeout.total_seconds()
+        self._max_response_bytes = config.max_response_bytes
+        self._status_map = dict(config.status_map)
+        self._static_headers = static_headers(
+            name, config, os.environ if environ is None else environ
+        )
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    def _new_wire(self) -> WireT:
+        raise NotImplementedError
+
+    def _build(
+        self, inv: Invocation, headers: dict[str, str], total: float, wire: WireT
+    ) -> Request:
+        """A transport request; must not touch the network. Raising means nothing was sent."""
+        raise NotImplementedError
+
+    async def _exchange(self, request: Request, wire: WireT, started: float) -> CallResult:
+        """Send, record the answer on ``wire`` and finish with ``self._classify``."""
+        raise NotImplementedError
+
+    def _describe(self, exc: BaseException) -> str:
+        return error_name(exc)
+
+    async def call(self, inv: Invocation) -> CallResult:
+        started = time.monotonic()
+        wire = self._new_wire()
+        wire.request_id = inv.request_id
+        total = min(inv.timeout, self._timeout)
+        try:
+            if not contract.is_token(inv.method):
+                raise InvalidInvocation("method is not an HTTP token")
+            request = self._build(inv, contract.encode_request_headers(inv), total, wire)
+        except Exception as exc:  # noqa: BLE001 - nothing was sent, whatever went wrong
+            # Only our own messages are shown: others may quote the URL, i.e. argument values.
+            ours = isinstance(exc, InvalidInvocation | contract.WireError)
+            reason = str(exc) if ours else error_name(exc)
+            return wire.not_sent(started, f"invalid invocation: {reason}")
+        if total <= 0:
+            return wire.not_sent(started, "no time left before the deadline")
+        # Transport timeouts are per operation; this bounds the whole call, trickling bodies
+        # and the wait for a pooled connection too.
+        deadline = asyncio.timeout(total)
+        try:
+            async with deadline:
+                return await self._exchange(request, wire, started)
+        except Exception as exc:  # noqa: BLE001 - every failure must become a classified result
+            what = f"timeout of {total:g} s" if deadline.expired() else self._describe(exc)
+            if wire.provably_not_sent(exc):
+                return wire.not_sent(started, f"{what} before the request was sent")
+            error = f"{what} after the request may have been sent"
+            return wire.result(started, OutcomeClass.UNKNOWN, error)
+
+    async def _classify(
+        self,
+        wire: WireT,
+        started: float,
+        headers: Mapping[str, str],
+        read_body: Callable[[int], Awaitable[bytes | None]],
+    ) -> CallResult:
+        return await classify(
+            wire,
+            started,
+            headers,
+            read_body,
+            status_map=self._status_map,
+            max_response_bytes=self._max_response_bytes,
+        )

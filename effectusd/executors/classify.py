@@ -1,0 +1,163 @@
+"""How an HTTP transport turns what it saw on the wire into a classified result.
+
+A transport only sends and says what it saw. Whether a failed call "may have been sent" is the
+transport's ``Wire.provably_not_sent``: a request counts as not sent only on positive evidence
+that it never got a connection to write on. A false "not sent" can duplicate a payment; a false
+"unknown" only waits for an operator, so every doubt resolves to unknown.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from effectusd.core import wire as contract
+from effectusd.core.canonical import parse_json
+from effectusd.core.states import OutcomeClass
+from effectusd.executors.protocol import CallResult
+from effectusd.executors.storable import body_digest, printable, unstorable_reasons
+
+ANSWER_HEADERS = (*contract.REPLY_HEADERS, contract.REQUEST_ID)  # every header classification reads
+MAX_ERROR_CHARS = 500
+NOT_SENT = "not_sent"
+MAYBE_SENT = "maybe_sent"
+
+
+class Wire:
+    """What one request did on the wire, as far as the transport can prove it."""
+
+    __slots__ = ("body", "echo", "headers", "request_id", "status_code")
+
+    def __init__(self) -> None:
+        self.status_code: int | None = None
+        self.headers: dict[str, str] = {}
+        self.request_id = ""  # this attempt's, set before anything is sent
+        self.echo: str | None = None  # how the destination's request-ID echo compared
+        self.body: dict[str, Any] | None = None  # size and hash of a body we could not keep
+
+    def provably_not_sent(self, exc: BaseException) -> bool:
+        raise NotImplementedError
+
+    @property
+    def connection(self) -> str | None:
+        """Either "new" or "reused", or None when the request never got a connection."""
+        raise NotImplementedError
+
+    def answered(self, status: int, headers: Mapping[str, str]) -> None:
+        self.status_code = status
+        # Stored and shown to operators: only values the protocol defines are kept verbatim, so
+        # a destination that puts a token (or junk) in these headers does not get it stored.
+        found = [name for name in contract.REPLY_HEADERS if name in headers]
+        self.headers = {name: _evidence_value(name, headers[name]) for name in found}
+
+    def result(
+        self,
+        started: float,
+        outcome: OutcomeClass,
+        error: str | None = None,
+        *,
+        result: Any = None,
+        sent: str = MAYBE_SENT,
+    ) -> CallResult:
+        evidence: dict[str, Any] = {
+            "sent": sent,
+            "status_code": self.status_code,
+            "headers": dict(self.headers),
+            "elapsed_ms": round((time.monotonic() - started) * 1000),
+            "connection": self.connection,
+        }
+        if self.echo is not None:
+            evidence["request_id_echo"] = self.echo
+        if self.body is not None:
+            evidence["body"] = self.body
+        acknowledged = contract.decode_fencing(self.headers.get(contract.FENCING))
+        return CallResult(
+            outcome=outcome,
+            status_code=self.status_code,
+            result=result,
+            error=None if error is None else printable(error, MAX_ERROR_CHARS),
+            fencing_acknowledged=acknowledged,
+            evidence=evidence,
+        )
+
+    def not_sent(self, started: float, error: str) -> CallResult:
+        return self.result(started, OutcomeClass.RETRYABLE, error, sent=NOT_SENT)
+
+
+async def classify(
+    wire: Wire,
+    started: float,
+    headers: Mapping[str, str],
+    read_body: Callable[[int], Awaitable[bytes | None]],
+    *,
+    status_map: Mapping[int, OutcomeClass],
+    max_response_bytes: int,
+) -> CallResult:
+    """The outcome of an answer whose status is recorded on ``wire``; reads the body only when
+    the headers say success."""
+    status = wire.status_code
+    assert status is not None
+    echoed = headers.get(contract.REQUEST_ID)
+    if echoed is not None:
+        # An answer naming another request is not this one's, whatever it says: e.g. a
+        # stray second response left on a kept-alive connection by an earlier exchange.
+        matched = contract.echo_matches(echoed, wire.request_id)
+        wire.echo = "matched" if matched else "mismatched"
+        if wire.echo == "mismatched":
+            error = f"HTTP {status} whose {contract.REQUEST_ID} echo names another request"
+            return wire.result(started, OutcomeClass.UNKNOWN, error)
+    value = headers.get(contract.OUTCOME)
+    named = contract.decode_outcome(value)
+    if 200 <= status < 300:
+        if value is not None and named is not OutcomeClass.SUCCESS:
+            # A 2xx that also names a failure contradicts itself; trust neither half.
+            error = f"HTTP {status} contradicted by {contract.OUTCOME}"
+            return wire.result(started, OutcomeClass.UNKNOWN, error)
+        outcome = OutcomeClass.SUCCESS
+    elif named is not None and named is not OutcomeClass.SUCCESS:
+        outcome = named
+    elif status in status_map:
+        outcome = status_map[status]
+    else:
+        error = f"HTTP {status} without a valid {contract.OUTCOME} or status_map entry"
+        return wire.result(started, OutcomeClass.UNKNOWN, error)
+    if outcome is not OutcomeClass.SUCCESS:
+        # The headers decided; an unread body only costs this keep-alive connection.
+        return wire.result(started, outcome, f"HTTP {status}")
+
+    declared = headers.get("Content-Length", "")
+    limit = max_response_bytes
+    body = None if declared.isdigit() and int(declared) > limit else await read_body(limit)
+    if body is None:
+        error = f"HTTP {status} with a body over max_response_bytes"
+        return wire.result(started, OutcomeClass.UNKNOWN, error)
+    if not body:
+        return wire.result(started, OutcomeClass.SUCCESS)
+    try:
+        parsed = parse_json(body)
+    except (ValueError, RecursionError):
+        wire.body = body_digest(body)
+        error = f"HTTP {status} with a body that is not JSON"
+        return wire.result(started, OutcomeClass.UNKNOWN, error)
+    reasons = unstorable_reasons(parsed)
+    if reasons:
+        # The destination answered, so this is not "not committed"; but a result that the
+        # store cannot hold would fail every completion recorded with it. Keep size and hash.
+        wire.body = body_digest(body)
+        error = f"HTTP {status} with a JSON body that cannot be stored: {'; '.join(reasons)}"
+        return wire.result(started, OutcomeClass.UNKNOWN, error)
+    return wire.result(started, OutcomeClass.SUCCESS, result=parsed)
+
+
+def _evidence_value(name: str, value: str) -> str:
+    """The header's value if it is one the protocol defines, else only that it was invalid."""
+    stripped = value.strip()
+    if name == contract.OUTCOME:
+        valid = contract.decode_outcome(stripped) is not None
+    elif name == contract.FENCING:
+        stripped = stripped.lower()
+        valid = contract.decode_fencing(stripped)
+    else:
+        valid = contract.is_retry_after(stripped)
+    return stripped if valid else f"(invalid, {len(value)} characters)"
