@@ -25,7 +25,7 @@ from effectusd.executors.protocol import Executor
 from effectusd.fencing.memory import MemoryFencing
 from effectusd.fencing.protocol import FencingProvider
 from effectusd.fencing.store import StoreFencing
-from effectusd.metrics import Metrics
+from effectusd.dispatcher.metrics import Metrics
 from effectusd.store import backends
 from effectusd.store.dispatch import DispatchStore
 from effectusd.store.operations import failure_name

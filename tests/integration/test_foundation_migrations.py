@@ -382,6 +382,10 @@ def test_the_wheel_ships_the_migrations_and_the_named_queries(wheel: Path) -> No
     assert shipped == (source_migrations / f"{FIRST_MIGRATION}.sql").read_bytes()
     for query in (REPO / "effectusd" / "store" / "sqlite" / "queries").glob("*.sql"):
         assert f"effectusd/store/sqlite/queries/{query.name}" in names
+    bench_queries = list((REPO / "effectusd" / "bench" / "queries").glob("*.sql"))
+    assert bench_queries
+    for query in bench_queries:
+        assert f"effectusd/bench/queries/{query.name}" in names
     for migration in (REPO / "schema" / "sqlite").glob("*.sql"):
         assert f"effectusd/_sqlite_migrations/{migration.name}" in names
 
