@@ -22,7 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from effectusd import render  # noqa: E402
+from effectusd.cli import render  # noqa: E402
 from effectusd.client import Client  # noqa: E402
 from effectusd.config import load_config  # noqa: E402
 from effectusd.core.canonical import parse_json  # noqa: E402

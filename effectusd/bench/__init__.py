@@ -27,19 +27,15 @@ from effectusd.bench.claims import (
     claim_params,
     time_claims,
 )
-from effectusd.bench.common import (
+from effectusd.bench.database import drop_database, read_latencies, scalar, scratch_database, sql
+from effectusd.bench.harness import (
     bench_plan,
     checked,
-    daemon_rss_mb,
     daemon_with_submitter,
-    drop_database,
     free_port,
-    percentile,
-    read_latencies,
-    scalar,
-    scratch_database,
     with_executors,
 )
+from effectusd.bench.measures import daemon_rss_mb, percentile
 from effectusd.bench.sink import serve_noop
 from effectusd.bench.soak import run_soak
 from effectusd.client import Client
@@ -49,7 +45,6 @@ from effectusd.core.submission import ensure_checked
 from effectusd.dispatcher.daemon import Daemon
 from effectusd.executors.protocol import Executor, Invocation
 from effectusd.store.postgres.migrations import migrate
-from effectusd.store.postgres.queries import sql
 
 
 @dataclass
@@ -146,17 +141,17 @@ def run_bench(
                 if index % 500 == 499:
                     conn.commit()
             conn.commit()
-        commits_before = scalar(url, "bench_commits")
-        wal_before = scalar(url, "bench_wal_position")
+        commits_before = scalar(url, "commits")
+        wal_before = scalar(url, "wal_position")
         progress(f"dispatching {sagas * steps} step(s) at concurrency {concurrency} ({chosen})…")
         started = time.perf_counter()
         asyncio.run(with_executors(config, lambda ex: Daemon(config, url, executors=ex).run(True)))
         seconds = time.perf_counter() - started
-        wal_bytes = scalar(url, "bench_wal_position") - wal_before
+        wal_bytes = scalar(url, "wal_position") - wal_before
         rss_mb = daemon_rss_mb()
         with psycopg.connect(url) as conn:
             states: dict[str, int] = {
-                row[0]: int(row[1]) for row in conn.execute(sql("bench_outcomes")).fetchall()
+                row[0]: int(row[1]) for row in conn.execute(sql("outcomes")).fetchall()
             }
         commits = _settled_commits(url) - commits_before
         latencies = read_latencies(url)
@@ -262,7 +257,7 @@ async def _idle_latency(config: Config, url: str, samples: int) -> list[float]:
         await asyncio.to_thread(submitter.join, 120)
         if submitter.exitcode != 0:
             raise RuntimeError(f"the idle-latency submitter failed ({submitter.exitcode})")
-    return read_latencies(url, "bench_idle_latencies")
+    return read_latencies(url, "idle_latencies")
 
 
 def _submit_one_at_a_time(config: Config, url: str, samples: int) -> None:
@@ -272,7 +267,7 @@ def _submit_one_at_a_time(config: Config, url: str, samples: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         for index in range(samples):
             saga = client.submit(plan, execution_id=f"idle-{index}")
-            while not conn.execute(sql("bench_sent"), {"saga_id": saga.saga_id}).fetchone():
+            while not conn.execute(sql("sent"), {"saga_id": saga.saga_id}).fetchone():
                 time.sleep(0.002)
             time.sleep(0.02)  # idle again: nothing in flight, nothing queued
 
@@ -281,9 +276,9 @@ def _settled_commits(url: str, patience_s: float = 10.0) -> int:
     """xact_commit once the daemon's sessions have gone: a backend reports its counts at most
     once a second while it lives, and always when it exits."""
     give_up = time.monotonic() + patience_s
-    while scalar(url, "bench_other_backends") and time.monotonic() < give_up:
+    while scalar(url, "other_backends") and time.monotonic() < give_up:
         time.sleep(0.05)
-    return scalar(url, "bench_commits")
+    return scalar(url, "commits")
 
 
 def format_result(result: BenchResult) -> str:

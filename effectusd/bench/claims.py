@@ -8,7 +8,9 @@ from typing import Any
 
 import psycopg
 
-from effectusd.bench.common import drop_database, percentile, scratch_database
+from effectusd.bench import database
+from effectusd.bench.database import drop_database, scratch_database
+from effectusd.bench.measures import percentile
 from effectusd.client import registry_from_config
 from effectusd.config import Config
 from effectusd.dispatcher.daemon import new_owner_id
@@ -107,6 +109,6 @@ def build_backlog(
     started = time.perf_counter()
     for first in range(rows.start, rows.stop, BACKLOG_CHUNK):
         last = min(first + BACKLOG_CHUNK, rows.stop) - 1
-        conn.execute(sql("bench_backlog"), {**params, "first": first, "last": last})
+        conn.execute(database.sql("backlog"), {**params, "first": first, "last": last})
         progress(f"backlog: {last:,}/{total:,} ready rows ({time.perf_counter() - started:.0f} s)")
-    conn.execute(sql("bench_vacuum_analyze"))
+    conn.execute(database.sql("vacuum_analyze"))

@@ -11,7 +11,9 @@ from typing import Any
 
 import psycopg
 
-from effectusd.bench.common import bench_plan, daemon_rss_mb, daemon_with_submitter, scalar
+from effectusd.bench.database import scalar
+from effectusd.bench.harness import bench_plan, daemon_with_submitter
+from effectusd.bench.measures import daemon_rss_mb
 from effectusd.client import Client
 from effectusd.config import Config
 from effectusd.core.submission import ensure_checked
@@ -43,7 +45,7 @@ async def run_soak(
     async with daemon_with_submitter(config, url, submitter) as task:
         if not await asyncio.to_thread(ready.wait, 60):
             raise RuntimeError("the soak's submitter process did not start within 60 s")
-        succeeded_before = await asyncio.to_thread(scalar, url, "bench_succeeded_steps")
+        succeeded_before = await asyncio.to_thread(scalar, url, "succeeded_steps")
         started = last_progress = time.perf_counter()
         rss = [daemon_rss_mb()]
         interval = min(SOAK_SAMPLE_S, max(seconds / 10, 0.5))
@@ -58,8 +60,8 @@ async def run_soak(
         elapsed = time.perf_counter() - started
         if submitter.exitcode not in (0, None):
             raise RuntimeError(f"the soak's submitter process failed ({submitter.exitcode})")
-        succeeded = await asyncio.to_thread(scalar, url, "bench_succeeded_steps")
-        running = await asyncio.to_thread(scalar, url, "bench_running_sagas")
+        succeeded = await asyncio.to_thread(scalar, url, "succeeded_steps")
+        running = await asyncio.to_thread(scalar, url, "running_sagas")
     return Soak(elapsed, succeeded - succeeded_before, running, rss)
 
 

@@ -1,7 +1,7 @@
 """The effectusd command line (docs/configuration.md section 3); each command group in its own
 module."""
 
-from effectusd.cli import daemon, operator, plans, prune, sagas  # noqa: F401  (registers them)
+from effectusd.cli import daemon, migrate, operator, plans, prune, sagas  # noqa: F401  (registers them)
 from effectusd.cli.app import main
 
 __all__ = ["main"]

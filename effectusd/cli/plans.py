@@ -1,4 +1,4 @@
-"""Schema and plans: migrate, check, submit."""
+"""Plans: check, submit."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from effectusd.cli.app import (
     EXIT_CONFLICT,
     EXIT_FAILURE,
     EXIT_INVALID,
-    EXIT_PENDING,
     Context,
     emit,
     fail,
@@ -26,51 +25,6 @@ from effectusd.core.canonical import MAX_JSON_DEPTH, parse_json
 from effectusd.core.checker import PlanCheckError, check
 from effectusd.core.submission import SubmitConflict, SubmitError
 from effectusd.store import backends
-
-
-@main.command()
-@click.option(
-    "--check", "check_only", is_flag=True, help="Only report; exit 6 if anything is pending."
-)
-@json_option
-@click.pass_obj
-def migrate(obj: Context, check_only: bool, as_json: bool) -> None:
-    """Apply pending schema migrations (one migrator at a time)."""
-    with obj.connect(create=not check_only) as conn:
-        migrations = backends.migrations_of(conn)
-        try:
-            if check_only:
-                current = migrations.status(conn)
-                data = {
-                    "applied": current.applied,
-                    "pending": [f"{m.version}_{m.name}" for m in current.pending],
-                    "problems": current.problems,
-                }
-                emit(
-                    data,
-                    as_json,
-                    lambda d: "\n".join(
-                        [
-                            f"applied: {', '.join(map(str, d['applied'])) or 'none'}",
-                            f"pending: {', '.join(d['pending']) or 'none'}",
-                        ]
-                        + [f"problem: {p}" for p in d["problems"]]
-                    ),
-                )
-                if current.problems:
-                    sys.exit(EXIT_CONFLICT)
-                if current.pending:
-                    sys.exit(EXIT_PENDING)
-                return
-            applied = migrations.migrate(conn)
-        except migrations.MigrationError as exc:
-            fail(str(exc), EXIT_CONFLICT)
-    names = [f"{m.version}_{m.name}" for m in applied]
-    emit(
-        {"applied": names},
-        as_json,
-        lambda d: "\n".join(f"applied {n}" for n in d["applied"]) or "schema is up to date",
-    )
 
 
 @main.command("check")

@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 
 import click
 
-from effectusd import render
+from effectusd.cli import render
 from effectusd.cli.app import (
     EXIT_FAILURE,
     EXIT_NOT_FOUND,

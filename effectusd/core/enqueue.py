@@ -11,8 +11,8 @@ from effectusd.core.canonical import (
     canonical_bytes,
     json_problems,
 )
-from effectusd.core.checker import literal_schema_issues, schema_issues
 from effectusd.core.contracts import render_fencing
+from effectusd.core.document_checks import literal_schema_issues, schema_issues
 from effectusd.core.durations import to_milliseconds
 from effectusd.core.expressions import (
     ResolutionError,

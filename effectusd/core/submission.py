@@ -14,15 +14,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from effectusd.core.canonical import JsonValue, canonical_hash, canonical_text
-from effectusd.core.checker import (
-    CheckIssue,
-    PlanCheckError,
-    check,
-    document_issues,
-    fact_issues,
-    structure_issues,
-    verify_checked,
-)
+from effectusd.core.check_issues import CheckIssue, PlanCheckError
+from effectusd.core.checker import check, structure_issues, verify_checked
+from effectusd.core.document_checks import document_issues, fact_issues
 from effectusd.core.enqueue import DispatchSpec, SagaRef, build_dispatch, submit_time_problems
 from effectusd.core.errors import EffectusError
 from effectusd.core.expressions import ResolutionError

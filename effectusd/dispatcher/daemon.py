@@ -18,6 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 from effectusd.client import registry_from_config
 from effectusd.config import Config, ConfigError
 from effectusd.dispatcher.loops import Loop, Round
+from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.observability import ObservabilityServer
 from effectusd.dispatcher.pipeline import Capacity, Pipeline
 from effectusd.executors.factory import executor_for
@@ -25,7 +26,6 @@ from effectusd.executors.protocol import Executor
 from effectusd.fencing.memory import MemoryFencing
 from effectusd.fencing.protocol import FencingProvider
 from effectusd.fencing.store import StoreFencing
-from effectusd.metrics import Metrics
 from effectusd.store import backends
 from effectusd.store.dispatch import DispatchStore
 from effectusd.store.operations import failure_name

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
-from effectusd.metrics import Metrics
+from effectusd.dispatcher.metrics import Metrics
 from effectusd.store.backends import DATABASE_ERRORS
 from effectusd.store.operations import failure_name
 

@@ -10,7 +10,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 
-from effectusd.metrics import Metrics
+from effectusd.dispatcher.metrics import Metrics
 
 log = logging.getLogger("effectusd.http")
 

@@ -25,8 +25,8 @@ from effectusd import faults
 from effectusd.core.engine import Completion
 from effectusd.core.registry import Registry
 from effectusd.core.states import FencingStatus, OutcomeClass, SettledBy
+from effectusd.dispatcher.metrics import Metrics
 from effectusd.executors.protocol import CallResult, Executor, FencingGrant, Invocation
-from effectusd.metrics import Metrics
 from effectusd.store.backends import TRANSIENT_ERRORS
 from effectusd.store.dispatch import DispatchStore, RecordReport
 from effectusd.store.operations import failure_name

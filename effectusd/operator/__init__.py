@@ -11,8 +11,8 @@ from effectusd.core.operator_decisions import RefusalKind, Refused, Resolution
 from effectusd.operator.actions import resolve, retry
 from effectusd.operator.adopt import VerbAdoptionReport, adopt_contract
 from effectusd.operator.cancel import cancel
-from effectusd.operator.common import ActionReport
 from effectusd.operator.prune import PruneReport, prune
+from effectusd.operator.report import ActionReport
 
 __all__ = [
     "ActionReport",

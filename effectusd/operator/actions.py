@@ -33,15 +33,8 @@ from effectusd.core.transition import (
     SagaUpdate,
     Transition,
 )
-from effectusd.operator.common import (
-    ActionReport,
-    Locked,
-    enqueued,
-    lock_saga,
-    resumed_reason,
-    saga_after,
-    write_transition,
-)
+from effectusd.operator.locked_saga import Locked, lock_saga, resumed_reason, write_transition
+from effectusd.operator.report import ActionReport, enqueued, saga_after
 from effectusd.store.operations import Operation, event
 
 # -- resolve ------------------------------------------------------------------------------

@@ -23,7 +23,8 @@ from effectusd.core.plan import CheckedStep
 from effectusd.core.registry import Registry
 from effectusd.core.states import DispatchState, SagaState
 from effectusd.operator.actions import _enqueue_now, _send_again
-from effectusd.operator.common import ActionReport, Locked, lock_saga
+from effectusd.operator.locked_saga import Locked, lock_saga
+from effectusd.operator.report import ActionReport
 from effectusd.store.operations import Operation, event
 
 

@@ -17,13 +17,8 @@ from effectusd.core.operator_decisions import (
 from effectusd.core.registry import Registry
 from effectusd.core.states import Direction, DispatchState
 from effectusd.core.transition import DispatchFacts
-from effectusd.operator.common import (
-    ActionReport,
-    enqueued,
-    lock_saga,
-    saga_after,
-    write_transition,
-)
+from effectusd.operator.locked_saga import lock_saga, write_transition
+from effectusd.operator.report import ActionReport, enqueued, saga_after
 from effectusd.store.operations import Operation, event
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from effectusd.core.states import OutcomeClass
+from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.pipeline import Capacity, Pipeline
-from effectusd.metrics import Metrics
 from effectusd.operator import Resolution, resolve
 from effectusd.store.dispatch import DispatchStore
 from tests.conformance.support import StoreUnderTest, completion, dispatch_in, send

@@ -292,7 +292,7 @@ async def test_a_closed_store_refuses_work_and_holds_no_connection(
 
 
 async def test_the_text_view_shows_each_attempts_error(store: StoreUnderTest) -> None:
-    from effectusd import render
+    from effectusd.cli import render
 
     saga = store.submit(serial_plan("p", ["pay"]), "x")
     daemon = await store.dispatch_store()

@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.integration.test_foundation_cli import (
+from tests.integration.test_cli_plans_and_sagas import (
     EXAMPLE_PLAN,
     FACTS_JSON,
     VECTOR_SAGA_ID,

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from effectusd.metrics import Metrics
+from effectusd.dispatcher.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from effectusd.dispatcher.loops import Loop
-from effectusd.metrics import Metrics
+from effectusd.dispatcher.metrics import Metrics
 
 
 class Script:

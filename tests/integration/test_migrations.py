@@ -2,17 +2,14 @@
 
 Covers: what the first migration creates, idempotence, status/require_current, refusal of a
 database that is newer than the code or whose applied migration changed, `migrate --check`,
-the advisory lock under two concurrent migrators, the migrations shipping inside the wheel,
-and the schema constraints that guard the engine's invariants.
+the advisory lock under two concurrent migrators, and the schema constraints that guard the
+engine's invariants.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
-import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -338,62 +335,6 @@ def test_two_concurrent_migrators_both_succeed_and_the_migration_is_applied_once
     assert applied_by_both == ALL_MIGRATIONS
     assert applied_rows(empty_database) == ALL_MIGRATIONS
     assert effectus_tables(empty_database) >= DESIGN_TABLES
-
-
-# --- packaging -------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "--quiet",
-            "-w",
-            str(out),
-            str(REPO),
-        ],
-        check=True,
-        cwd=REPO,
-        capture_output=True,
-    )
-    (built,) = out.glob("effectusd-*.whl")
-    return built
-
-
-def test_the_wheel_ships_the_migrations_and_the_named_queries(wheel: Path) -> None:
-    with zipfile.ZipFile(wheel) as archive:
-        names = set(archive.namelist())
-        shipped = archive.read(f"effectusd/_migrations/{FIRST_MIGRATION}.sql")
-
-    assert "effectusd/store/postgres/queries/insert_saga.sql" in names
-    source_queries = REPO / "effectusd" / "store" / "postgres" / "queries"
-    for query in source_queries.glob("*.sql"):
-        assert f"effectusd/store/postgres/queries/{query.name}" in names
-    source_migrations = REPO / "schema" / "migrations"
-    for migration in source_migrations.glob("*.sql"):
-        assert f"effectusd/_migrations/{migration.name}" in names
-    assert shipped == (source_migrations / f"{FIRST_MIGRATION}.sql").read_bytes()
-    for query in (REPO / "effectusd" / "store" / "sqlite" / "queries").glob("*.sql"):
-        assert f"effectusd/store/sqlite/queries/{query.name}" in names
-    for migration in (REPO / "schema" / "sqlite").glob("*.sql"):
-        assert f"effectusd/_sqlite_migrations/{migration.name}" in names
-
-
-def test_migrations_read_from_the_wheel_match_the_source_tree(wheel: Path) -> None:
-    folder = zipfile.Path(wheel, "effectusd/_migrations/")
-
-    from_wheel = known_migrations(folder)
-
-    assert [(m.version, m.name, m.checksum) for m in from_wheel] == [
-        (m.version, m.name, m.checksum) for m in known_migrations()
-    ]
 
 
 # --- schema constraints ----------------------------------------------------------------------

@@ -1,22 +1,17 @@
-"""What the bench's parts share: the plan, scratch databases, small readings."""
+"""The pipeline the bench drives: its plan, a daemon in this process, executors per
+destination, the sink's port."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import resource
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
-
-import psycopg
 
 from effectusd.config import Config
 from effectusd.core.states import OutcomeClass
 from effectusd.dispatcher.daemon import Daemon
 from effectusd.executors.factory import executor_for
-from effectusd.store.postgres.queries import sql
 
 
 @asynccontextmanager
@@ -43,36 +38,6 @@ async def daemon_with_submitter(
             await executor.aclose()
 
 
-def bench_plan(steps: int) -> dict[str, Any]:
-    return {
-        "plan_id": f"bench-{steps}",
-        "steps": [
-            {"id": f"s{i}", "verb": "sink.noop", "args": {"i": i}, "compensate": "none"}
-            for i in range(steps)
-        ],
-    }
-
-
-def percentile(values: list[float], pct: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
-
-
-def scratch_database(server_url: str) -> str:
-    name = f"effectusd_bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return psycopg.conninfo.make_conninfo(server_url, dbname=name)
-
-
-def drop_database(server_url: str, url: str) -> None:
-    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 async def with_executors(config: Config, run: Any) -> Any:
     """Run ``run(executors)`` with one executor per destination, by its configured transport,
     made in the running loop and closed afterwards."""
@@ -90,28 +55,14 @@ async def checked(call: Any) -> None:
         raise RuntimeError(f"bench sink call failed: {result.error}")
 
 
-def daemon_rss_mb() -> float:
-    """Current resident set of this process (VmRSS), else its peak (ru_maxrss, in KiB)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def read_latencies(url: str, query: str = "bench_latencies") -> list[float]:
-    with psycopg.connect(url) as conn:
-        return [float(row[0]) for row in conn.execute(sql(query)).fetchall()]
-
-
-def scalar(url: str, query: str) -> int:
-    with psycopg.connect(url) as conn:
-        row = conn.execute(sql(query)).fetchone()
-    assert row is not None
-    return int(row[0])
+def bench_plan(steps: int) -> dict[str, Any]:
+    return {
+        "plan_id": f"bench-{steps}",
+        "steps": [
+            {"id": f"s{i}", "verb": "sink.noop", "args": {"i": i}, "compensate": "none"}
+            for i in range(steps)
+        ],
+    }
 
 
 def free_port() -> int:

@@ -1,6 +1,6 @@
 """The effectusd CLI (docs/configuration.md section 3) on the shipped example config and plan.
 
-Exit codes pinned here are the ones documented at the top of effectusd/cli.py:
+Exit codes pinned here are the ones documented at the top of effectusd/cli/app.py:
 0 ok, 1 operational failure, 3 invalid input, 4 conflict, 5 not found.
 """
 

@@ -1,0 +1,41 @@
+"""The bench's own PostgreSQL: scratch databases, its statements (queries/NAME.sql, kept out
+of the store's production folder) and the readings taken with them."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import psycopg
+from psycopg import sql as psql
+
+from effectusd.store.postgres import queries
+
+
+def sql(name: str) -> psql.SQL:
+    return queries.sql(name, "effectusd.bench")
+
+
+def scratch_database(server_url: str) -> str:
+    name = f"effectusd_bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return psycopg.conninfo.make_conninfo(server_url, dbname=name)
+
+
+def drop_database(server_url: str, url: str) -> None:
+    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def read_latencies(url: str, query: str = "latencies") -> list[float]:
+    with psycopg.connect(url) as conn:
+        return [float(row[0]) for row in conn.execute(sql(query)).fetchall()]
+
+
+def scalar(url: str, query: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(sql(query)).fetchone()
+    assert row is not None
+    return int(row[0])
