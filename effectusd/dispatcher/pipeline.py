@@ -167,12 +167,14 @@ class Pipeline:
             log.exception(
                 "write-ahead failed for %d claim(s); leaving them to reclaim", len(sendable)
             )
+            self.metrics.write_ahead_failures.inc(len(sendable))
             for claim in sendable:
                 self.capacity.give_back(claim.destination)
             return
         faults.point("after_write_ahead")
         self.metrics.fencing_acquisitions.inc(sum(len(w.grants) for w in ready))
         self.metrics.fencing_conflicts.inc(sum(1 for c in not_sent if c.fence_wait))
+        self.metrics.write_ahead_failures.inc(sum(1 for c in not_sent if not c.fence_wait))
         for completion, claim in _pair(not_sent, sendable):
             self._finish(claim, completion)
         marked = {w.claim.dispatch_id for w in ready} | {c.dispatch_id for c in not_sent}

@@ -4,6 +4,8 @@ pipeline's steps (claim, write-ahead, record) with outcomes the test chooses. No
 from __future__ import annotations
 
 import contextlib
+import json
+import secrets
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -27,7 +29,7 @@ from effectusd.store.dispatch import DispatchStore, RecordReport
 from effectusd.store.postgres.dispatch import PostgresDispatchStore
 from effectusd.store.records import Claim, WriteAhead
 from effectusd.store.sqlite.dispatch import SqliteDispatchStore
-from tests.support.harness import make_config
+from tests.support.harness import make_config, serial_plan
 
 T = TypeVar("T")
 
@@ -295,3 +297,23 @@ def timeline(view: SagaView, *kinds: str) -> list[tuple[Any, ...]]:
 def when(value: str | None) -> datetime:
     assert value is not None
     return datetime.fromisoformat(value)
+
+
+def sagas_with_one_unfenceable(store: StoreUnderTest) -> tuple[list[str], str]:
+    """Three fenced sagas; the middle one's resource is longer than an index entry may be, so
+    acquiring it fails (SQLite has no such limit: a trigger refuses the same resource).
+    Returns the sagas and that resource."""
+    sagas = [store.submit(serial_plan("f", ["fenced"]), f"x-{n}") for n in (1, 2, 3)]
+    mark = "?" if store.sqlite else "%s"
+    resources = ["res:a", "p" + secrets.token_hex(10_000), "res:c"]
+    for saga, resource in zip(sagas, resources, strict=True):
+        store.execute(
+            f"UPDATE effectus_saga_outbox SET fencing_resources = {mark} WHERE saga_id = {mark}",
+            (json.dumps([resource]), saga),
+        )
+    if store.sqlite:
+        store.execute(
+            "CREATE TRIGGER poison BEFORE INSERT ON effectus_fencing_leases"
+            " WHEN length(NEW.resource) > 2704 BEGIN SELECT RAISE(ABORT, 'too long'); END"
+        )
+    return sagas, resources[1]

@@ -3,8 +3,6 @@ fencing inside the write-ahead. The in-memory provider is checked here too, as t
 
 from __future__ import annotations
 
-import json
-import secrets
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -18,7 +16,14 @@ from effectusd.fencing.store import StoreFencing
 from effectusd.store import backends
 from effectusd.store.dispatch import DispatchStore
 from effectusd.store.operations import Operation
-from tests.conformance.support import RETRY, StoreUnderTest, completion, dispatch_in, send
+from tests.conformance.support import (
+    RETRY,
+    StoreUnderTest,
+    completion,
+    dispatch_in,
+    sagas_with_one_unfenceable,
+    send,
+)
 from tests.support.harness import serial_plan
 
 
@@ -324,20 +329,7 @@ async def test_a_fence_wait_past_its_bound_blocks_naming_the_holder(
 async def test_a_claim_whose_write_ahead_fails_leaves_the_others_sent(
     store: StoreUnderTest,
 ) -> None:
-    sagas = [store.submit(serial_plan("f", ["fenced"]), f"x-{n}") for n in (1, 2, 3)]
-    # the middle one's resource is longer than an index entry may be: acquiring it fails
-    poison = "p" + secrets.token_hex(10_000)
-    mark = "?" if store.sqlite else "%s"
-    for saga, resource in zip(sagas, ["res:a", poison, "res:c"], strict=True):
-        store.execute(
-            f"UPDATE effectus_saga_outbox SET fencing_resources = {mark} WHERE saga_id = {mark}",
-            (json.dumps([resource]), saga),
-        )
-    if store.sqlite:  # SQLite has no index entry limit: refuse the same resource by trigger
-        store.execute(
-            "CREATE TRIGGER poison BEFORE INSERT ON effectus_fencing_leases"
-            " WHEN length(NEW.resource) > 2704 BEGIN SELECT RAISE(ABORT, 'too long'); END"
-        )
+    sagas, poison = sagas_with_one_unfenceable(store)
     daemon = await store.dispatch_store()
     claims = sorted(await daemon.claim({"dest": 10}), key=lambda c: c.dispatch_id)
     assert [c.saga_id for c in claims] == sagas

@@ -4,20 +4,32 @@ own saga alone stops in blocked_unknown with the failure as evidence (both store
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Any
 
 from effectusd.core.states import OutcomeClass
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.pipeline import Capacity, Pipeline
+from effectusd.executors.factory import executor_for
 from effectusd.operator import Resolution, resolve
 from effectusd.store.dispatch import DispatchStore
-from tests.conformance.support import StoreUnderTest, completion, dispatch_in, send
+from tests.conformance.support import (
+    StoreUnderTest,
+    completion,
+    dispatch_in,
+    sagas_with_one_unfenceable,
+    send,
+)
+from tests.support.destination import running
 from tests.support.harness import serial_plan
 
 
-def pipeline_on(store: DispatchStore, under_test: StoreUnderTest) -> Pipeline:
+def pipeline_on(
+    store: DispatchStore, under_test: StoreUnderTest, executors: dict[str, Any] | None = None
+) -> Pipeline:
     return Pipeline(
         store,
-        {},
+        executors or {},
         under_test.registry,
         Capacity(limits={"dest": 16}, total_limit=16),
         asyncio.Event(),
@@ -91,3 +103,27 @@ async def test_a_quarantined_saga_is_resolved_by_the_operator_with_evidence(
     view = store.view(saga)
     assert view["state"] == "running"
     assert dispatch_in(view, "s2")["state"] == "queued"
+
+
+async def test_a_failed_write_ahead_is_counted_and_the_batch_is_called(
+    store: StoreUnderTest,
+) -> None:
+    sagas, _ = sagas_with_one_unfenceable(store)
+    daemon = await store.dispatch_store()
+    with running() as dest:
+        config = store.config.destinations["dest"].model_copy(update={"base_url": dest.base_url})
+        executor = executor_for("dest", config)
+        try:
+            pipeline = pipeline_on(daemon, store, {"dest": executor})
+            claims = await daemon.claim({"dest": 10})
+            for claim in claims:
+                pipeline.capacity.take(claim.destination)
+            await pipeline.dispatch_batch(claims, time.monotonic())
+        finally:
+            await executor.aclose()
+    assert sorted(r.headers["x-effectus-saga-id"] for r in dest.requests) == sorted(
+        [sagas[0], sagas[2]]
+    )
+    assert pipeline.metrics.write_ahead_failures._value.get() == 1
+    assert pipeline.metrics.fencing_conflicts._value.get() == 0
+    assert pipeline.completions.qsize() == 3 and pipeline.capacity.busy == 0
