@@ -123,6 +123,18 @@ def _walk(value: object, path: str, problems: list[str], depth_left: int) -> Non
     problems.append(f"{path}: {type(value).__name__} is not a JSON type")
 
 
+# Characters that are not storable text (NUL), not printable, or not encodable (surrogates).
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+
+
+def printable(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, every unstorable or unprintable one escaped: what
+    may go into evidence, an error column or a log line whatever a destination sent."""
+    cut = text[:limit]
+    escaped = _UNPRINTABLE.sub(lambda match: f"\\u{ord(match.group()):04x}", cut)
+    return escaped + ("…" if len(text) > limit else "")
+
+
 def _is_valid_unicode(text: str) -> bool:
     try:
         text.encode("utf-8")

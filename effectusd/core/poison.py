@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from effectusd.core.canonical import printable
 from effectusd.core.engine import Completion, Event, SagaUpdate, Transition
 from effectusd.core.states import Direction, DispatchState, OutcomeClass, SagaState, SettledBy
 
@@ -31,14 +32,6 @@ class PoisonedDispatch:
     saga_state: SagaState
 
 
-def storable_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:
-    """``text`` with control characters, NUL and lone surrogates replaced, cut to ``limit``."""
-    cleaned = "".join(
-        ch if ch.isprintable() and not 0xD800 <= ord(ch) <= 0xDFFF else "?" for ch in text
-    )
-    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
-
-
 def held_completion(completion: Completion, failure: str) -> Completion:
     """The completion as it can be stored: no result, the original class kept as evidence."""
     may_have_been_sent = completion.settled_by is not SettledBy.GUARD
@@ -49,10 +42,10 @@ def held_completion(completion: Completion, failure: str) -> Completion:
         outcome=OutcomeClass.UNKNOWN if may_have_been_sent else OutcomeClass.RETRYABLE,
         settled_by=completion.settled_by,
         status_code=completion.status_code,
-        error=f"the outcome could not be recorded: {storable_text(failure)}",
+        error=f"the outcome could not be recorded: {printable(failure, MAX_ERROR_CHARS)}",
         evidence={
             "unrecorded_outcome": completion.outcome.value,
-            "record_failure": storable_text(failure),
+            "record_failure": printable(failure, MAX_ERROR_CHARS),
         },
         fencing_status=completion.fencing_status,
         actor=completion.actor,

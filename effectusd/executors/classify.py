@@ -13,10 +13,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from effectusd.core import wire as contract
-from effectusd.core.canonical import parse_json
+from effectusd.core.canonical import parse_json, printable
 from effectusd.core.states import OutcomeClass
 from effectusd.executors.protocol import CallResult
-from effectusd.executors.storable import body_digest, printable, unstorable_reasons
+from effectusd.executors.storable import body_digest, unstorable_reasons
 
 ANSWER_HEADERS = (*contract.REPLY_HEADERS, contract.REQUEST_ID)  # every header classification reads
 MAX_ERROR_CHARS = 500

@@ -9,15 +9,12 @@ recorded in, and every saga in it. Values are never quoted back: only why, and h
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import Any
 
 from effectusd.core.canonical import json_problems
 
 MAX_REASONS = 3
 _NUL = "string contains U+0000"
-# Characters that are not storable text (NUL), not printable, or not encodable (surrogates).
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 def unstorable_reasons(value: Any) -> list[str]:
@@ -48,10 +45,3 @@ def _has_nul(value: Any) -> bool:
 def body_digest(body: bytes) -> dict[str, Any]:
     """Enough to recognise a body an operator is shown elsewhere, without keeping it."""
     return {"bytes": len(body), "sha256": hashlib.sha256(body).hexdigest()}
-
-
-def printable(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, every unstorable or unprintable one escaped."""
-    cut = text[:limit]
-    escaped = _UNPRINTABLE.sub(lambda match: f"\\u{ord(match.group()):04x}", cut)
-    return escaped + ("…" if len(text) > limit else "")

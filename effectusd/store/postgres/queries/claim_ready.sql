@@ -15,11 +15,12 @@ live AS (
 ),
 candidates AS (
     SELECT picked.dispatch_id, picked.state, picked.next_attempt_at,
+           live.timeout_ms AS live_timeout_ms, live.max_attempts AS live_max_attempts,
            row_number() OVER (PARTITION BY wanted.destination
                               ORDER BY picked.next_attempt_at) AS turn
     FROM wanted
     CROSS JOIN LATERAL (
-        SELECT o.dispatch_id, o.state, o.next_attempt_at
+        SELECT o.dispatch_id, o.state, o.next_attempt_at, o.verb
         FROM effectus_saga_outbox o
         WHERE o.state IN ('queued', 'retry_wait')
           AND o.destination = wanted.destination
@@ -28,12 +29,13 @@ candidates AS (
         LIMIT wanted.lim
         FOR UPDATE SKIP LOCKED
     ) AS picked
+    LEFT JOIN live ON live.verb = picked.verb
 ),
 -- The overall room is dealt out in turns: every destination with due rows gets its first row
 -- before any gets its second, so idle destinations hold nothing and none is starved. Rows
 -- looked at but not dealt stay locked only until this statement ends.
 due AS (
-    SELECT dispatch_id, state
+    SELECT dispatch_id, state, live_timeout_ms, live_max_attempts
     FROM candidates
     ORDER BY turn, next_attempt_at
     LIMIT %(total)s
@@ -44,14 +46,10 @@ claimed AS (
         attempt = o.attempt + 1,
         lease_owner = %(owner)s,
         lease_token = gen_random_uuid(),
-        timeout_ms = coalesce((SELECT l.timeout_ms FROM live l WHERE l.verb = o.verb),
-                              o.timeout_ms),
-        max_attempts = coalesce(o.budget_base + (SELECT l.max_attempts FROM live l
-                                                  WHERE l.verb = o.verb),
-                                o.max_attempts),
+        timeout_ms = coalesce(due.live_timeout_ms, o.timeout_ms),
+        max_attempts = coalesce(o.budget_base + due.live_max_attempts, o.max_attempts),
         lease_expires_at = now() + make_interval(
-            secs => coalesce((SELECT l.timeout_ms FROM live l WHERE l.verb = o.verb),
-                             o.timeout_ms) / 1000.0 + %(margin_s)s),
+            secs => coalesce(due.live_timeout_ms, o.timeout_ms) / 1000.0 + %(margin_s)s),
         updated_at = now()
     FROM due
     -- The array lets the planner look the few claimed rows up by primary key: joined to the
