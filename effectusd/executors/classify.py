@@ -98,40 +98,50 @@ async def classify(
     the headers say success."""
     status = wire.status_code
     assert status is not None
-    echoed = headers.get(contract.REQUEST_ID)
-    if echoed is not None:
-        # An answer naming another request is not this one's, whatever it says: e.g. a
-        # stray second response left on a kept-alive connection by an earlier exchange.
-        matched = contract.echo_matches(echoed, wire.request_id)
-        wire.echo = "matched" if matched else "mismatched"
-        if wire.echo == "mismatched":
-            error = f"HTTP {status} whose {contract.REQUEST_ID} echo names another request"
-            return wire.result(started, OutcomeClass.UNKNOWN, error)
-    value = headers.get(contract.OUTCOME)
-    named = contract.decode_outcome(value)
-    if 200 <= status < 300:
-        if value is not None and named is not OutcomeClass.SUCCESS:
-            # A 2xx that also names a failure contradicts itself; trust neither half.
-            error = f"HTTP {status} contradicted by {contract.OUTCOME}"
-            return wire.result(started, OutcomeClass.UNKNOWN, error)
-        outcome = OutcomeClass.SUCCESS
-    elif named is not None and named is not OutcomeClass.SUCCESS:
-        outcome = named
-    elif status in status_map:
-        outcome = status_map[status]
-    else:
-        error = f"HTTP {status} without a valid {contract.OUTCOME} or status_map entry"
-        return wire.result(started, OutcomeClass.UNKNOWN, error)
+    outcome, doubt = _header_outcome(wire, status, headers, status_map)
     if outcome is not OutcomeClass.SUCCESS:
         # The headers decided; an unread body only costs this keep-alive connection.
-        return wire.result(started, outcome, f"HTTP {status}")
-
+        return wire.result(started, outcome, doubt or f"HTTP {status}")
     declared = headers.get("Content-Length", "")
     limit = max_response_bytes
     body = None if declared.isdigit() and int(declared) > limit else await read_body(limit)
     if body is None:
         error = f"HTTP {status} with a body over max_response_bytes"
         return wire.result(started, OutcomeClass.UNKNOWN, error)
+    return _success_body(wire, started, status, body)
+
+
+def _header_outcome(
+    wire: Wire, status: int, headers: Mapping[str, str], status_map: Mapping[int, OutcomeClass]
+) -> tuple[OutcomeClass, str | None]:
+    """What the status, the request-ID echo and X-Effectus-Outcome decide, with the reason
+    when they leave the outcome unknown. SUCCESS means the body decides."""
+    echoed = headers.get(contract.REQUEST_ID)
+    if echoed is not None:
+        # An answer naming another request is not this one's, whatever it says: e.g. a
+        # stray second response left on a kept-alive connection by an earlier exchange.
+        matched = contract.echo_matches(echoed, wire.request_id)
+        wire.echo = "matched" if matched else "mismatched"
+        if not matched:
+            doubt = f"HTTP {status} whose {contract.REQUEST_ID} echo names another request"
+            return OutcomeClass.UNKNOWN, doubt
+    value = headers.get(contract.OUTCOME)
+    named = contract.decode_outcome(value)
+    if 200 <= status < 300:
+        if value is not None and named is not OutcomeClass.SUCCESS:
+            # A 2xx that also names a failure contradicts itself; trust neither half.
+            return OutcomeClass.UNKNOWN, f"HTTP {status} contradicted by {contract.OUTCOME}"
+        return OutcomeClass.SUCCESS, None
+    if named is not None and named is not OutcomeClass.SUCCESS:
+        return named, None
+    if status in status_map:
+        return status_map[status], None
+    doubt = f"HTTP {status} without a valid {contract.OUTCOME} or status_map entry"
+    return OutcomeClass.UNKNOWN, doubt
+
+
+def _success_body(wire: Wire, started: float, status: int, body: bytes) -> CallResult:
+    """A success answer's body: its JSON is the step's result, if the store can hold it."""
     if not body:
         return wire.result(started, OutcomeClass.SUCCESS)
     try:
