@@ -8,82 +8,91 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 
 
 class Metrics:
+    """Every metric the daemon exports. Names, help texts and labels are what the docs, the
+    contrib alerts and the dashboard query: change them only together."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
-        self.outcomes = Counter(
-            "effectusd_outcomes_total",
-            "Recorded attempt outcomes.",
-            ["destination", "verb", "direction", "outcome"],
-            registry=r,
-        )
-        self.call_seconds = Histogram(
-            "effectusd_call_duration_seconds",
-            "Duration of destination calls.",
-            ["destination", "verb"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.enqueue_to_dispatch_seconds = Histogram(
-            "effectusd_enqueue_to_dispatch_seconds",
-            "Time from a dispatch row's creation to its claim (database clock).",
-            ["destination"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.ready_depth = Gauge(
-            "effectusd_ready_queue_depth", "Dispatches due now and not yet claimed.", registry=r
-        )
-        self.oldest_ready_age = Gauge(
-            "effectusd_oldest_ready_age_seconds",
-            "Age of the oldest due dispatch (0 when none).",
-            registry=r,
-        )
-        self.sagas = Gauge(
-            "effectusd_sagas", "Live and blocked sagas by state.", ["state"], registry=r
-        )
-        self.in_flight = Gauge(
-            "effectusd_in_flight_calls", "Calls under way.", ["destination"], registry=r
-        )
-        self.reclaims = Counter(
-            "effectusd_lease_reclaims_total", "Expired leases settled by this daemon.", registry=r
-        )
-        self.late_completions = Counter(
-            "effectusd_late_completions_total",
-            "Completions whose guard failed (kept as evidence, changed nothing).",
-            registry=r,
-        )
-        self.fencing_acquisitions = Counter(
-            "effectusd_fencing_acquisitions_total", "Fencing tokens granted.", registry=r
-        )
-        self.fencing_conflicts = Counter(
-            "effectusd_fencing_conflicts_total",
-            "Dispatches held back because a resource was leased by another.",
-            registry=r,
-        )
-
-        self.recorder_failures = Counter(
-            "effectusd_recorder_failures_total",
-            "Outcome batches whose recording failed (retried, or split to find a poison).",
-            ["kind"],  # transient | deterministic
-            registry=r,
-        )
-        self.write_ahead_failures = Counter(
-            "effectusd_write_ahead_failures_total",
-            "Write-aheads that failed; their claims were left to the reclaim.",
-            registry=r,
-        )
-        self.poison_isolated = Counter(
-            "effectusd_poison_isolated_total",
-            "Completions the store could not record, settled alone into blocked_unknown.",
-            registry=r,
-        )
-        self.loop_failures = Counter(
-            "effectusd_loop_failures_total",
-            "Unexpected errors in a background loop (claim, reclaim, recorder), survived.",
-            ["loop"],
-            registry=r,
-        )
+        self._declare_work()
+        self._declare_guards()
+        self._declare_failures()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+    def _declare_work(self) -> None:
+        """What flows through: outcomes, latencies, the backlog and the calls under way."""
+        self.outcomes = self._counter(
+            "effectusd_outcomes_total",
+            "Recorded attempt outcomes.",
+            ("destination", "verb", "direction", "outcome"),
+        )
+        self.call_seconds = self._histogram(
+            "effectusd_call_duration_seconds",
+            "Duration of destination calls.",
+            ("destination", "verb"),
+        )
+        self.enqueue_to_dispatch_seconds = self._histogram(
+            "effectusd_enqueue_to_dispatch_seconds",
+            "Time from a dispatch row's creation to its claim (database clock).",
+            ("destination",),
+        )
+        self.ready_depth = self._gauge(
+            "effectusd_ready_queue_depth", "Dispatches due now and not yet claimed."
+        )
+        self.oldest_ready_age = self._gauge(
+            "effectusd_oldest_ready_age_seconds", "Age of the oldest due dispatch (0 when none)."
+        )
+        self.sagas = self._gauge("effectusd_sagas", "Live and blocked sagas by state.", ("state",))
+        self.in_flight = self._gauge(
+            "effectusd_in_flight_calls", "Calls under way.", ("destination",)
+        )
+
+    def _declare_guards(self) -> None:
+        """The guards at work: expired leases, late answers, fencing."""
+        self.reclaims = self._counter(
+            "effectusd_lease_reclaims_total", "Expired leases settled by this daemon."
+        )
+        self.late_completions = self._counter(
+            "effectusd_late_completions_total",
+            "Completions whose guard failed (kept as evidence, changed nothing).",
+        )
+        self.fencing_acquisitions = self._counter(
+            "effectusd_fencing_acquisitions_total", "Fencing tokens granted."
+        )
+        self.fencing_conflicts = self._counter(
+            "effectusd_fencing_conflicts_total",
+            "Dispatches held back because a resource was leased by another.",
+        )
+
+    def _declare_failures(self) -> None:
+        """Failures the daemon survived."""
+        self.recorder_failures = self._counter(
+            "effectusd_recorder_failures_total",
+            "Outcome batches whose recording failed (retried, or split to find a poison).",
+            ("kind",),  # transient | deterministic
+        )
+        self.write_ahead_failures = self._counter(
+            "effectusd_write_ahead_failures_total",
+            "Write-aheads that failed; their claims were left to the reclaim.",
+        )
+        self.poison_isolated = self._counter(
+            "effectusd_poison_isolated_total",
+            "Completions the store could not record, settled alone into blocked_unknown.",
+        )
+        self.loop_failures = self._counter(
+            "effectusd_loop_failures_total",
+            "Unexpected errors in a background loop (claim, reclaim, recorder), survived.",
+            ("loop",),
+        )
+
+    def _counter(self, name: str, documentation: str, labels: tuple[str, ...] = ()) -> Counter:
+        return Counter(name, documentation, labels, registry=self.registry)
+
+    def _gauge(self, name: str, documentation: str, labels: tuple[str, ...] = ()) -> Gauge:
+        return Gauge(name, documentation, labels, registry=self.registry)
+
+    def _histogram(self, name: str, documentation: str, labels: tuple[str, ...]) -> Histogram:
+        return Histogram(
+            name, documentation, labels, buckets=LATENCY_BUCKETS, registry=self.registry
+        )
