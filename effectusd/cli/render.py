@@ -58,6 +58,24 @@ def saga_list(rows: list[dict[str, Any]]) -> str:
 
 
 def saga_detail(view: dict[str, Any]) -> str:
+    lines = _saga_header(view)
+    lines += ["", "steps"]
+    for step in view["steps"]:
+        lines.extend(_step_lines(step))
+    blocked = blocking_dispatches(view)
+    if blocked:
+        lines += ["", f"why it stopped: {view['stop_reason'] or view['state']}"]
+        for step, dispatch in blocked:
+            lines.extend(_evidence(step, dispatch))
+    if view.get("next_actions"):
+        lines += ["", "what you can do"]
+        lines.extend(f"  {action}" for action in view["next_actions"])
+    lines += ["", "timeline"]
+    lines.extend(_event_line(event) for event in view["timeline"])
+    return "\n".join(lines)
+
+
+def _saga_header(view: dict[str, Any]) -> list[str]:
     lines = [
         f"saga       {view['saga_id']}",
         f"state      {view['state']}"
@@ -68,55 +86,43 @@ def saga_detail(view: dict[str, Any]) -> str:
     ]
     if view.get("cancel_requested_at"):
         lines.append(f"cancel     requested by {view['cancel_requested_by']}")
-    lines.append("")
-    lines.append("steps")
-    for step in view["steps"]:
+    return lines
+
+
+def _step_lines(step: dict[str, Any]) -> list[str]:
+    """One step, each of its dispatches and each dispatch's attempts, one line apiece."""
+    lines = [f"  {step['sequence']}. {step['effect_id']:20} {step['state']:14} {step['verb']}"]
+    for dispatch in step["dispatches"]:
         lines.append(
-            f"  {step['sequence']}. {step['effect_id']:20} {step['state']:14} {step['verb']}"
+            f"     {dispatch['direction']:12} {dispatch['state']:18} "
+            f"attempt {dispatch['attempt']}/{dispatch['max_attempts']}  "
+            f"key {_short(dispatch['idempotency_key'], 16)}  -> {dispatch['destination']}"
         )
-        for dispatch in step["dispatches"]:
+        if dispatch["last_error"]:
+            lines.append(f"       last error: {dispatch['last_error']}")
+        for attempt in dispatch["attempts"]:
+            status = attempt["status_code"] if attempt["status_code"] is not None else "-"
+            late = f"  late: {attempt['late_outcome']}" if attempt["late"] else ""
             lines.append(
-                f"     {dispatch['direction']:12} {dispatch['state']:18} "
-                f"attempt {dispatch['attempt']}/{dispatch['max_attempts']}  "
-                f"key {_short(dispatch['idempotency_key'], 16)}  -> {dispatch['destination']}"
+                f"       #{attempt['attempt']} {attempt['outcome'] or 'in progress':38} "
+                f"http {status!s:4} fencing {attempt['fencing_status'] or '-':14} "
+                f"sent {attempt['sent_at'] or '-'}{late}"
             )
-            if dispatch["last_error"]:
-                lines.append(f"       last error: {dispatch['last_error']}")
-            for attempt in dispatch["attempts"]:
-                status = attempt["status_code"] if attempt["status_code"] is not None else "-"
-                late = f"  late: {attempt['late_outcome']}" if attempt["late"] else ""
-                lines.append(
-                    f"       #{attempt['attempt']} {attempt['outcome'] or 'in progress':38} "
-                    f"http {status!s:4} fencing {attempt['fencing_status'] or '-':14} "
-                    f"sent {attempt['sent_at'] or '-'}{late}"
-                )
-                if attempt["error"]:
-                    lines.append(f"          error: {attempt['error']}")
-    blocked = blocking_dispatches(view)
-    if blocked:
-        lines.append("")
-        lines.append(f"why it stopped: {view['stop_reason'] or view['state']}")
-        for step, dispatch in blocked:
-            lines.extend(_evidence(step, dispatch))
-    if view.get("next_actions"):
-        lines.append("")
-        lines.append("what you can do")
-        lines.extend(f"  {action}" for action in view["next_actions"])
-    lines.append("")
-    lines.append("timeline")
-    for event in view["timeline"]:
-        where = ""
-        if event["effect_id"]:
-            where = f" {event['effect_id']}" + (
-                f"/{event['direction']}" if event["direction"] else ""
-            )
-        attempt = f" #{event['attempt']}" if event["attempt"] else ""
-        change = ""
-        if event["to_state"]:
-            change = f" {event['from_state'] or '∅'} → {event['to_state']}"
-        evidence = f"  evidence: {event['evidence']}" if event["evidence"] else ""
-        lines.append(
-            f"  {event['at'][11:23]}  {event['kind']}{where}{attempt}{change}  [{event['actor']}]"
-            f"{evidence}"
-        )
-    return "\n".join(lines)
+            if attempt["error"]:
+                lines.append(f"          error: {attempt['error']}")
+    return lines
+
+
+def _event_line(event: dict[str, Any]) -> str:
+    where = ""
+    if event["effect_id"]:
+        where = f" {event['effect_id']}" + (f"/{event['direction']}" if event["direction"] else "")
+    attempt = f" #{event['attempt']}" if event["attempt"] else ""
+    change = ""
+    if event["to_state"]:
+        change = f" {event['from_state'] or '∅'} → {event['to_state']}"
+    evidence = f"  evidence: {event['evidence']}" if event["evidence"] else ""
+    return (
+        f"  {event['at'][11:23]}  {event['kind']}{where}{attempt}{change}  [{event['actor']}]"
+        f"{evidence}"
+    )
