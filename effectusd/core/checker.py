@@ -6,7 +6,8 @@ checks in effectusd.core.document_checks; the issue types are importable from he
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,7 +24,7 @@ from effectusd.core.canonical import (
 from effectusd.core.check_issues import CheckIssue, PlanCheckError, issues_from
 from effectusd.core.contracts import VerbContract
 from effectusd.core.document_checks import document_issues, literal_schema_issues
-from effectusd.core.expressions import FactRef, ResultRef, resolve, scan
+from effectusd.core.expressions import FactRef, Reference, ResultRef, resolve, scan
 from effectusd.core.plan import (
     CHECKED_PLAN_FORMAT,
     CheckedCompensation,
@@ -154,6 +155,17 @@ def _dedupe(issues: list[CheckIssue]) -> list[CheckIssue]:
     return [issue for issue in issues if not (issue in seen or seen.add(issue))]  # type: ignore[func-returns-value]
 
 
+@dataclass(frozen=True)
+class _Scope:
+    """What the check of every step reads, and the issues it adds to."""
+
+    spec: PlanSpec
+    verbs: Mapping[str, VerbContract]
+    positions: Mapping[str, int]  # each valid, first-seen step id's index in spec.steps
+    broken_steps: bool  # malformed steps were left out: a missing step may be one of them
+    issues: list[CheckIssue]
+
+
 def _check_semantics(
     spec: PlanSpec,
     verbs: Mapping[str, VerbContract],
@@ -162,14 +174,38 @@ def _check_semantics(
 ) -> CheckedPlan | None:
     """Semantic checks. ``original`` is set when malformed steps were left out: it maps each
     kept step to its index in the plan, and references to unknown steps are then not trusted."""
-    broken_steps = original is not None
     index_of = original or list(range(len(spec.steps)))
+    _check_names(spec, issues)
+    positions = _step_positions(spec, index_of, issues)
+    scope = _Scope(spec, verbs, positions, original is not None, issues)
+    checked_steps = []
+    for index, step in enumerate(spec.steps):
+        checked = _check_step(step, index, f"steps[{index_of[index]}]", scope)
+        if checked is not None:
+            checked_steps.append(checked)
+    if issues:
+        return None
+    body: dict[str, JsonValue] = {
+        "format": CHECKED_PLAN_FORMAT,
+        "plan_id": spec.plan_id,
+        "facts": {name: kind.value for name, kind in spec.facts.items()},
+        "steps": [step.model_dump(mode="json") for step in checked_steps],
+    }
+    return CheckedPlan.model_validate({**body, "plan_digest": canonical_hash(body)})
+
+
+def _check_names(spec: PlanSpec, issues: list[CheckIssue]) -> None:
     if not IDENTIFIER.fullmatch(spec.plan_id):
         issues.append(CheckIssue("plan_id", _IDENTIFIER_RULE))
     for fact in spec.facts:
         if not IDENTIFIER.fullmatch(fact) and not fact.isidentifier():
             issues.append(CheckIssue(join_path("facts", fact), "fact names must be identifiers"))
 
+
+def _step_positions(
+    spec: PlanSpec, index_of: list[int], issues: list[CheckIssue]
+) -> dict[str, int]:
+    """Where each step id stands; an invalid or repeated id is an issue and gets no place."""
     positions: dict[str, int] = {}
     for index, step in enumerate(spec.steps):
         where = f"steps[{index_of[index]}].id"
@@ -182,70 +218,39 @@ def _check_semantics(
             )
         else:
             positions[step.id] = index
+    return positions
 
-    checked_steps = []
-    for index, step in enumerate(spec.steps):
-        where = f"steps[{index_of[index]}]"
-        contract = _contract(step.verb, verbs, f"{where}.verb", issues)
-        _check_args(
-            step.args,
-            f"{where}.args",
-            index,
-            False,
-            spec,
-            positions,
-            contract,
-            issues,
-            broken_steps,
-        )
-        compensation = None
-        if step.compensate != "none":
-            comp = step.compensate
-            comp_contract = _contract(comp.verb, verbs, f"{where}.compensate.verb", issues)
-            _check_args(
-                comp.args,
-                f"{where}.compensate.args",
-                index,
-                True,
-                spec,
-                positions,
-                comp_contract,
-                issues,
-                broken_steps,
+
+def _check_step(step: StepSpec, index: int, where: str, scope: _Scope) -> CheckedStep | None:
+    """One step and its compensation; the step pinned to its verb's contract when it is live."""
+    contract = _contract(step.verb, f"{where}.verb", scope)
+    _check_args(step.args, f"{where}.args", index, False, contract, scope)
+    compensation = None
+    if step.compensate != "none":
+        comp = step.compensate
+        comp_contract = _contract(comp.verb, f"{where}.compensate.verb", scope)
+        _check_args(comp.args, f"{where}.compensate.args", index, True, comp_contract, scope)
+        if comp_contract is not None:
+            compensation = CheckedCompensation(
+                verb=comp.verb, contract_hash=comp_contract.contract_hash, args=comp.args
             )
-            if comp_contract is not None:
-                compensation = CheckedCompensation(
-                    verb=comp.verb, contract_hash=comp_contract.contract_hash, args=comp.args
-                )
-        if contract is not None:
-            checked_steps.append(
-                CheckedStep(
-                    id=step.id,
-                    sequence=index,
-                    verb=step.verb,
-                    contract_hash=contract.contract_hash,
-                    args=step.args,
-                    compensate=compensation,
-                )
-            )
-    if issues:
-        return None
-    body: dict[str, JsonValue] = {
-        "format": CHECKED_PLAN_FORMAT,
-        "plan_id": spec.plan_id,
-        "facts": {name: kind.value for name, kind in spec.facts.items()},
-        "steps": [step.model_dump(mode="json") for step in checked_steps],
-    }
-    return CheckedPlan.model_validate({**body, "plan_digest": canonical_hash(body)})
-
-
-def _contract(
-    name: str, verbs: Mapping[str, VerbContract], where: str, issues: list[CheckIssue]
-) -> VerbContract | None:
-    contract = verbs.get(name)
     if contract is None:
-        known = ", ".join(sorted(verbs)) or "none configured"
-        issues.append(CheckIssue(where, f"unknown verb {name!r} (known: {known})"))
+        return None
+    return CheckedStep(
+        id=step.id,
+        sequence=index,
+        verb=step.verb,
+        contract_hash=contract.contract_hash,
+        args=step.args,
+        compensate=compensation,
+    )
+
+
+def _contract(name: str, where: str, scope: _Scope) -> VerbContract | None:
+    contract = scope.verbs.get(name)
+    if contract is None:
+        known = ", ".join(sorted(scope.verbs)) or "none configured"
+        scope.issues.append(CheckIssue(where, f"unknown verb {name!r} (known: {known})"))
     return contract
 
 
@@ -254,66 +259,70 @@ def _check_args(
     where: str,
     index: int,
     is_compensation: bool,
-    spec: PlanSpec,
-    positions: Mapping[str, int],
     contract: VerbContract | None,
-    issues: list[CheckIssue],
-    broken_steps: bool = False,
+    scope: _Scope,
 ) -> None:
     refs, problems = scan(args, where)
-    issues.extend(issues_from(problems))
+    scope.issues.extend(issues_from(problems))
     for ref in refs:
-        if isinstance(ref, FactRef):
-            if ref.name not in spec.facts:
-                issues.append(CheckIssue(ref.where, f"fact {ref.name!r} is not declared"))
-        elif isinstance(ref, ResultRef):
-            target = positions.get(ref.step)
-            if target is None:
-                if not broken_steps:
-                    issues.append(
-                        CheckIssue(ref.where, f"$result refers to missing step {ref.step!r}")
-                    )
-            elif target > index or (target == index and not is_compensation):
-                issues.append(
-                    CheckIssue(
-                        ref.where,
-                        f"$result refers to step {ref.step!r}, which does not run before this one",
-                    )
-                )
+        scope.issues.extend(_reference_issues(ref, index, is_compensation, scope))
     if contract is None:
         return
+    scope.issues.extend(_template_issues(contract, args, where, scope.spec.facts))
+    if contract.args_schema is not None:
+        scope.issues.extend(literal_schema_issues(args, contract.args_schema, where))
+
+
+def _reference_issues(
+    ref: Reference, index: int, is_compensation: bool, scope: _Scope
+) -> list[CheckIssue]:
+    """A $fact that is not declared, or a $result of a step that does not run before."""
+    if isinstance(ref, FactRef):
+        if ref.name not in scope.spec.facts:
+            return [CheckIssue(ref.where, f"fact {ref.name!r} is not declared")]
+    elif isinstance(ref, ResultRef):
+        target = scope.positions.get(ref.step)
+        if target is None:
+            if not scope.broken_steps:
+                return [CheckIssue(ref.where, f"$result refers to missing step {ref.step!r}")]
+        elif target > index or (target == index and not is_compensation):
+            return [
+                CheckIssue(
+                    ref.where,
+                    f"$result refers to step {ref.step!r}, which does not run before this one",
+                )
+            ]
+    return []
+
+
+def _template_issues(
+    contract: VerbContract, args: dict[str, Any], where: str, facts: Collection[str]
+) -> list[CheckIssue]:
+    """The verb's path and fencing templates: each placeholder fillable by this step, each
+    literal argument usable where it goes, and no rendering already past its limit."""
+    issues: list[CheckIssue] = []
     templates = [(contract.path_template, True)]
     templates += [(template, False) for template in contract.fencing_templates]
     for template, is_path in templates:
         issues.extend(_rendered_length_issues(template, is_path, args, where))
         for placeholder in template.placeholders:
-            value = args.get(placeholder.name)
-            if (
-                placeholder.scope == "args"
-                and placeholder.name in args
-                and not scan(value, where)[0]
-            ):
-                issues.extend(
-                    _template_value_issues(template, is_path, placeholder.name, value, where)
-                )
-            if placeholder.scope == "args" and placeholder.name not in args:
+            name, needs = placeholder.name, f"verb {contract.name!r} needs"
+            if placeholder.scope == "facts" and name not in facts:
                 issues.append(
                     CheckIssue(
                         where,
-                        f"verb {contract.name!r} needs argument {placeholder.name!r} "
-                        f"for template {template.source!r}",
+                        f"{needs} fact {name!r} for template {template.source!r}, "
+                        "which is not declared",
                     )
                 )
-            if placeholder.scope == "facts" and placeholder.name not in spec.facts:
+            elif placeholder.scope == "args" and name not in args:
                 issues.append(
-                    CheckIssue(
-                        where,
-                        f"verb {contract.name!r} needs fact {placeholder.name!r} "
-                        f"for template {template.source!r}, which is not declared",
-                    )
+                    CheckIssue(where, f"{needs} argument {name!r} for template {template.source!r}")
                 )
-    if contract.args_schema is not None:
-        issues.extend(literal_schema_issues(args, contract.args_schema, where))
+            elif placeholder.scope == "args" and not scan(args[name], where)[0]:
+                # a literal; a reference is filled when the step runs
+                issues.extend(_template_value_issues(template, is_path, name, args[name], where))
+    return issues
 
 
 def _rendered_length_issues(
