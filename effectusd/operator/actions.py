@@ -8,7 +8,9 @@ decided here. Every saga, step and timeline row is written by the recorder's wri
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from effectusd.core.canonical import JsonValue
 from effectusd.core.engine import resume_enqueue, settle
@@ -75,17 +77,14 @@ def resolve(
     # The operator answered the question the uncertain attempt left open.
     settled = replace(target, uncertain_attempt=None)
     transition = settle(completion, settled, locked.saga, registry, random.random())
-    yield event(
+    yield _dispatch_event(
         saga_id,
-        "operator_resolve",
+        Action.RESOLVE,
+        target,
+        transition.dispatch_state,
         actor,
-        effect_id=target.effect_id,
-        direction=target.direction.value,
-        attempt=target.attempt,
-        from_state=target.state.value,
-        to_state=transition.dispatch_state.value,
-        evidence=evidence,
-        detail={"decision": resolution.value, "uncertain_attempt": target.uncertain_attempt},
+        evidence,
+        {"decision": resolution.value, "uncertain_attempt": target.uncertain_attempt},
     )
     yield from write_transition(
         saga_id, transition, completion, locked.dispatch_rows[target.dispatch_id]
@@ -187,17 +186,14 @@ def _send_again(
     budget = _live_budget(target, row["contract_hash"], registry)
     yield from _reset_budget(target, budget)
     saga_to = resumed_state(target.direction)
-    yield event(
+    yield _dispatch_event(
         locked.saga_id,
-        f"operator_{action.value}",
+        action,
+        target,
+        DispatchState.RETRY_WAIT,
         actor,
-        effect_id=target.effect_id,
-        direction=target.direction.value,
-        attempt=target.attempt,
-        from_state=target.state.value,
-        to_state=DispatchState.RETRY_WAIT.value,
-        evidence=evidence,
-        detail={
+        evidence,
+        {
             "decision": decision,
             "max_attempts": {"from": target.max_attempts, "to": budget},
             "uncertain_attempt_cleared": target.uncertain_attempt,
@@ -225,6 +221,30 @@ def _send_again(
             "attempts": f"{target.attempt} made, next is {target.attempt + 1} of {budget}",
             "key": row["idempotency_key"],
         },
+    )
+
+
+def _dispatch_event(
+    saga_id: str,
+    action: Action,
+    target: DispatchFacts,
+    to_state: DispatchState,
+    actor: str,
+    evidence: str | None,
+    detail: Mapping[str, Any],
+) -> tuple[str, dict[str, Any]]:
+    """The timeline row of an operator action on one dispatch: its attempt and state move."""
+    return event(
+        saga_id,
+        f"operator_{action.value}",
+        actor,
+        effect_id=target.effect_id,
+        direction=target.direction.value,
+        attempt=target.attempt,
+        from_state=target.state.value,
+        to_state=to_state.value,
+        evidence=evidence,
+        detail=detail,
     )
 
 
