@@ -10,11 +10,10 @@ execution IDs) can carry argument data.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import pairwise
-from typing import Protocol
 
 from effectusd.core.canonical import CanonicalJSONError, canonical_text, parse_json
 from effectusd.core.states import Direction, OutcomeClass
@@ -91,7 +90,9 @@ class FencingGrant:
 
 @dataclass(frozen=True, slots=True)
 class RequestIdentity:
-    """What the reserved request headers carry, as the destination reads them."""
+    """One attempt's identity, as the reserved request headers carry it: the executor's
+    Invocation is one with what to send, the destination kit's EffectusRequest one with what
+    arrived."""
 
     idempotency_key: str
     request_id: str
@@ -105,35 +106,6 @@ class RequestIdentity:
     contract_hash: str
     fencing_grants: tuple[FencingGrant, ...]  # sorted by resource, no resource twice
     deadline: datetime  # timezone-aware
-
-
-class IdentityFields(Protocol):
-    """Anything carrying one attempt's identity: an executor's Invocation, a RequestIdentity."""
-
-    @property
-    def idempotency_key(self) -> str: ...
-    @property
-    def request_id(self) -> str: ...
-    @property
-    def execution_id(self) -> str: ...
-    @property
-    def saga_id(self) -> str: ...
-    @property
-    def effect_id(self) -> str: ...
-    @property
-    def attempt(self) -> int: ...
-    @property
-    def direction(self) -> Direction: ...
-    @property
-    def verb(self) -> str: ...
-    @property
-    def argument_hash(self) -> str: ...
-    @property
-    def contract_hash(self) -> str: ...
-    @property
-    def fencing_grants(self) -> Sequence[FencingGrant]: ...
-    @property
-    def deadline(self) -> datetime: ...
 
 
 def is_token(value: str) -> bool:
@@ -154,7 +126,7 @@ def is_reserved_header(name: str) -> bool:
 # --- request: encode (executor side) --------------------------------------------------------
 
 
-def encode_request_headers(identity: IdentityFields) -> dict[str, str]:
+def encode_request_headers(identity: RequestIdentity) -> dict[str, str]:
     """The reserved headers for one attempt; they always win over config headers."""
     grants = encode_fencing_grants(identity.fencing_grants)
     if identity.attempt < 1:

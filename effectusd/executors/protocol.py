@@ -3,34 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Protocol
 
-from effectusd.core.states import Direction, OutcomeClass
-from effectusd.core.wire import FencingGrant
+from effectusd.core.states import OutcomeClass
+from effectusd.core.wire import FencingGrant, RequestIdentity
 
 __all__ = ["CallResult", "Executor", "FencingGrant", "Invocation"]
 
 
 @dataclass(frozen=True, slots=True)
-class Invocation:
-    """Everything an executor needs for one attempt; identity travels in reserved headers."""
+class Invocation(RequestIdentity):
+    """Everything an executor needs for one attempt: the identity, which travels in reserved
+    headers (request_id is unique per attempt; the deadline is sent as RFC 3339), and the
+    request to send."""
 
-    request_id: str  # unique per attempt
-    execution_id: str
-    saga_id: str
-    effect_id: str
-    attempt: int
-    direction: Direction
-    verb: str
     method: str
     path: str  # rendered and percent-encoded, starts with "/"
     body: bytes  # exactly the canonical argument bytes
-    argument_hash: str
-    contract_hash: str
-    idempotency_key: str
-    fencing_grants: tuple[FencingGrant, ...]  # sorted by resource
-    deadline: datetime  # timezone-aware UTC; sent as RFC 3339
     timeout: float  # seconds for the whole call
 
 
