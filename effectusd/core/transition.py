@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from effectusd.core.canonical import JsonValue
 from effectusd.core.enqueue import DispatchSpec, SagaRef
@@ -81,6 +81,20 @@ class FenceWait:
     holder: str
 
 
+class HeldAttempt(Protocol):
+    """One attempt of a dispatch under a lease (a store's claim): what a completion of it is
+    matched by when recorded."""
+
+    @property
+    def dispatch_id(self) -> int: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def lease_token(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class Completion:
     """What one attempt ended with, as reported by the executor, a reclaim, a guard or a person."""
@@ -103,6 +117,34 @@ class Completion:
     def __post_init__(self) -> None:
         # Callers outside core (tests, adapters) may still pass the stored string.
         object.__setattr__(self, "settled_by", SettledBy(self.settled_by))
+
+    @classmethod
+    def of(cls, held: HeldAttempt, outcome: OutcomeClass, **details: Any) -> Completion:
+        """The completion of the attempt ``held`` leases: the recorder's guard checks its
+        attempt and lease token, so an answer under a superseded lease is only kept as late."""
+        return cls(held.dispatch_id, held.attempt, held.lease_token, outcome, **details)
+
+    @classmethod
+    def not_sent(
+        cls,
+        held: HeldAttempt,
+        reason: str,
+        *,
+        actor: str = ENGINE,
+        contract_drift: bool = False,
+        fence_wait: FenceWait | None = None,
+    ) -> Completion:
+        """A pre-send guard stopped the call: nothing was sent, so the attempt is known not
+        committed (retryable), and a guard settlement never counts as maybe sent."""
+        return cls.of(
+            held,
+            OutcomeClass.RETRYABLE,
+            settled_by=SettledBy.GUARD,
+            error=reason,
+            actor=actor,
+            contract_drift=contract_drift,
+            fence_wait=fence_wait,
+        )
 
 
 @dataclass(frozen=True)

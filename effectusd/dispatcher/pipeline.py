@@ -24,7 +24,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 from effectusd import faults
 from effectusd.core.engine import Completion
 from effectusd.core.registry import Registry
-from effectusd.core.states import FencingStatus, OutcomeClass, SettledBy
+from effectusd.core.states import FencingStatus, OutcomeClass
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.executors.protocol import CallResult, Executor, FencingGrant, Invocation
 from effectusd.store.backends import TRANSIENT_ERRORS
@@ -36,6 +36,7 @@ log = logging.getLogger("effectusd.dispatcher")
 
 # Never start a call unless the lease outlives the call's timeout by at least this much.
 LEASE_SLACK_S = 0.05
+LEASE_TOO_SHORT = "lease too short to finish the call; not sent"
 RECORD_BATCH = 256
 
 
@@ -144,16 +145,13 @@ class Pipeline:
         for claim in claims:
             contract = self.registry.verbs.get(claim.verb)
             if contract is None or not contract.pins(claim.contract_hash):
-                self._finish(
-                    claim, _not_sent(claim, "contract drift: nothing was sent", drift=True)
-                )
+                drift = "contract drift: nothing was sent"
+                self._finish(claim, Completion.not_sent(claim, drift, contract_drift=True))
             elif claim.budget_spent:
                 # the budget was lowered in config below the attempts already made
-                self._finish(claim, _not_sent(claim, "retry budget spent; not sent"))
+                self._finish(claim, Completion.not_sent(claim, "retry budget spent; not sent"))
             elif not _lease_covers_call(claim, claimed_at):
-                self._finish(
-                    claim, _not_sent(claim, "lease too short to finish the call; not sent")
-                )
+                self._finish(claim, Completion.not_sent(claim, LEASE_TOO_SHORT))
             else:
                 sendable.append(claim)
         if not sendable:
@@ -188,7 +186,7 @@ class Pipeline:
         timeout = claim.timeout_ms / 1000
         if not _lease_covers_call(claim, claimed_at):
             # Marked sent but never sent: recorded as known not committed, by us, with a reason.
-            self._finish(claim, _not_sent(claim, "lease too short to finish the call; not sent"))
+            self._finish(claim, Completion.not_sent(claim, LEASE_TOO_SHORT))
             return
         invocation = Invocation(
             request_id=claim.request_id,
@@ -368,28 +366,14 @@ def _completion(claim: Claim, ahead: WriteAhead, result: CallResult) -> Completi
     elif result.fencing_acknowledged and fencing is FencingStatus.PROPAGATED:
         # Only durable tokens can be acknowledged; advisory ones stay local_lock_only.
         fencing = FencingStatus.ACKNOWLEDGED
-    return Completion(
-        dispatch_id=claim.dispatch_id,
-        attempt=claim.attempt,
-        lease_token=claim.lease_token,
-        outcome=result.outcome,
+    return Completion.of(
+        claim,
+        result.outcome,
         status_code=result.status_code,
         result=result.result,
         error=result.error,
         evidence=result.evidence,
         fencing_status=fencing,
-    )
-
-
-def _not_sent(claim: Claim, reason: str, drift: bool = False) -> Completion:
-    return Completion(
-        dispatch_id=claim.dispatch_id,
-        attempt=claim.attempt,
-        lease_token=claim.lease_token,
-        outcome=OutcomeClass.RETRYABLE,
-        settled_by=SettledBy.GUARD,
-        error=reason,
-        contract_drift=drift,
     )
 
 

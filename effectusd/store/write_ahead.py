@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from effectusd.core.canonical import canonical_text
-from effectusd.core.states import FencingStatus, OutcomeClass, SettledBy
+from effectusd.core.states import FencingStatus
 from effectusd.core.transition import Completion, FenceWait
 from effectusd.fencing.protocol import FenceBusy, FenceHolder, FencingProvider
 from effectusd.store.operations import Operation, failure_name
@@ -84,14 +84,8 @@ class WriteAheadStore:
             claim.dispatch_id,
             failure_name(error),
         )
-        return Completion(
-            dispatch_id=claim.dispatch_id,
-            attempt=claim.attempt,
-            lease_token=claim.lease_token,
-            outcome=OutcomeClass.RETRYABLE,
-            settled_by=SettledBy.GUARD,
-            error=f"write-ahead failed ({failure_name(error)}); nothing was sent",
-            actor=self.owner,
+        return Completion.not_sent(
+            claim, f"write-ahead failed ({failure_name(error)}); nothing was sent", actor=self.owner
         )
 
     def _write_ahead(
@@ -153,17 +147,11 @@ class WriteAheadStore:
         for claim, resource in waiting:
             who = _holder_name(holders.get(resource))
             busy.append(
-                Completion(
-                    dispatch_id=claim.dispatch_id,
-                    attempt=claim.attempt,
-                    lease_token=claim.lease_token,
-                    outcome=OutcomeClass.RETRYABLE,
-                    settled_by=SettledBy.GUARD,
+                Completion.not_sent(
+                    claim,
                     # the resource itself is not named: its text may carry argument values
-                    error=(
-                        f"a fencing resource is held by another live dispatch ({who}); "
-                        "nothing was sent"
-                    ),
+                    f"a fencing resource is held by another live dispatch ({who}); "
+                    "nothing was sent",
                     actor=self.owner,
                     fence_wait=FenceWait(
                         timedelta(seconds=max(waited.get(claim.dispatch_id, 0.0), 0.0)), who

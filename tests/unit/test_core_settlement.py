@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from effectusd.core.checker import check
+from effectusd.core.poison import held_completion
 from effectusd.core.registry import Registry
 from effectusd.core.settlement import (
     AttemptFacts,
@@ -256,3 +257,25 @@ def test_settlement_table(core_registry: Registry, case: Case) -> None:
     assert settlement.transition.dispatch_state is case.dispatch_to
     saga = settlement.transition.saga
     assert (None if saga is None else (saga.state, saga.stop_reason)) == case.saga_to
+
+
+@dataclass(frozen=True)
+class Held:
+    """A claim as core sees it: only the attempt and the lease it is held under."""
+
+    dispatch_id: int = 7
+    attempt: int = 2
+    lease_token: str = TOKEN
+
+
+def test_a_not_sent_completion_is_a_guard_retry_of_the_held_attempt() -> None:
+    completion = Completion.not_sent(Held(), "nothing was sent", actor="worker-1")
+    assert (completion.dispatch_id, completion.attempt, completion.lease_token) == (7, 2, TOKEN)
+    assert (completion.outcome, completion.settled_by) == (OutcomeClass.RETRYABLE, SettledBy.GUARD)
+    assert (completion.error, completion.actor) == ("nothing was sent", "worker-1")
+    assert (completion.contract_drift, completion.fence_wait) == (False, None)
+    # Unrecordable, it is still held as not sent: only a guard settlement says so.
+    held = held_completion(completion, "boom")
+    assert held.outcome is OutcomeClass.RETRYABLE
+    sent = held_completion(Completion.of(Held(), OutcomeClass.RETRYABLE), "boom")
+    assert sent.outcome is OutcomeClass.UNKNOWN
