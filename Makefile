@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # The bench measures PostgreSQL (the production store); it makes its own scratch database there.
 BENCH_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
 
-.PHONY: install test lint demo bench chaos clean
+.PHONY: install test lint demo bench bench-peers chaos clean
 
 $(BIN)/effectusd: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ demo: install
 
 bench: install
 	$(BIN)/effectusd --config examples/effectusd.toml --database-url $(BENCH_DATABASE_URL) bench
+
+# effectusd beside pgqueuer + aiohttp on the same sink, in one run: both rates and the ratio.
+bench-peers: install
+	$(BIN)/pip install --quiet -e '.[peers]'
+	$(BIN)/python -m effectusd.bench.peers --database-url $(BENCH_DATABASE_URL)
 
 # The long chaos run (about fifteen minutes): prints the evidence table published in docs/evidence.md.
 chaos: install

@@ -4,10 +4,12 @@ destination, the sink's port."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import multiprocessing
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+from effectusd.bench.sink import serve_noop
 from effectusd.config import Config
 from effectusd.core.states import OutcomeClass
 from effectusd.dispatcher.daemon import Daemon
@@ -71,3 +73,21 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@contextmanager
+def start_sink() -> Iterator[str]:
+    """The no-op sink in a process of its own (so it never shares the measured interpreter);
+    yields its base URL."""
+    port = free_port()
+    spawn = multiprocessing.get_context("spawn")
+    ready = spawn.Event()
+    sink = spawn.Process(target=serve_noop, args=(port, ready), daemon=True)
+    sink.start()
+    try:
+        if not ready.wait(30):
+            raise RuntimeError(f"the bench's no-op destination did not start on port {port}")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        sink.terminate()
+        sink.join(5)

@@ -1,0 +1,210 @@
+"""`make bench-peers`: effectusd beside the fastest PostgreSQL queue we know, on the same work.
+
+One run, one machine, one no-op HTTP sink: pgqueuer (asyncpg) drains a backlog of jobs whose
+handler POSTs the same JSON body to the sink through aiohttp, and ``effectusd bench`` drains a
+backlog of sagas whose steps POST to the same sink. Both at the same concurrency, both from a
+backlog submitted before the clock starts. What is printed is a ratio measured in one run:
+absolute rates on a shared 2-core machine move by a factor of two from one run to the next,
+ratios much less. pgqueuer runs before and after effectusd and the two rates are averaged, so
+a drift of the machine during the run counts against neither side.
+
+The peer needs the ``peers`` extra (``pip install -e '.[peers]'``): pgqueuer, asyncpg, aiohttp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Any
+
+from effectusd.bench import BenchResult, run_bench
+from effectusd.bench.database import connection_keywords, drop_database, scratch_database
+from effectusd.bench.harness import start_sink
+
+BODY = b'{"i":0}'  # the canonical arguments of the bench plan's first step, byte for byte
+ENQUEUE_BATCH = 1_000
+
+
+@dataclass
+class PeerResult:
+    jobs: int
+    concurrency: int
+    seconds: float
+    jobs_per_s: float
+
+
+async def _drain_pgqueuer(url: str, sink: str, jobs: int, concurrency: int) -> PeerResult:
+    import aiohttp
+    import asyncpg
+    from pgqueuer import AsyncpgDriver, Job, Queries, QueueManager
+    from pgqueuer.domain.types import QueueExecutionMode
+
+    setup = await asyncpg.connect(**connection_keywords(url))
+    try:
+        queries = Queries(AsyncpgDriver(setup))
+        await queries.install()
+        for start in range(0, jobs, ENQUEUE_BATCH):
+            size = min(ENQUEUE_BATCH, jobs - start)
+            await queries.enqueue(["post"] * size, [BODY] * size, [0] * size)
+    finally:
+        await setup.close()
+
+    connection = await asyncpg.connect(**connection_keywords(url))
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    called = 0
+    async with aiohttp.ClientSession(connector=connector) as session:
+        manager = QueueManager(Queries(AsyncpgDriver(connection)))
+
+        @manager.entrypoint("post")
+        async def post(job: Job) -> None:
+            nonlocal called
+            async with session.post(
+                f"{sink}/noop", data=job.payload, headers={"Content-Type": "application/json"}
+            ) as reply:
+                await reply.read()
+                reply.raise_for_status()
+            called += 1
+
+        started = time.perf_counter()
+        # pgqueuer wants its task cap at least twice the batch it dequeues at once.
+        await manager.run(
+            batch_size=max(1, concurrency // 2),
+            max_concurrent_tasks=max(2, concurrency),
+            mode=QueueExecutionMode.drain,
+            dequeue_timeout=timedelta(seconds=1),
+        )
+        seconds = time.perf_counter() - started
+    await connection.close()
+    if called != jobs:
+        raise RuntimeError(f"pgqueuer drained {called} of {jobs} job(s): the run is not comparable")
+    return PeerResult(jobs, concurrency, round(seconds, 3), round(jobs / seconds, 1))
+
+
+def run_pgqueuer(server_url: str, sink: str, jobs: int, concurrency: int) -> PeerResult:
+    """pgqueuer with an aiohttp POST per job, from a backlog of ``jobs``, in a scratch
+    database (dropped afterwards)."""
+    url = scratch_database(server_url)
+    try:
+        return asyncio.run(_drain_pgqueuer(url, sink, jobs, concurrency))
+    finally:
+        drop_database(server_url, url)
+
+
+@dataclass
+class Comparison:
+    concurrency: int
+    pgqueuer_jobs_per_s: float  # the mean of the run before and the run after effectusd
+    pgqueuer_runs: list[float]
+    effectusd: dict[int, BenchResult]  # steps per saga → result
+
+    def ratio(self, steps: int) -> float:
+        return round(self.effectusd[steps].steps_per_s / self.pgqueuer_jobs_per_s, 2)
+
+    def table(self) -> str:
+        runs = " / ".join(f"{rate:.0f}" for rate in self.pgqueuer_runs)
+        lines = [
+            f"concurrency {self.concurrency}, one no-op HTTP sink, aiohttp on both sides",
+            f"{'what':<34}{'rate/s':>10}{'ratio':>8}  notes",
+            f"{'pgqueuer + aiohttp POST per job':<34}{self.pgqueuer_jobs_per_s:>10.0f}"
+            f"{1.0:>8.2f}  runs {runs}",
+        ]
+        for steps, result in sorted(self.effectusd.items(), reverse=True):
+            label = f"effectusd, {steps}-step sagas"
+            lines.append(
+                f"{label:<34}{result.steps_per_s:>10.0f}{self.ratio(steps):>8.2f}  "
+                f"efficiency {result.efficiency}, idle p50 "
+                f"{result.idle_enqueue_to_dispatch_p50_ms} ms, "
+                f"{result.commits_per_step} commits/step"
+            )
+        return "\n".join(lines)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "concurrency": self.concurrency,
+            "pgqueuer_jobs_per_s": self.pgqueuer_jobs_per_s,
+            "pgqueuer_runs": self.pgqueuer_runs,
+            "effectusd": {str(steps): asdict(result) for steps, result in self.effectusd.items()},
+            "ratios": {str(steps): self.ratio(steps) for steps in self.effectusd},
+        }
+
+
+def compare(
+    server_url: str,
+    *,
+    sagas: int,
+    step_counts: tuple[int, ...],
+    concurrency: int,
+    progress: Callable[[str], None] = print,
+) -> Comparison:
+    """pgqueuer, effectusd for each step count, pgqueuer again: one sink, one concurrency.
+    pgqueuer drains as many jobs as the largest effectusd run has steps."""
+    jobs = sagas * max(step_counts)
+    with start_sink() as sink:
+        progress(f"pgqueuer: {jobs} job(s) at concurrency {concurrency}…")
+        before = run_pgqueuer(server_url, sink, jobs, concurrency)
+        results = {}
+        for steps in step_counts:
+            count = jobs // steps
+            progress(f"effectusd: {count} saga(s) of {steps} step(s)…")
+            results[steps] = run_bench(
+                server_url,
+                count,
+                steps,
+                concurrency,
+                destination=sink,
+                progress=progress,
+                transport="aiohttp",
+            )
+        progress(f"pgqueuer again: {jobs} job(s)…")
+        after = run_pgqueuer(server_url, sink, jobs, concurrency)
+    runs = [before.jobs_per_s, after.jobs_per_s]
+    return Comparison(concurrency, round(statistics.mean(runs), 1), runs, results)
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m effectusd.bench.peers",
+        description="effectusd beside pgqueuer + aiohttp on the same sink, in one run.",
+    )
+    parser.add_argument(
+        "--database-url",
+        default="postgresql://postgres@127.0.0.1:5432/postgres",
+        help="a PostgreSQL server where scratch databases may be created and dropped",
+    )
+    parser.add_argument("--sagas", type=int, default=1000, help="sagas of the longest plan")
+    parser.add_argument(
+        "--steps", default="5,1", help="comma-separated step counts of the effectusd runs"
+    )
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args(argv)
+    try:
+        step_counts = tuple(int(part) for part in args.steps.split(","))
+    except ValueError:
+        parser.error("--steps: comma-separated whole numbers, e.g. 5,1")
+    if args.sagas < 1 or args.concurrency < 1 or min(step_counts) < 1:
+        parser.error("--sagas, --concurrency and every step count must be at least 1")
+    result = compare(
+        args.database_url,
+        sagas=args.sagas,
+        step_counts=step_counts,
+        concurrency=args.concurrency,
+        progress=(lambda _: None) if args.json else _say,
+    )
+    print(json.dumps(result.as_json(), indent=2) if args.json else result.table())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
