@@ -62,7 +62,6 @@ async def _drain_pgqueuer(url: str, sink: str, jobs: int, concurrency: int) -> P
     async with aiohttp.ClientSession(connector=connector) as session:
         manager = QueueManager(Queries(AsyncpgDriver(connection)))
 
-        @manager.entrypoint("post")
         async def post(job: Job) -> None:
             nonlocal called
             async with session.post(
@@ -72,6 +71,7 @@ async def _drain_pgqueuer(url: str, sink: str, jobs: int, concurrency: int) -> P
                 reply.raise_for_status()
             called += 1
 
+        manager.entrypoint("post")(post)
         started = time.perf_counter()
         # pgqueuer wants its task cap at least twice the batch it dequeues at once.
         await manager.run(
