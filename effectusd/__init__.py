@@ -11,6 +11,15 @@ from effectusd.core.errors import (
     WrongConnection,
 )
 from effectusd.core.plan import CheckedPlan, PlanSpec
+from effectusd.core.plan_builder import (
+    Plan,
+    compensate,
+    fact,
+    literal,
+    no_compensation,
+    result,
+    step,
+)
 from effectusd.core.submission import SagaPruned, SubmitConflict, SubmitError
 
 __all__ = [
@@ -20,6 +29,7 @@ __all__ = [
     "Client",
     "DatabaseURLError",
     "EffectusError",
+    "Plan",
     "PlanCheckError",
     "PlanSpec",
     "SagaNotFound",
@@ -32,5 +42,11 @@ __all__ = [
     "WaitTimeout",
     "WrongConnection",
     "check",
+    "compensate",
+    "fact",
+    "literal",
+    "no_compensation",
+    "result",
+    "step",
 ]
 __version__ = "0.1.0"

@@ -51,6 +51,8 @@ _IDENTIFIER_RULE = "must start with a letter and use only letters, digits, '_', 
 def check(plan: PlanSpec | Mapping[str, Any], verbs: Mapping[str, VerbContract]) -> CheckedPlan:
     """Check a plan against the live verbs; raise PlanCheckError listing every problem."""
     issues: list[CheckIssue] = []
+    if isinstance(plan, Mapping) and not isinstance(plan, dict):
+        plan = dict(plan)  # a read-only Mapping (plan_builder.Plan) is checked as its dict
     # Python mode: a NaN or a set put into a PlanSpec must be refused, not coerced.
     raw = plan.model_dump() if isinstance(plan, PlanSpec) else plan
     issues.extend(document_issues(raw, "", MAX_PLAN_BYTES, "the plan"))

@@ -25,6 +25,8 @@ import pytest
 from psycopg import sql as psql
 from psycopg.rows import dict_row
 
+from effectusd import Plan, compensate, fact, no_compensation, result
+from effectusd import step as plan_step
 from effectusd.client import AsyncClient, Client
 from effectusd.config import Config, parse_config
 from effectusd.core.canonical import canonical_bytes, canonical_hash
@@ -108,6 +110,33 @@ def plan() -> dict[str, Any]:
 
 def facts() -> dict[str, Any]:
     return dict(FACTS)
+
+
+def builder_plan() -> Plan:
+    """PLAN written with the Python builder: the same plan, so the same digest."""
+    return Plan(
+        "checkout",
+        facts={"order": str, "amount": int},
+        steps=[
+            plan_step(
+                "charge",
+                "payments.charge",
+                {"order": fact("order"), "currency": "EUR", "amount": fact("amount")},
+                compensate=compensate(
+                    "payments.refund", {"charge_id": result("charge", "/charge_id")}
+                ),
+            ),
+            plan_step(
+                "ship",
+                "warehouse.ship",
+                {"order": fact("order"), "charge": result("charge")},
+                compensate=no_compensation,
+            ),
+            plan_step(
+                "receipt", "warehouse.receipt", {"order": fact("order")}, compensate=no_compensation
+            ),
+        ],
+    )
 
 
 @pytest.fixture
@@ -379,7 +408,13 @@ def test_outbox_notify_is_not_delivered_after_rollback(
 
 @pytest.mark.parametrize(
     "form",
-    ["same-raw-plan", "facts-in-another-order", "checked-document", "checked-plan-object"],
+    [
+        "same-raw-plan",
+        "facts-in-another-order",
+        "checked-document",
+        "checked-plan-object",
+        "python-builder-plan",
+    ],
 )
 def test_resubmitting_the_same_saga_reports_created_false_and_changes_nothing(
     client: Client, config: Config, db: str, form: str
@@ -392,6 +427,7 @@ def test_resubmitting_the_same_saga_reports_created_false_and_changes_nothing(
         "facts-in-another-order": plan(),
         "checked-document": checked.document(),
         "checked-plan-object": checked,
+        "python-builder-plan": builder_plan(),
     }[form]
     again_facts = dict(reversed(list(FACTS.items())))
 
