@@ -20,6 +20,8 @@ from typing import Any
 
 import psycopg
 
+from effectusd.backends.postgres import STORE_MIGRATIONS
+from effectusd.backends.postgres.migrations import migrate as migrate_set
 from effectusd.bench.claims import (
     CLAIM_MIN_SAMPLES,
     build_backlog,
@@ -44,7 +46,6 @@ from effectusd.core.states import Direction
 from effectusd.core.submission import ensure_checked
 from effectusd.dispatcher.daemon import Daemon
 from effectusd.executors.protocol import Executor, Invocation
-from effectusd.store.postgres.migrations import migrate
 
 
 @dataclass
@@ -128,7 +129,7 @@ def run_bench(
     url = scratch_database(server_url)
     try:
         with psycopg.connect(url, autocommit=True) as conn:
-            migrate(conn)
+            migrate_set(conn, STORE_MIGRATIONS)
         config = _bench_config(destination, concurrency, transport)
         chosen = config.destinations["sink"].transport
         progress(f"bare {chosen} loop at concurrency {concurrency}…")

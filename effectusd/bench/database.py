@@ -9,11 +9,14 @@ import uuid
 import psycopg
 from psycopg import sql as psql
 
-from effectusd.store.postgres import queries
+from effectusd.backends.postgres.runner import sql as named_sql
+from effectusd.backends.statements import Statements
+
+BENCH_STATEMENTS = Statements("effectusd.bench", "queries", owner="effectusd bench")
 
 
 def sql(name: str) -> psql.SQL:
-    return queries.sql(name, "effectusd.bench")
+    return named_sql(BENCH_STATEMENTS, name)
 
 
 def scratch_database(server_url: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+from effectusd.backends.operation import Operation
 from effectusd.core.canonical import JsonValue
 from effectusd.core.engine import resume_enqueue, settle
 from effectusd.core.operator_decisions import (
@@ -35,7 +36,7 @@ from effectusd.core.transition import (
 )
 from effectusd.operator.locked_saga import Locked, lock_saga, resumed_reason, write_transition
 from effectusd.operator.report import ActionReport, enqueued, saga_after
-from effectusd.store.operations import Operation, event
+from effectusd.store.operations import event
 
 # -- resolve ------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from effectusd.store.postgres.migrations import known_migrations
+from tests.support.backends import postgres_store_migrations
 
 REPO = Path(__file__).resolve().parents[2]
 FIRST_MIGRATION = "10001_saga_outbox_v2"
@@ -66,8 +66,8 @@ def test_the_wheel_ships_the_migrations_and_the_named_queries(wheel: Path) -> No
 def test_migrations_read_from_the_wheel_match_the_source_tree(wheel: Path) -> None:
     folder = zipfile.Path(wheel, "effectusd/_migrations/")
 
-    from_wheel = known_migrations(folder)
+    from_wheel = postgres_store_migrations.known_migrations(folder)
 
     assert [(m.version, m.name, m.checksum) for m in from_wheel] == [
-        (m.version, m.name, m.checksum) for m in known_migrations()
+        (m.version, m.name, m.checksum) for m in postgres_store_migrations.known_migrations()
     ]

@@ -1,0 +1,113 @@
+"""The PostgreSQL backend: the production store, the only one for several machines. It owns
+every use of psycopg and psycopg_pool; the store's statements are store/postgres/queries."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import contextmanager
+from importlib.resources import files
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+
+from effectusd.backends.connections import (
+    require_async_connection,
+    require_connection,
+)
+from effectusd.backends.errors import schema_checked
+from effectusd.backends.migrations import (
+    Migration,
+    MigrationSet,
+    MigrationStatus,
+    raise_unless_current,
+)
+from effectusd.backends.operation import Operation
+from effectusd.backends.postgres import migrations, runner
+from effectusd.backends.postgres.session import PoolSession, notifications
+from effectusd.backends.statements import Statements
+from effectusd.core.database_url import Dialect, PostgresDatabase
+
+T = TypeVar("T")
+
+STORE_STATEMENTS = Statements("effectusd.store.postgres", "queries")
+
+
+def _store_migrations_folder() -> Traversable:
+    shipped = files("effectusd") / "_migrations"
+    if shipped.is_dir():
+        return shipped
+    return Path(__file__).resolve().parents[3] / "schema" / "migrations"
+
+
+STORE_MIGRATIONS = MigrationSet(
+    folder=_store_migrations_folder,
+    statements=STORE_STATEMENTS,
+    table="effectus_schema_migrations",
+    create="migrations_create_table",
+    applied="migrations_applied",
+    record="migrations_record",
+    exists="migrations_table_exists",
+    lock="migrations_lock",
+)
+
+
+class PostgresBackend:
+    dialect: Dialect = "postgresql"
+    poll_interval_s: float = 1.0  # LISTEN/NOTIFY wakes the daemon; polling is backup
+    notifies: bool = True  # wakeups() yields on each NOTIFY
+    statements = STORE_STATEMENTS
+    migrations = STORE_MIGRATIONS
+
+    def __init__(self, url: str, database: PostgresDatabase) -> None:
+        self.url = url
+        self.conninfo = database.conninfo
+
+    @contextmanager
+    def connect(self, *, create: bool = False) -> Iterator[psycopg.Connection[Any]]:
+        """An autocommit connection, closed afterwards (``create`` is SQLite's: ignored)."""
+        with psycopg.connect(self.conninfo, autocommit=True) as conn:
+            yield conn
+
+    def run(self, conn: Any, operation: Operation[T]) -> T:
+        """Run a store operation in one transaction (a savepoint inside an open one)."""
+        with schema_checked():
+            return runner.run(conn, operation, self.statements)
+
+    def join(self, conn: object, who: str = "Client") -> None:
+        """Refuse a connection of the wrong kind; open its transaction, to write inside it."""
+        require_connection(self.dialect, conn, who)
+        assert isinstance(conn, psycopg.Connection)
+        runner.join_transaction(conn, self.statements)
+
+    async def run_async(self, operation: Operation[T]) -> T:
+        """Run a store operation on a connection of its own, asynchronously."""
+        async with await psycopg.AsyncConnection.connect(self.conninfo) as conn:
+            with schema_checked():
+                return await runner.run_async(conn, operation, self.statements)
+
+    async def run_joined_async(self, conn: object, operation: Operation[T]) -> T:
+        """Run a store operation inside the caller's async connection's transaction."""
+        require_async_connection(self.dialect, conn)
+        assert isinstance(conn, psycopg.AsyncConnection)
+        await runner.join_transaction_async(conn, self.statements)
+        with schema_checked():
+            return await runner.run_async(conn, operation, self.statements)
+
+    def migration_status(self, conn: Any, known: list[Migration] | None = None) -> MigrationStatus:
+        return migrations.status(conn, self.migrations, known)
+
+    def migrate(self, conn: Any, known: list[Migration] | None = None) -> list[Migration]:
+        return migrations.migrate(conn, self.migrations, known)
+
+    def require_current(self, conn: Any) -> None:
+        """Refuse to run against a schema older or newer than this code."""
+        raise_unless_current(self.migration_status(conn))
+
+    def wakeups(self) -> AsyncGenerator[None, None]:
+        """LISTEN for the outbox's notifications."""
+        return notifications(self.conninfo, self.statements, "listen_outbox")
+
+    async def open_session(self, min_size: int, max_size: int) -> PoolSession:
+        return await PoolSession.open(self.conninfo, self.statements, min_size, max_size)
