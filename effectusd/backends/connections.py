@@ -16,6 +16,8 @@ PostgresConnection = psycopg.Connection[Any]
 AsyncPostgresConnection = psycopg.AsyncConnection[Any]
 SqliteConnection = sqlite3.Connection
 Connection = PostgresConnection | SqliteConnection
+PostgresCursor = psycopg.Cursor[Any]
+AsyncPostgresCursor = psycopg.AsyncCursor[Any]
 
 _KINDS: dict[Dialect, tuple[str, type[object], str]] = {
     "postgresql": ("PostgreSQL", psycopg.Connection, "psycopg.Connection"),

@@ -28,6 +28,8 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 )
 # What "cannot reach / open the database" looks like, for the CLI's exit code 1.
 UNAVAILABLE: tuple[type[BaseException], ...] = (psycopg.OperationalError, sqlite3.OperationalError)
+# Anything psycopg raises (the kit's key commands report them and exit 1).
+POSTGRES_ERRORS: tuple[type[BaseException], ...] = (psycopg.Error,)
 # Errors of a connection that failed (PostgreSQL): before BEGIN, nothing can have committed.
 CONNECTION_FAILED: tuple[type[BaseException], ...] = (psycopg.OperationalError,)
 # A LISTEN connection lost after it worked.
@@ -89,3 +91,9 @@ def schema_checked() -> Iterator[None]:
         if missing is None:
             raise
         raise missing from exc
+
+
+def conflict(exc: BaseException) -> bool:
+    """A transaction that ended before anything of it committed, so retrying is safe:
+    PostgreSQL's serialization failure or deadlock, SQLite's lock not had in time."""
+    return isinstance(exc, CONFLICTS) or is_busy(exc)

@@ -28,11 +28,12 @@ so the two backends cannot drift apart in what they decide.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
+from effectusd.backends.errors import CONNECTION_FAILED, DATABASE_ERRORS, conflict
 from effectusd.core.canonical import canonical_bytes
 from effectusd.core.states import OutcomeClass
 from effectusd.core.wire import FENCING_GRANTS
@@ -76,6 +77,10 @@ class Abandon(Exception):
     def __init__(self, reply: Reply) -> None:
         super().__init__(reply.status)
         self.reply = reply
+
+
+# What ``Exchange.settle`` may turn into an answer (it raises anything else again).
+SETTLED: tuple[type[BaseException], ...] = (Abandon, RetryableFailure, *DATABASE_ERRORS)
 
 
 def busy_reply() -> Reply:
@@ -178,11 +183,47 @@ class Exchange:
         reply = error_reply(503, OutcomeClass.RETRYABLE, message, acknowledged=self.checked_fences)
         return self.echo(reply)
 
+    def settle(self, exc: BaseException, *, began: bool) -> Reply:
+        """The answer after the transaction ended because of ``exc``; ``exc`` itself (raised
+        again) when nothing can be promised: after BEGIN a failed statement or COMMIT may
+        have committed."""
+        if isinstance(exc, Abandon | RetryableFailure) or conflict(exc):
+            return self.rolled_back(exc)
+        if isinstance(exc, CONNECTION_FAILED) and not began:
+            return self.not_begun()
+        raise exc
+
     def not_begun(self) -> Reply:
         """The answer when the database connection failed before or at BEGIN: no statement
         of this exchange ran, so nothing was committed (and no fence was checked)."""
         message = "database connection failed before the transaction began; nothing was done"
         return error_reply(503, OutcomeClass.RETRYABLE, message)
+
+
+def drive(steps: Generator[Step, Any, Reply], perform: Callable[[Step], Any]) -> Reply:
+    """Run ``steps`` to their reply, sending each step's answer from ``perform``."""
+    answer: Any = None
+    while True:
+        try:
+            step = steps.send(answer)
+        except StopIteration as done:
+            reply: Reply = done.value
+            return reply
+        answer = perform(step)
+
+
+async def drive_async(
+    steps: Generator[Step, Any, Reply], perform: Callable[[Step], Awaitable[Any]]
+) -> Reply:
+    """``drive`` with an asynchronous ``perform``."""
+    answer: Any = None
+    while True:
+        try:
+            step = steps.send(answer)
+        except StopIteration as done:
+            reply: Reply = done.value
+            return reply
+        answer = await perform(step)
 
 
 def _stored(reply: Reply) -> dict[str, Any]:

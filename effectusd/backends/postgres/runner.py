@@ -12,6 +12,7 @@ import psycopg
 from psycopg import sql as psql
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
+from psycopg.sql import SQL as SQL  # re-exported: the type of a named statement
 
 from effectusd.backends.operation import Operation, Params, Rows
 from effectusd.backends.statements import Statements
@@ -20,8 +21,8 @@ T = TypeVar("T")
 
 
 @cache
-def sql(statements: Statements, name: str) -> psql.SQL:
-    return psql.SQL(statements.text(name))
+def sql(statements: Statements, name: str) -> SQL:
+    return SQL(statements.text(name))
 
 
 def set_based(
@@ -108,3 +109,11 @@ async def _execute_rows(
         await cursor.executemany(sql(statements, name), params)
     else:
         await cursor.execute(*many)
+
+
+def connection_state(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> str:
+    """ "idle" (no transaction open), "broken" (known lost) or "in_transaction"."""
+    status = conn.info.transaction_status
+    if status == TransactionStatus.UNKNOWN:
+        return "broken"
+    return "idle" if status == TransactionStatus.IDLE else "in_transaction"

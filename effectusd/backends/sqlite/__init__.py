@@ -31,10 +31,36 @@ from effectusd.backends.operation import Operation
 from effectusd.backends.sqlite import migrations, runner
 from effectusd.backends.sqlite.connection import connect
 from effectusd.backends.sqlite.session import ThreadSession
+from effectusd.backends.sqlite.transaction import atomic, write_transaction
 from effectusd.backends.statements import Statements
 from effectusd.core.database_url import Dialect, SqliteDatabase
 
 T = TypeVar("T")
+
+__all__ = [
+    "STORE_MIGRATIONS",
+    "STORE_STATEMENTS",
+    "Error",
+    "OperationalError",
+    "SqliteBackend",
+    "atomic",
+    "version",
+    "version_info",
+    "write_transaction",
+]
+
+Error = sqlite3.Error
+OperationalError = sqlite3.OperationalError
+
+
+def version_info() -> tuple[int, int, int]:
+    """The version of the SQLite library this Python's sqlite3 links."""
+    return sqlite3.sqlite_version_info
+
+
+def version() -> str:
+    return sqlite3.sqlite_version
+
 
 STORE_STATEMENTS = Statements("effectusd.store.sqlite", "queries")
 
