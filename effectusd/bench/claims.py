@@ -6,9 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import psycopg
-
-from effectusd.backends.postgres import STORE_MIGRATIONS, STORE_STATEMENTS
+from effectusd.backends.connections import PostgresConnection
+from effectusd.backends.postgres import STORE_MIGRATIONS, STORE_STATEMENTS, connect
 from effectusd.backends.postgres.migrations import migrate as migrate_set
 from effectusd.backends.postgres.runner import sql as named_sql
 from effectusd.bench import database
@@ -37,7 +36,7 @@ def claim_latency(
     rolled back, so the rows stay ready."""
     url = scratch_database(server_url)
     try:
-        with psycopg.connect(url, autocommit=True) as conn:  # autocommit, like the daemon's
+        with connect(url) as conn:  # autocommit, like the daemon's
             migrate_set(conn, STORE_MIGRATIONS)
             params = claim_params(config)
             batch = min(backlog, sum(params["limits"]))
@@ -69,7 +68,7 @@ def claim_params(config: Config) -> dict[str, Any]:
 
 
 def time_claims(
-    conn: psycopg.Connection[Any], params: dict[str, Any], expect: int, what: str, progress: Any
+    conn: PostgresConnection, params: dict[str, Any], expect: int, what: str, progress: Any
 ) -> list[float]:
     query = named_sql(STORE_STATEMENTS, "claim_ready")
     timings: list[float] = []
@@ -94,7 +93,7 @@ def time_claims(
 
 
 def build_backlog(
-    conn: psycopg.Connection[Any], config: Config, rows: range, total: int, progress: Any
+    conn: PostgresConnection, config: Config, rows: range, total: int, progress: Any
 ) -> None:
     """Backlog rows ``rows`` (of ``total``): queued dispatches of the config's first verb, one
     running saga and one started step each, by INSERT … SELECT generate_series in chunks; then

@@ -21,8 +21,9 @@ must treat as unknown, and it is: a failed COMMIT may or may not have committed.
 The deadline header is not enforced: it is another machine's clock, and late work is harmless
 here because a retry replays it instead of repeating it.
 
-``Exchange.steps`` is a generator of named SQL steps; a driver per database (ledger.py for
-PostgreSQL, sqlite.py for SQLite) runs each step in its own dialect and sends the answer back,
+``Exchange.steps`` is a generator of named SQL steps; ``drive`` (or ``drive_async``) sends
+each step to a ``perform`` of the database's (ledger.py for PostgreSQL, sqlite.py for SQLite)
+and the answer back, and ``Exchange.settle`` turns what ended the transaction into the reply,
 so the two backends cannot drift apart in what they decide.
 """
 

@@ -1,6 +1,7 @@
 """Run a business mutation under the destination contract on PostgreSQL, in one transaction
 with it. What is decided, and why, is in exchange.py; ``handle`` and ``handle_sync`` only carry
-its steps to an async or a sync psycopg connection (sqlite.py does the same for SQLite).
+its steps to an async or a sync psycopg connection (sqlite.py does the same for SQLite);
+the driver is used only through effectusd.backends.
 
 A serialization failure or a deadlock ends the transaction before anything of it committed, so
 both answer 503 retryable_failure_known_not_committed, like a ``RetryableFailure``. So does a

@@ -55,6 +55,10 @@ def test_the_wheel_ships_the_migrations_and_the_named_queries(wheel: Path) -> No
     assert shipped == (source_migrations / f"{FIRST_MIGRATION}.sql").read_bytes()
     for query in (REPO / "effectusd" / "store" / "sqlite" / "queries").glob("*.sql"):
         assert f"effectusd/store/sqlite/queries/{query.name}" in names
+    backend_statements = list((REPO / "effectusd" / "backends").glob("*/sql/*.sql"))
+    assert backend_statements  # the backends' own (e.g. sqlite/sql/table_exists.sql)
+    for statement in backend_statements:
+        assert f"{statement.relative_to(REPO).as_posix()}" in names
     bench_queries = list((REPO / "effectusd" / "bench" / "queries").glob("*.sql"))
     assert bench_queries
     for query in bench_queries:

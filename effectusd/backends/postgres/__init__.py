@@ -53,6 +53,21 @@ STORE_MIGRATIONS = MigrationSet(
 )
 
 
+def connect(conninfo: str, *, autocommit: bool = True) -> psycopg.Connection[Any]:
+    """A plain connection (use it as a context manager). ``autocommit=False``: the caller's
+    own transactions, committed by the caller (or on leaving the ``with`` block)."""
+    return psycopg.connect(conninfo, autocommit=autocommit)
+
+
+def with_database(conninfo: str, dbname: str) -> str:
+    """``conninfo`` naming the database ``dbname`` on the same server."""
+    return psycopg.conninfo.make_conninfo(conninfo, dbname=dbname)
+
+
+def database_name(conninfo: str) -> str:
+    return str(psycopg.conninfo.conninfo_to_dict(conninfo)["dbname"])
+
+
 class PostgresBackend:
     dialect: Dialect = "postgresql"
     poll_interval_s: float = 1.0  # LISTEN/NOTIFY wakes the daemon; polling is backup
