@@ -201,30 +201,31 @@ class Exchange:
         return error_reply(503, OutcomeClass.RETRYABLE, message)
 
 
+def _advance(steps: Generator[Step, Any, Reply], answer: Any) -> Step | Reply:
+    """The next step, sent ``answer`` for the last one; or the reply once there is none."""
+    try:
+        return steps.send(answer)
+    except StopIteration as done:
+        reply: Reply = done.value
+        return reply
+
+
 def drive(steps: Generator[Step, Any, Reply], perform: Callable[[Step], Any]) -> Reply:
     """Run ``steps`` to their reply, sending each step's answer from ``perform``."""
-    answer: Any = None
-    while True:
-        try:
-            step = steps.send(answer)
-        except StopIteration as done:
-            reply: Reply = done.value
-            return reply
-        answer = perform(step)
+    step = _advance(steps, None)
+    while not isinstance(step, Reply):
+        step = _advance(steps, perform(step))
+    return step
 
 
 async def drive_async(
     steps: Generator[Step, Any, Reply], perform: Callable[[Step], Awaitable[Any]]
 ) -> Reply:
     """``drive`` with an asynchronous ``perform``."""
-    answer: Any = None
-    while True:
-        try:
-            step = steps.send(answer)
-        except StopIteration as done:
-            reply: Reply = done.value
-            return reply
-        answer = await perform(step)
+    step = _advance(steps, None)
+    while not isinstance(step, Reply):
+        step = _advance(steps, await perform(step))
+    return step
 
 
 def _stored(reply: Reply) -> dict[str, Any]:

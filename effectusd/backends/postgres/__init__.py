@@ -5,26 +5,19 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Iterator
 from contextlib import contextmanager
-from importlib.resources import files
-from importlib.resources.abc import Traversable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
 
+from effectusd.backends.base import StoreBackend, store_migrations
 from effectusd.backends.connections import (
     require_async_connection,
     require_connection,
 )
 from effectusd.backends.errors import schema_checked
-from effectusd.backends.migrations import (
-    Migration,
-    MigrationSet,
-    MigrationStatus,
-    raise_unless_current,
-)
 from effectusd.backends.operation import Operation
-from effectusd.backends.postgres import migrations, runner
+from effectusd.backends.postgres import migrations as postgres_migrations
+from effectusd.backends.postgres import runner as postgres_runner
 from effectusd.backends.postgres.session import PoolSession, notifications
 from effectusd.backends.statements import Statements
 from effectusd.core.database_url import Dialect, PostgresDatabase
@@ -34,20 +27,10 @@ T = TypeVar("T")
 STORE_STATEMENTS = Statements("effectusd.store.postgres", "queries")
 
 
-def _store_migrations_folder() -> Traversable:
-    shipped = files("effectusd") / "_migrations"
-    if shipped.is_dir():
-        return shipped
-    return Path(__file__).resolve().parents[3] / "schema" / "migrations"
-
-
-STORE_MIGRATIONS = MigrationSet(
-    folder=_store_migrations_folder,
-    statements=STORE_STATEMENTS,
-    table="effectus_schema_migrations",
-    create="migrations_create_table",
-    applied="migrations_applied",
-    record="migrations_record",
+STORE_MIGRATIONS = store_migrations(
+    STORE_STATEMENTS,
+    "_migrations",
+    "migrations",
     exists="migrations_table_exists",
     lock="migrations_lock",
 )
@@ -68,10 +51,12 @@ def database_name(conninfo: str) -> str:
     return str(psycopg.conninfo.conninfo_to_dict(conninfo)["dbname"])
 
 
-class PostgresBackend:
+class PostgresBackend(StoreBackend):
     dialect: Dialect = "postgresql"
     poll_interval_s: float = 1.0  # LISTEN/NOTIFY wakes the daemon; polling is backup
     notifies: bool = True  # wakeups() yields on each NOTIFY
+    runner = postgres_runner
+    migrator = postgres_migrations
     statements = STORE_STATEMENTS
     migrations = STORE_MIGRATIONS
 
@@ -85,40 +70,25 @@ class PostgresBackend:
         with psycopg.connect(self.conninfo, autocommit=True) as conn:
             yield conn
 
-    def run(self, conn: Any, operation: Operation[T]) -> T:
-        """Run a store operation in one transaction (a savepoint inside an open one)."""
-        with schema_checked():
-            return runner.run(conn, operation, self.statements)
-
     def join(self, conn: object, who: str = "Client") -> None:
         """Refuse a connection of the wrong kind; open its transaction, to write inside it."""
         require_connection(self.dialect, conn, who)
         assert isinstance(conn, psycopg.Connection)
-        runner.join_transaction(conn, self.statements)
+        postgres_runner.join_transaction(conn, self.statements)
 
     async def run_async(self, operation: Operation[T]) -> T:
         """Run a store operation on a connection of its own, asynchronously."""
         async with await psycopg.AsyncConnection.connect(self.conninfo) as conn:
             with schema_checked():
-                return await runner.run_async(conn, operation, self.statements)
+                return await postgres_runner.run_async(conn, operation, self.statements)
 
     async def run_joined_async(self, conn: object, operation: Operation[T]) -> T:
         """Run a store operation inside the caller's async connection's transaction."""
         require_async_connection(self.dialect, conn)
         assert isinstance(conn, psycopg.AsyncConnection)
-        await runner.join_transaction_async(conn, self.statements)
+        await postgres_runner.join_transaction_async(conn, self.statements)
         with schema_checked():
-            return await runner.run_async(conn, operation, self.statements)
-
-    def migration_status(self, conn: Any, known: list[Migration] | None = None) -> MigrationStatus:
-        return migrations.status(conn, self.migrations, known)
-
-    def migrate(self, conn: Any, known: list[Migration] | None = None) -> list[Migration]:
-        return migrations.migrate(conn, self.migrations, known)
-
-    def require_current(self, conn: Any) -> None:
-        """Refuse to run against a schema older or newer than this code."""
-        raise_unless_current(self.migration_status(conn))
+            return await postgres_runner.run_async(conn, operation, self.statements)
 
     def wakeups(self) -> AsyncGenerator[None, None]:
         """LISTEN for the outbox's notifications."""

@@ -14,21 +14,13 @@ import asyncio
 import sqlite3
 from collections.abc import AsyncGenerator, Iterator
 from contextlib import contextmanager
-from importlib.resources import files
-from importlib.resources.abc import Traversable
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from effectusd.backends.base import StoreBackend, store_migrations
 from effectusd.backends.connections import require_async_connection, require_connection
-from effectusd.backends.errors import schema_checked
-from effectusd.backends.migrations import (
-    Migration,
-    MigrationSet,
-    MigrationStatus,
-    raise_unless_current,
-)
 from effectusd.backends.operation import Operation
-from effectusd.backends.sqlite import migrations, runner
+from effectusd.backends.sqlite import migrations as sqlite_migrations
+from effectusd.backends.sqlite import runner as sqlite_runner
 from effectusd.backends.sqlite.connection import connect
 from effectusd.backends.sqlite.session import ThreadSession
 from effectusd.backends.sqlite.transaction import atomic, write_transaction
@@ -65,28 +57,16 @@ def version() -> str:
 STORE_STATEMENTS = Statements("effectusd.store.sqlite", "queries")
 
 
-def _store_migrations_folder() -> Traversable:
-    shipped = files("effectusd") / "_sqlite_migrations"
-    if shipped.is_dir():
-        return shipped
-    return Path(__file__).resolve().parents[3] / "schema" / "sqlite"
+STORE_MIGRATIONS = store_migrations(STORE_STATEMENTS, "_sqlite_migrations", "sqlite")
 
 
-STORE_MIGRATIONS = MigrationSet(
-    folder=_store_migrations_folder,
-    statements=STORE_STATEMENTS,
-    table="effectus_schema_migrations",
-    create="migrations_create_table",
-    applied="migrations_applied",
-    record="migrations_record",
-)
-
-
-class SqliteBackend:
+class SqliteBackend(StoreBackend):
     dialect: Dialect = "sqlite"
     # No notifications: the daemon polls (a cheap indexed read).
     poll_interval_s: float = 0.05
     notifies: bool = False  # wakeups() yields on each NOTIFY
+    runner = sqlite_runner
+    migrator = sqlite_migrations
     statements = STORE_STATEMENTS
     migrations = STORE_MIGRATIONS
 
@@ -104,16 +84,11 @@ class SqliteBackend:
         finally:
             conn.close()
 
-    def run(self, conn: Any, operation: Operation[T]) -> T:
-        """Run a store operation in one transaction (a savepoint inside an open one)."""
-        with schema_checked():
-            return runner.run(conn, operation, self.statements)
-
     def join(self, conn: object, who: str = "Client") -> None:
         """Refuse a connection of the wrong kind; open its transaction, to write inside it."""
         require_connection(self.dialect, conn, who)
         assert isinstance(conn, sqlite3.Connection)
-        runner.join_transaction(conn)
+        sqlite_runner.join_transaction(conn)
 
     async def run_async(self, operation: Operation[T]) -> T:
         """Run a store operation on a connection of its own, in a worker thread."""
@@ -127,16 +102,6 @@ class SqliteBackend:
     async def run_joined_async(self, conn: object, operation: Operation[T]) -> T:
         require_async_connection(self.dialect, conn)  # raises: no async SQLite connection
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def migration_status(self, conn: Any, known: list[Migration] | None = None) -> MigrationStatus:
-        return migrations.status(conn, self.migrations, known)
-
-    def migrate(self, conn: Any, known: list[Migration] | None = None) -> list[Migration]:
-        return migrations.migrate(conn, self.migrations, known)
-
-    def require_current(self, conn: Any) -> None:
-        """Refuse to run against a schema older or newer than this code."""
-        raise_unless_current(self.migration_status(conn))
 
     async def wakeups(self) -> AsyncGenerator[None, None]:
         """None ever: SQLite has no notifications (``notifies`` is False; the daemon polls)."""
