@@ -22,12 +22,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from effectusd.backends import backend_for  # noqa: E402
 from effectusd.cli import render  # noqa: E402
 from effectusd.client import Client  # noqa: E402
 from effectusd.config import load_config  # noqa: E402
 from effectusd.core.canonical import parse_json  # noqa: E402
+from effectusd.core.database_url import SqliteDatabase, parse_database_url  # noqa: E402
 from effectusd.dispatcher.daemon import Daemon  # noqa: E402
-from effectusd.store import backends  # noqa: E402
 
 WORKDIR = ROOT / ".demo"
 DATABASE_URL = os.environ.get("EFFECTUSD_DATABASE_URL", "sqlite:///.demo/effectusd.db")
@@ -63,8 +64,9 @@ def start_shop(url: str) -> subprocess.Popen[bytes]:
 
 
 def shop_rows(url: str, query: str) -> list[Any]:
-    if backends.is_sqlite(url):
-        conn = sqlite3.connect(ROOT / backends.sqlite_path(url))
+    database = parse_database_url(url)
+    if isinstance(database, SqliteDatabase):
+        conn = sqlite3.connect(ROOT / database.path)
         try:
             return conn.execute(query).fetchall()
         finally:
@@ -101,8 +103,9 @@ def main() -> None:
     os.chdir(ROOT)  # the SQLite URLs are relative to the repository
     WORKDIR.mkdir(exist_ok=True)
     url, shop_url = DATABASE_URL, SHOP_DATABASE_URL
-    with backends.connection(url, create=True) as conn:
-        backends.migrations_of(conn).migrate(conn)
+    backend = backend_for(url)
+    with backend.connect(create=True) as conn:
+        backend.migrate(conn)
     print(f"▶ effectusd's store: {url}")
     shop = start_shop(shop_url)
     print(f"▶ the example shop (effectusd.destination) on http://127.0.0.1:{SHOP_PORT}")

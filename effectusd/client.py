@@ -16,19 +16,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-import psycopg
-
+from effectusd.backends import Connection, backend_for
+from effectusd.backends.connections import AsyncPostgresConnection
+from effectusd.backends.operation import Operation
 from effectusd.config import Config, load_config
 from effectusd.core.canonical import JsonValue
-from effectusd.core.errors import SagaNotFound, WaitTimeout, WrongConnection
+from effectusd.core.errors import SagaNotFound, WaitTimeout
 from effectusd.core.plan import CheckedPlan, PlanSpec
 from effectusd.core.registry import Registry
 from effectusd.core.states import SagaState
 from effectusd.core.submission import ensure_checked, prepare_submission
 from effectusd.core.views import SagaView
-from effectusd.store import backends, operations
+from effectusd.store import operations
 from effectusd.store.operations import SubmitResult
-from effectusd.store.postgres.runner import join_transaction_async, run_async
 
 PlanInput = CheckedPlan | PlanSpec | Mapping[str, Any]
 T = TypeVar("T")
@@ -64,7 +64,8 @@ def default_actor() -> str:
 class _ClientBase:
     def __init__(self, config: Config | None = None, *, database_url: str | None = None) -> None:
         self.config = config or load_config(None)
-        self.database_url = backends.check_url(database_url or self.config.database.url)
+        self.backend = backend_for(database_url or self.config.database.url)
+        self.database_url = self.backend.url
         self.registry = registry_from_config(self.config)
         self.namespace = self.config.namespace
 
@@ -89,7 +90,7 @@ class Client(_ClientBase):
         *,
         execution_id: str,
         facts: Mapping[str, JsonValue] | None = None,
-        conn: backends.Connection | None = None,
+        conn: Connection | None = None,
         not_before: datetime | None = None,
         actor: str = "client",
     ) -> SubmitResult:
@@ -101,7 +102,7 @@ class Client(_ClientBase):
         self,
         submissions: Iterable[Submission],
         *,
-        conn: backends.Connection | None = None,
+        conn: Connection | None = None,
         not_before: datetime | None = None,
         actor: str = "client",
     ) -> list[SubmitResult]:
@@ -112,18 +113,19 @@ class Client(_ClientBase):
         operation = operations.submit_many(batch, actor, not_before)
         return self._write(operation, conn)
 
-    def _write(self, operation: operations.Operation[T], conn: backends.Connection | None) -> T:
+    def _write(self, operation: Operation[T], conn: Connection | None) -> T:
         """In the caller's transaction when given one (it commits), else in our own."""
         if conn is not None:
-            backends.require_store(self.database_url, conn)
-            backends.join_transaction(conn)
-            return backends.run(conn, operation)
-        with backends.connection(self.database_url) as own:
-            return backends.run(own, operation)
+            self.backend.join(conn)
+            return self.backend.run(conn, operation)
+        return self._run(operation)
+
+    def _run(self, operation: Operation[T]) -> T:
+        with self.backend.connect() as own:
+            return self.backend.run(own, operation)
 
     def get(self, saga_id: str) -> SagaView | None:
-        with backends.connection(self.database_url) as conn:
-            return backends.run(conn, operations.load_saga(saga_id))
+        return self._run(operations.load_saga(saga_id))
 
     def list(
         self,
@@ -133,10 +135,7 @@ class Client(_ClientBase):
         older_than: timedelta | None = None,
     ) -> list[dict[str, Any]]:
         """Sagas newest first; ``older_than`` keeps those created before now minus it."""
-        with backends.connection(self.database_url) as conn:
-            return backends.run(
-                conn, operations.list_sagas(state, plan_id, self.namespace, limit, older_than)
-            )
+        return self._run(operations.list_sagas(state, plan_id, self.namespace, limit, older_than))
 
     def wait(self, saga_id: str, timeout: float = 30.0, interval: float = 0.05) -> SagaView:
         """Poll until the saga is terminal or blocked; raises TimeoutError naming its state."""
@@ -153,22 +152,9 @@ class Client(_ClientBase):
             time.sleep(interval)
 
 
-def _require_async_connection(url: str, conn: object) -> None:
-    if not isinstance(conn, psycopg.AsyncConnection):
-        raise WrongConnection(
-            f"AsyncClient joins a psycopg.AsyncConnection's transaction, not a "
-            f"{type(conn).__name__}; on SQLite pass your sqlite3 connection to Client instead"
-        )
-    if backends.is_sqlite(url):
-        raise WrongConnection(
-            "AsyncClient is configured for the SQLite store (database URL) and cannot join a "
-            "PostgreSQL transaction; check the database URL it was given"
-        )
-
-
 class AsyncClient(_ClientBase):
     """Asynchronous client; same semantics as Client. On PostgreSQL it speaks psycopg's
-    AsyncConnection; on SQLite the synchronous client runs in a worker thread."""
+    AsyncConnection; on SQLite the backend runs each operation in a worker thread."""
 
     async def submit(
         self,
@@ -176,19 +162,10 @@ class AsyncClient(_ClientBase):
         *,
         execution_id: str,
         facts: Mapping[str, JsonValue] | None = None,
-        conn: psycopg.AsyncConnection[Any] | None = None,
+        conn: AsyncPostgresConnection | None = None,
         not_before: datetime | None = None,
         actor: str = "client",
     ) -> SubmitResult:
-        if conn is None and backends.is_sqlite(self.database_url):
-            return await asyncio.to_thread(
-                self._sync().submit,
-                plan,
-                execution_id=execution_id,
-                facts=facts,
-                not_before=not_before,
-                actor=actor,
-            )
         rows = self._prepare(plan, execution_id, facts)
         operation = operations.submit(rows, actor, not_before)
         return await self._write(operation, conn)
@@ -197,42 +174,23 @@ class AsyncClient(_ClientBase):
         self,
         submissions: Iterable[Submission],
         *,
-        conn: psycopg.AsyncConnection[Any] | None = None,
+        conn: AsyncPostgresConnection | None = None,
         not_before: datetime | None = None,
         actor: str = "client",
     ) -> list[SubmitResult]:
         """``Client.submit_many``, asynchronously."""
-        if conn is None and backends.is_sqlite(self.database_url):
-            batch = list(submissions)
-            return await asyncio.to_thread(
-                self._sync().submit_many, batch, not_before=not_before, actor=actor
-            )
         prepared = [self._prepare(s.plan, s.execution_id, s.facts) for s in submissions]
         operation = operations.submit_many(prepared, actor, not_before)
         return await self._write(operation, conn)
 
-    async def _write(
-        self, operation: operations.Operation[T], conn: psycopg.AsyncConnection[Any] | None
-    ) -> T:
+    async def _write(self, operation: Operation[T], conn: AsyncPostgresConnection | None) -> T:
+        """In the caller's transaction when given one (it commits), else in our own."""
         if conn is not None:
-            _require_async_connection(self.database_url, conn)
-            await join_transaction_async(conn)
-            with backends.schema_checked():
-                return await run_async(conn, operation)
-        backends.check_url(self.database_url)
-        async with await psycopg.AsyncConnection.connect(self.database_url) as own:
-            with backends.schema_checked():
-                return await run_async(own, operation)
+            return await self.backend.run_joined_async(conn, operation)
+        return await self.backend.run_async(operation)
 
     async def get(self, saga_id: str) -> SagaView | None:
-        if backends.is_sqlite(self.database_url):
-            return await asyncio.to_thread(self._sync().get, saga_id)
-        async with await psycopg.AsyncConnection.connect(self.database_url) as conn:
-            with backends.schema_checked():
-                return await run_async(conn, operations.load_saga(saga_id))
-
-    def _sync(self) -> Client:
-        return Client(self.config, database_url=self.database_url)
+        return await self.backend.run_async(operations.load_saga(saga_id))
 
     async def wait(self, saga_id: str, timeout: float = 30.0, interval: float = 0.05) -> SagaView:
         deadline = time.monotonic() + timeout

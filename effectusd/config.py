@@ -25,11 +25,11 @@ from pydantic import (
 )
 
 from effectusd.core.contracts import VerbContract
+from effectusd.core.database_url import parse_database_url
 from effectusd.core.durations import parse_duration
 from effectusd.core.registry import DEFAULT_FENCE_WAIT_LIMIT
 from effectusd.core.states import OutcomeClass
 from effectusd.core.wire import has_control, is_reserved_header, is_token
-from effectusd.store.backends import check_url
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
@@ -61,7 +61,8 @@ class DatabaseConfig(BaseModel):
     @field_validator("url")
     @classmethod
     def _known_store(cls, value: str) -> str:
-        return check_url(value)
+        parse_database_url(value)  # DatabaseURLError (a ValueError) names what is wrong
+        return value
 
 
 class DispatcherConfig(BaseModel):
@@ -74,10 +75,11 @@ class DispatcherConfig(BaseModel):
     # so the daemon polls it often (50ms, a cheap indexed read).
     poll_interval: Duration | None = None
 
-    def poll_seconds(self, sqlite: bool) -> float:
+    def poll_seconds(self, default: float) -> float:
+        """``poll_interval``, else the store's ``default`` (its backend's poll_interval_s)."""
         if self.poll_interval is not None:
             return self.poll_interval.total_seconds()
-        return 0.05 if sqlite else 1.0
+        return default
 
     shutdown_grace: Duration = timedelta(seconds=30)
 

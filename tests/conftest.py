@@ -14,6 +14,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.support import backends
+
 ADMIN_URL = os.environ.get(
     "EFFECTUSD_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
@@ -55,11 +57,9 @@ def drop_database(url: str) -> None:
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:
     """A migrated database shared by the run; tests that use ``db`` get it emptied first."""
-    from effectusd.store.postgres.migrations import migrate
-
     url = create_database()
     with psycopg.connect(url, autocommit=True) as conn:
-        migrate(conn)
+        backends.migrate(conn)
     yield url
     drop_database(url)
 
@@ -82,11 +82,10 @@ def empty_database() -> Iterator[str]:
 
 def migrated_sqlite(directory: Path) -> str:
     """A new SQLite store file in ``directory``, migrated; its URL."""
-    from effectusd.store import backends
 
     url = f"sqlite:///{directory / 'effectusd.db'}"
     with backends.connection(url, create=True) as conn:
-        backends.migrations_of(conn).migrate(conn)
+        backends.migrate(conn)
     return url
 
 

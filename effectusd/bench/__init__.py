@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import psycopg
-
+from effectusd.backends.postgres import STORE_MIGRATIONS, connect
+from effectusd.backends.postgres.migrations import migrate as migrate_set
 from effectusd.bench.claims import (
     CLAIM_MIN_SAMPLES,
     build_backlog,
@@ -44,7 +44,6 @@ from effectusd.core.states import Direction
 from effectusd.core.submission import ensure_checked
 from effectusd.dispatcher.daemon import Daemon
 from effectusd.executors.protocol import Executor, Invocation
-from effectusd.store.postgres.migrations import migrate
 
 
 @dataclass
@@ -113,96 +112,117 @@ def run_bench(
 ) -> BenchResult:
     """``transport`` picks the executor class ("httpx" or "aiohttp"); None keeps the config's
     default. ``duration`` > 0 adds the soak, ``backlog`` > 0 the claim latency."""
-    sink = None
-    if destination is None:
-        port = free_port()
-        ready = multiprocessing.get_context("spawn").Event()
-        sink = multiprocessing.get_context("spawn").Process(
-            target=serve_noop, args=(port, ready), daemon=True
-        )
-        sink.start()
-        if not ready.wait(30):
-            sink.terminate()
-            raise RuntimeError(f"the bench's no-op destination did not start on port {port}")
-        destination = f"http://127.0.0.1:{port}"
+    sink = _start_sink() if destination is None else None
+    if sink is not None:
+        destination = f"http://127.0.0.1:{sink[1]}"
+    assert destination is not None
+    config = _bench_config(destination, concurrency, transport)
     url = scratch_database(server_url)
     try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            migrate(conn)
-        config = _bench_config(destination, concurrency, transport)
-        chosen = config.destinations["sink"].transport
-        progress(f"bare {chosen} loop at concurrency {concurrency}…")
-        bare = asyncio.run(_bare_calls_per_s(config, concurrency))
-        client = Client(config, database_url=url)
-        progress(f"submitting {sagas} saga(s) of {steps} step(s)…")
-        with psycopg.connect(url) as conn:
-            for index in range(sagas):
-                client.submit(bench_plan(steps), execution_id=f"bench-{index}", conn=conn)
-                if index % 500 == 499:
-                    conn.commit()
-            conn.commit()
-        commits_before = scalar(url, "commits")
-        wal_before = scalar(url, "wal_position")
-        progress(f"dispatching {sagas * steps} step(s) at concurrency {concurrency} ({chosen})…")
-        started = time.perf_counter()
-        asyncio.run(with_executors(config, lambda ex: Daemon(config, url, executors=ex).run(True)))
-        seconds = time.perf_counter() - started
-        wal_bytes = scalar(url, "wal_position") - wal_before
-        rss_mb = daemon_rss_mb()
-        with psycopg.connect(url) as conn:
-            states: dict[str, int] = {
-                row[0]: int(row[1]) for row in conn.execute(sql("outcomes")).fetchall()
-            }
-        commits = _settled_commits(url) - commits_before
-        latencies = read_latencies(url)
-        progress("measuring idle enqueue→dispatch latency…")
-        idle = asyncio.run(_idle_latency(config, url, samples=30))
-        total = sagas * steps
-        result = BenchResult(
-            sagas=sagas,
-            steps_per_saga=steps,
-            concurrency=concurrency,
-            steps=total,
-            seconds=round(seconds, 3),
-            steps_per_s=round(total / seconds, 1),
-            enqueue_to_dispatch_p50_ms=round(percentile(latencies, 50), 2),
-            enqueue_to_dispatch_p99_ms=round(percentile(latencies, 99), 2),
-            idle_enqueue_to_dispatch_p50_ms=round(statistics.median(idle), 2)
-            if idle
-            else float("nan"),
-            commits_per_step=round(commits / total, 2),
-            completed=states.get("completed", 0),
-            transport=chosen,
-            bare_calls_per_s=round(bare, 1),
-            efficiency=round(total / seconds / bare, 3),
-            wal_bytes_per_step=round(wal_bytes / total, 1),
-            rss_mb=round(rss_mb, 1),
-        )
+        with connect(url) as conn:
+            migrate_set(conn, STORE_MIGRATIONS)
+        result = _throughput(config, url, sagas, steps, concurrency, progress)
         if duration > 0:
-            pace = total / seconds / steps
-            progress(f"soak: {pace:.1f} saga(s)/s of {steps} step(s) for {duration:.0f} s…")
-            soak = asyncio.run(run_soak(config, url, steps, pace, duration, progress))
-            result.soak_seconds = round(soak.seconds, 1)
-            result.soak_steps_per_s = round(soak.steps / soak.seconds, 1)
-            result.soak_running_sagas_end = soak.running_end
-            result.rss_mb_start = round(soak.rss_mb[0], 1)
-            result.rss_mb_end = round(soak.rss_mb[-1], 1)
-            result.rss_mb_max = round(max(soak.rss_mb), 1)
+            _soak(result, config, url, duration, progress)
     finally:
         drop_database(server_url, url)
         if sink is not None:
-            sink.terminate()
-            sink.join(5)
+            sink[0].terminate()
+            sink[0].join(5)
     if backlog > 0:
-        timings = claim_latency(server_url, config, backlog, progress)
-        result.backlog = backlog
-        p99 = {label: percentile(values, 99) for label, values in timings.items()}
-        for label, values in timings.items():
-            setattr(result, f"claim_p50_ms_{label}", round(percentile(values, 50), 3))
-            setattr(result, f"claim_p99_ms_{label}", round(p99[label], 3))
-        result.claim_backlog_ratio_p99 = round(p99["backlog"] / p99["empty"], 2)
-        result.claim_backlog_vs_batch_ratio_p99 = round(p99["backlog"] / p99["batch"], 2)
+        _claims(result, claim_latency(server_url, config, backlog, progress), backlog)
     return result
+
+
+def _start_sink() -> tuple[Any, int]:
+    """The no-op destination in a process of its own, and its port."""
+    port = free_port()
+    ready = multiprocessing.get_context("spawn").Event()
+    sink = multiprocessing.get_context("spawn").Process(
+        target=serve_noop, args=(port, ready), daemon=True
+    )
+    sink.start()
+    if not ready.wait(30):
+        sink.terminate()
+        raise RuntimeError(f"the bench's no-op destination did not start on port {port}")
+    return sink, port
+
+
+def _submit_all(config: Config, url: str, sagas: int, steps: int) -> None:
+    client = Client(config, database_url=url)
+    with connect(url, autocommit=False) as conn:
+        for index in range(sagas):
+            client.submit(bench_plan(steps), execution_id=f"bench-{index}", conn=conn)
+            if index % 500 == 499:
+                conn.commit()
+        conn.commit()
+
+
+def _throughput(
+    config: Config, url: str, sagas: int, steps: int, concurrency: int, progress: Any
+) -> BenchResult:
+    """Submit the sagas, dispatch them all, and take the readings."""
+    chosen = config.destinations["sink"].transport
+    progress(f"bare {chosen} loop at concurrency {concurrency}…")
+    bare = asyncio.run(_bare_calls_per_s(config, concurrency))
+    progress(f"submitting {sagas} saga(s) of {steps} step(s)…")
+    _submit_all(config, url, sagas, steps)
+    commits_before = scalar(url, "commits")
+    wal_before = scalar(url, "wal_position")
+    progress(f"dispatching {sagas * steps} step(s) at concurrency {concurrency} ({chosen})…")
+    started = time.perf_counter()
+    asyncio.run(with_executors(config, lambda ex: Daemon(config, url, executors=ex).run(True)))
+    seconds = time.perf_counter() - started
+    wal_bytes = scalar(url, "wal_position") - wal_before
+    rss_mb = daemon_rss_mb()
+    with connect(url) as conn:
+        states = {row[0]: int(row[1]) for row in conn.execute(sql("outcomes")).fetchall()}
+    commits = _settled_commits(url) - commits_before
+    latencies = read_latencies(url)
+    progress("measuring idle enqueue→dispatch latency…")
+    idle = asyncio.run(_idle_latency(config, url, samples=30))
+    total = sagas * steps
+    return BenchResult(
+        sagas=sagas,
+        steps_per_saga=steps,
+        concurrency=concurrency,
+        steps=total,
+        seconds=round(seconds, 3),
+        steps_per_s=round(total / seconds, 1),
+        enqueue_to_dispatch_p50_ms=round(percentile(latencies, 50), 2),
+        enqueue_to_dispatch_p99_ms=round(percentile(latencies, 99), 2),
+        idle_enqueue_to_dispatch_p50_ms=round(statistics.median(idle), 2) if idle else float("nan"),
+        commits_per_step=round(commits / total, 2),
+        completed=states.get("completed", 0),
+        transport=chosen,
+        bare_calls_per_s=round(bare, 1),
+        efficiency=round(total / seconds / bare, 3),
+        wal_bytes_per_step=round(wal_bytes / total, 1),
+        rss_mb=round(rss_mb, 1),
+    )
+
+
+def _soak(result: BenchResult, config: Config, url: str, duration: float, progress: Any) -> None:
+    steps = result.steps_per_saga
+    pace = result.steps / result.seconds / steps
+    progress(f"soak: {pace:.1f} saga(s)/s of {steps} step(s) for {duration:.0f} s…")
+    soak = asyncio.run(run_soak(config, url, steps, pace, duration, progress))
+    result.soak_seconds = round(soak.seconds, 1)
+    result.soak_steps_per_s = round(soak.steps / soak.seconds, 1)
+    result.soak_running_sagas_end = soak.running_end
+    result.rss_mb_start = round(soak.rss_mb[0], 1)
+    result.rss_mb_end = round(soak.rss_mb[-1], 1)
+    result.rss_mb_max = round(max(soak.rss_mb), 1)
+
+
+def _claims(result: BenchResult, timings: dict[str, list[float]], backlog: int) -> None:
+    result.backlog = backlog
+    p99 = {label: percentile(values, 99) for label, values in timings.items()}
+    for label, values in timings.items():
+        setattr(result, f"claim_p50_ms_{label}", round(percentile(values, 50), 3))
+        setattr(result, f"claim_p99_ms_{label}", round(p99[label], 3))
+    result.claim_backlog_ratio_p99 = round(p99["backlog"] / p99["empty"], 2)
+    result.claim_backlog_vs_batch_ratio_p99 = round(p99["backlog"] / p99["batch"], 2)
 
 
 async def _bare_calls_per_s(config: Config, concurrency: int, seconds: float = 2.0) -> float:
@@ -264,7 +284,7 @@ def _submit_one_at_a_time(config: Config, url: str, samples: int) -> None:
     """The idle-latency submitter (its own process): the next saga once the last was sent."""
     client = Client(config, database_url=url)
     plan = ensure_checked(bench_plan(1), client.registry)
-    with psycopg.connect(url, autocommit=True) as conn:
+    with connect(url) as conn:
         for index in range(samples):
             saga = client.submit(plan, execution_id=f"idle-{index}")
             while not conn.execute(sql("sent"), {"saga_id": saga.saga_id}).fetchone():

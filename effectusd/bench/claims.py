@@ -6,8 +6,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import psycopg
-
+from effectusd.backends.connections import PostgresConnection
+from effectusd.backends.postgres import STORE_MIGRATIONS, STORE_STATEMENTS, connect
+from effectusd.backends.postgres.migrations import migrate as migrate_set
+from effectusd.backends.postgres.runner import sql as named_sql
 from effectusd.bench import database
 from effectusd.bench.database import drop_database, scratch_database
 from effectusd.bench.measures import percentile
@@ -16,8 +18,6 @@ from effectusd.config import Config
 from effectusd.dispatcher.daemon import new_owner_id
 from effectusd.dispatcher.pipeline import Capacity
 from effectusd.store.postgres.dispatch import claim_ready_params
-from effectusd.store.postgres.migrations import migrate
-from effectusd.store.postgres.queries import sql
 
 CLAIM_SAMPLES = 300
 CLAIM_WARMUP = 15  # past psycopg's prepare threshold and the server's generic-plan choice
@@ -36,8 +36,8 @@ def claim_latency(
     rolled back, so the rows stay ready."""
     url = scratch_database(server_url)
     try:
-        with psycopg.connect(url, autocommit=True) as conn:  # autocommit, like the daemon's
-            migrate(conn)
+        with connect(url) as conn:  # autocommit, like the daemon's
+            migrate_set(conn, STORE_MIGRATIONS)
             params = claim_params(config)
             batch = min(backlog, sum(params["limits"]))
             timings = {"empty": time_claims(conn, params, 0, "an empty outbox", progress)}
@@ -68,9 +68,9 @@ def claim_params(config: Config) -> dict[str, Any]:
 
 
 def time_claims(
-    conn: psycopg.Connection[Any], params: dict[str, Any], expect: int, what: str, progress: Any
+    conn: PostgresConnection, params: dict[str, Any], expect: int, what: str, progress: Any
 ) -> list[float]:
-    query = sql("claim_ready")
+    query = named_sql(STORE_STATEMENTS, "claim_ready")
     timings: list[float] = []
     give_up = time.monotonic() + CLAIM_BUDGET_S
     for index in range(CLAIM_WARMUP + CLAIM_SAMPLES):
@@ -93,7 +93,7 @@ def time_claims(
 
 
 def build_backlog(
-    conn: psycopg.Connection[Any], config: Config, rows: range, total: int, progress: Any
+    conn: PostgresConnection, config: Config, rows: range, total: int, progress: Any
 ) -> None:
     """Backlog rows ``rows`` (of ``total``): queued dispatches of the config's first verb, one
     running saga and one started step each, by INSERT … SELECT generate_series in chunks; then

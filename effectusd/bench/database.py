@@ -6,36 +6,38 @@ from __future__ import annotations
 import os
 import uuid
 
-import psycopg
-from psycopg import sql as psql
+from effectusd.backends.postgres import connect, database_name, with_database
+from effectusd.backends.postgres.runner import SQL
+from effectusd.backends.postgres.runner import sql as named_sql
+from effectusd.backends.statements import Statements
 
-from effectusd.store.postgres import queries
+BENCH_STATEMENTS = Statements("effectusd.bench", "queries", owner="effectusd bench")
 
 
-def sql(name: str) -> psql.SQL:
-    return queries.sql(name, "effectusd.bench")
+def sql(name: str) -> SQL:
+    return named_sql(BENCH_STATEMENTS, name)
 
 
 def scratch_database(server_url: str) -> str:
     name = f"effectusd_bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
+    with connect(server_url) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    return psycopg.conninfo.make_conninfo(server_url, dbname=name)
+    return with_database(server_url, name)
 
 
 def drop_database(server_url: str, url: str) -> None:
-    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
-    with psycopg.connect(server_url, autocommit=True) as conn:
+    name = database_name(url)
+    with connect(server_url) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def read_latencies(url: str, query: str = "latencies") -> list[float]:
-    with psycopg.connect(url) as conn:
+    with connect(url) as conn:
         return [float(row[0]) for row in conn.execute(sql(query)).fetchall()]
 
 
 def scalar(url: str, query: str) -> int:
-    with psycopg.connect(url) as conn:
+    with connect(url) as conn:
         row = conn.execute(sql(query)).fetchone()
     assert row is not None
     return int(row[0])

@@ -9,8 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
-
+from effectusd.backends.postgres import connect
 from effectusd.bench.database import scalar
 from effectusd.bench.harness import bench_plan, daemon_with_submitter
 from effectusd.bench.measures import daemon_rss_mb
@@ -73,7 +72,7 @@ def submit_at_pace(
     client = Client(config, database_url=url)
     plan = ensure_checked(bench_plan(steps), client.registry)
     submitted = 0
-    with psycopg.connect(url) as conn:
+    with connect(url, autocommit=False) as conn:
         ready.set()
         started = time.monotonic()
         while (elapsed := time.monotonic() - started) < seconds:

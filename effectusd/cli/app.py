@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from effectusd.backends import Backend, Connection, backend_for
+from effectusd.backends.errors import UNAVAILABLE
 from effectusd.client import Client
 from effectusd.config import Config, ConfigError, load_config
 from effectusd.core.canonical import MAX_JSON_DEPTH, parse_json
@@ -25,7 +27,6 @@ from effectusd.core.checker import PlanCheckError
 from effectusd.core.database_url import DatabaseURLError
 from effectusd.core.durations import parse_duration
 from effectusd.core.errors import SchemaNotReady
-from effectusd.store import backends
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -55,9 +56,13 @@ class Context:
 
     @property
     def database_url(self) -> str:
+        return self.backend.url
+
+    @property
+    def backend(self) -> Backend:
         url = self._database_url or self.config.database.url
         try:
-            return backends.check_url(url)
+            return backend_for(url)
         except DatabaseURLError as exc:
             fail(str(exc), EXIT_INVALID)
 
@@ -65,11 +70,11 @@ class Context:
         return Client(self.config, database_url=self.database_url)
 
     @contextmanager
-    def connect(self, *, create: bool = False) -> Iterator[backends.Connection]:
+    def connect(self, *, create: bool = False) -> Iterator[Connection]:
         with ExitStack() as stack:
             try:
-                conn = stack.enter_context(backends.connection(self.database_url, create=create))
-            except backends.UNAVAILABLE as exc:
+                conn = stack.enter_context(self.backend.connect(create=create))
+            except UNAVAILABLE as exc:
                 fail(f"cannot connect to the database: {str(exc).strip()}", EXIT_FAILURE)
             yield conn
 

@@ -6,8 +6,9 @@ import sys
 from collections.abc import Sequence
 
 import click
-import psycopg
 
+from effectusd.backends.errors import UNAVAILABLE
+from effectusd.backends.migrations import MigrationError
 from effectusd.cli.app import (
     EXIT_CONFLICT,
     EXIT_FAILURE,
@@ -22,8 +23,6 @@ from effectusd.cli.app import (
 from effectusd.config import ConfigError
 from effectusd.core.database_url import DatabaseURLError, PostgresDatabase, parse_database_url
 from effectusd.core.errors import SchemaNotReady
-from effectusd.store import backends
-from effectusd.store.postgres import migrations
 
 
 @main.command()
@@ -95,9 +94,9 @@ def run(
         fail(str(exc), EXIT_INVALID)
     except SchemaNotReady as exc:
         fail(str(exc), EXIT_PENDING)
-    except migrations.MigrationError as exc:
+    except MigrationError as exc:
         fail(str(exc), EXIT_CONFLICT)
-    except backends.UNAVAILABLE as exc:
+    except UNAVAILABLE as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
     sys.exit(code)
 
@@ -243,6 +242,6 @@ def bench(
             backlog=backlog,
             duration=duration,
         )
-    except psycopg.OperationalError as exc:
+    except UNAVAILABLE as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
     emit(asdict(result), as_json, lambda _: format_result(result))

@@ -6,8 +6,8 @@ import sys
 
 import click
 
+from effectusd.backends.migrations import MigrationError
 from effectusd.cli.app import EXIT_CONFLICT, EXIT_PENDING, Context, emit, fail, json_option, main
-from effectusd.store import backends
 
 
 @main.command()
@@ -19,10 +19,10 @@ from effectusd.store import backends
 def migrate(obj: Context, check_only: bool, as_json: bool) -> None:
     """Apply pending schema migrations (one migrator at a time)."""
     with obj.connect(create=not check_only) as conn:
-        migrations = backends.migrations_of(conn)
+        backend = obj.backend
         try:
             if check_only:
-                current = migrations.status(conn)
+                current = backend.migration_status(conn)
                 data = {
                     "applied": current.applied,
                     "pending": [f"{m.version}_{m.name}" for m in current.pending],
@@ -44,8 +44,8 @@ def migrate(obj: Context, check_only: bool, as_json: bool) -> None:
                 if current.pending:
                     sys.exit(EXIT_PENDING)
                 return
-            applied = migrations.migrate(conn)
-        except migrations.MigrationError as exc:
+            applied = backend.migrate(conn)
+        except MigrationError as exc:
             fail(str(exc), EXIT_CONFLICT)
     names = [f"{m.version}_{m.name}" for m in applied]
     emit(

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from effectusd.backends.errors import UNAVAILABLE
 from effectusd.cli.app import (
     EXIT_CONFLICT,
     EXIT_FAILURE,
@@ -18,7 +19,6 @@ from effectusd.cli.app import (
     json_option,
     main,
 )
-from effectusd.store import backends
 
 # -- operator actions: resolve, retry, cancel (prune: cli/prune.py) -----------------------
 # Each of resolve/retry/cancel is one transaction that locks the saga row, then its dispatch
@@ -33,7 +33,6 @@ def _operator_action(obj: Context, build: Callable[..., Any], as_json: bool) -> 
     """Run one operator operation (built by ``build(registry)``) and report it."""
     from effectusd.client import registry_from_config
     from effectusd.core.operator_decisions import RefusalKind, Refused
-    from effectusd.store.backends import run as run_operation
 
     codes = {
         RefusalKind.CONFLICT: EXIT_CONFLICT,
@@ -43,12 +42,12 @@ def _operator_action(obj: Context, build: Callable[..., Any], as_json: bool) -> 
     try:
         operation = build(registry_from_config(obj.config))
         with obj.connect() as conn:
-            report = run_operation(conn, operation)
+            report = obj.backend.run(conn, operation)
     except Refused as exc:
         if as_json:
             emit({"ok": False, "refused": exc.kind.value, "error": exc.message}, True, str)
         fail(exc.message, codes[exc.kind])
-    except backends.UNAVAILABLE as exc:
+    except UNAVAILABLE as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
     emit(report.as_dict(), as_json, lambda _: report.summary())
 
@@ -244,7 +243,7 @@ def adopt_contract(
         fail(exc.message, EXIT_INVALID if exc.kind is decide.RefusalKind.INVALID else EXIT_CONFLICT)
     try:
         report = _adopt_verb(obj, registry, verb, who, text)
-    except backends.UNAVAILABLE as exc:
+    except UNAVAILABLE as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
     emit(report.as_dict(), as_json, lambda _: report.summary())
     if not report.ok:
@@ -260,16 +259,15 @@ def _adopt_verb(obj: Context, registry: Any, verb: str, actor: str, evidence: st
         adopt_contract,
         candidates,
     )
-    from effectusd.store.backends import run as run_operation
 
     report = VerbAdoptionReport(verb, actor, evidence)
     with obj.connect() as conn:
-        for saga_id in run_operation(conn, candidates()):
+        for saga_id in obj.backend.run(conn, candidates()):
             operation = adopt_contract(
                 saga_id, registry=registry, actor=actor, evidence=evidence, verb=verb
             )
             try:
-                report.adopted.append(run_operation(conn, operation))
+                report.adopted.append(obj.backend.run(conn, operation))
             except NotBlockedOnVerb as exc:
                 report.skipped.append({"saga_id": saga_id, "error": exc.message})
             except Refused as exc:

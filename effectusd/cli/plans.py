@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from effectusd.backends.errors import UNAVAILABLE
 from effectusd.cli.app import (
     EXIT_CONFLICT,
     EXIT_FAILURE,
@@ -24,7 +25,6 @@ from effectusd.cli.app import (
 from effectusd.core.canonical import MAX_JSON_DEPTH, parse_json
 from effectusd.core.checker import PlanCheckError, check
 from effectusd.core.submission import SubmitConflict, SubmitError
-from effectusd.store import backends
 
 
 @main.command("check")
@@ -105,7 +105,7 @@ def submit(
         fail(str(exc), EXIT_CONFLICT)
     except SubmitError as exc:
         fail(str(exc), EXIT_INVALID)
-    except backends.UNAVAILABLE as exc:
+    except UNAVAILABLE as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
     emit(
         {"saga_id": result.saga_id, "created": result.created},

@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import click
 
+from effectusd.backends.errors import UNAVAILABLE
 from effectusd.cli.app import EXIT_FAILURE, Context, Duration, emit, fail, json_option, main
-from effectusd.store import backends
 
 DEFAULT_KEEP_TOMBSTONES = "30d"  # longer than the destination kit keeps idempotency records (7d)
 
@@ -49,7 +49,9 @@ def prune(
 
     try:
         with obj.connect() as conn:
-            report = operator.prune(conn, older_than, batch_size, dry_run, keep_tombstones)
-    except backends.UNAVAILABLE as exc:
+            report = operator.prune(
+                obj.backend, conn, older_than, batch_size, dry_run, keep_tombstones
+            )
+    except UNAVAILABLE as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
     emit(report.as_dict(), as_json, lambda _: report.summary())

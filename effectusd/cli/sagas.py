@@ -8,6 +8,8 @@ from typing import Any, NoReturn
 
 import click
 
+from effectusd.backends import Connection
+from effectusd.backends.errors import UNAVAILABLE
 from effectusd.cli import render
 from effectusd.cli.app import (
     EXIT_FAILURE,
@@ -22,7 +24,7 @@ from effectusd.cli.app import (
 )
 from effectusd.core.identity import saga_id as derive_saga_id
 from effectusd.core.states import SagaState
-from effectusd.store import backends, operations
+from effectusd.store import operations
 
 SAGA_ID_LENGTH = 64
 HEX = re.compile(r"[0-9a-f]+")
@@ -53,7 +55,7 @@ def sagas_list(
     """List sagas, newest first."""
     try:
         rows = obj.client().list(state=state, plan_id=plan_id, limit=limit, older_than=older_than)
-    except backends.UNAVAILABLE as exc:
+    except UNAVAILABLE as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
     from effectusd.core.views import jsonable
 
@@ -88,17 +90,17 @@ def sagas_show(
     try:
         with obj.connect() as conn:
             found, missing = _find(obj, conn, saga_id, execution_id, plan_id)
-            view = backends.run(conn, operations.load_saga(found))
+            view = obj.backend.run(conn, operations.load_saga(found))
             if view is None:
-                _not_found(conn, found, missing)
-    except backends.UNAVAILABLE as exc:
+                _not_found(obj, conn, found, missing)
+    except UNAVAILABLE as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
     emit(view, as_json, render.saga_detail)
 
 
 def _find(
     obj: Context,
-    conn: backends.Connection,
+    conn: Connection,
     saga_id: str | None,
     execution_id: str | None,
     plan_id: str | None,
@@ -113,7 +115,7 @@ def _find(
             )
         if len(prefix) == SAGA_ID_LENGTH:
             return prefix, f"saga {prefix} not found"
-        rows = backends.run(conn, operations.find_sagas(prefix=prefix))
+        rows = obj.backend.run(conn, operations.find_sagas(prefix=prefix))
         missing = f"no saga id starts with {prefix}"
         several = f"saga id prefix {prefix}"
     else:
@@ -123,7 +125,7 @@ def _find(
         missing = f"no saga with execution id {execution_id!r}{plan} in namespace {namespace!r}"
         if plan_id is not None:
             return derive_saga_id(namespace, execution_id, plan_id), missing
-        rows = backends.run(
+        rows = obj.backend.run(
             conn, operations.find_sagas(namespace=namespace, execution_id=execution_id)
         )
         several = f"execution id {execution_id!r}"
@@ -144,9 +146,9 @@ def _line(row: dict[str, Any]) -> str:
     return f"  {row['saga_id']}  {row['state']:22} {row['plan_id']}/{row['execution_id']}"
 
 
-def _not_found(conn: backends.Connection, saga_id: str, missing: str) -> NoReturn:
+def _not_found(obj: Context, conn: Connection, saga_id: str, missing: str) -> NoReturn:
     """Exit 5; for a pruned saga, say when it finished and when it was pruned."""
-    for row in backends.run(conn, operations.saga_identity(saga_id)):
+    for row in obj.backend.run(conn, operations.saga_identity(saga_id)):
         if row["pruned_at"] is not None:
             finished = row["finished_at"].isoformat() if row["finished_at"] else "-"
             fail(

@@ -18,20 +18,19 @@ where ``pool`` is a psycopg ``AsyncConnectionPool`` (best created with
 from __future__ import annotations
 
 import inspect
-import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast, overload
 
-import psycopg
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from effectusd.backends.connections import AsyncPostgresConnection, SqliteConnection
+from effectusd.backends.postgres.pool import AsyncPool, PoolTimeout, service_pool
 from effectusd.core.database_url import SqliteDatabase, parse_database_url
 from effectusd.core.states import OutcomeClass
 from effectusd.destination.ledger import DEFAULT_RETENTION, AsyncMutation, handle
@@ -48,8 +47,8 @@ from effectusd.destination.sqlite_pool import SqlitePool, SqlitePoolTimeout
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 Endpoint = Callable[[Request], Awaitable[Response]]
-Setup = Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]]
-SqliteSetup = Callable[[sqlite3.Connection], None]
+Setup = Callable[[AsyncPostgresConnection], Awaitable[None]]
+SqliteSetup = Callable[[SqliteConnection], None]
 _Answer = Callable[[EffectusRequest], Awaitable[Reply]]
 _NO_CONNECTION = "no database connection available; nothing was done"
 
@@ -63,7 +62,7 @@ def to_response(reply: Reply, request_id: str | None = None) -> Response:
 
 @overload
 def effectus_endpoint(
-    pool: AsyncConnectionPool[Any],
+    pool: AsyncPool,
     mutation: AsyncMutation,
     *,
     retention: timedelta = ...,
@@ -78,7 +77,7 @@ def effectus_endpoint(
     max_body_bytes: int = ...,
 ) -> Endpoint: ...
 def effectus_endpoint(
-    pool: AsyncConnectionPool[Any] | SqlitePool,
+    pool: AsyncPool | SqlitePool,
     mutation: AsyncMutation | SqliteMutation,
     *,
     retention: timedelta = DEFAULT_RETENTION,
@@ -109,9 +108,7 @@ def effectus_endpoint(
     return endpoint
 
 
-def _postgres_answer(
-    pool: AsyncConnectionPool[Any], mutation: AsyncMutation, retention: timedelta
-) -> _Answer:
+def _postgres_answer(pool: AsyncPool, mutation: AsyncMutation, retention: timedelta) -> _Answer:
     async def answer(parsed: EffectusRequest) -> Reply:
         try:
             conn = await pool.getconn()
@@ -169,16 +166,9 @@ def effectus_app(
             )
             for path, mutation in routes.items()
         }
-        pool: SqlitePool | AsyncConnectionPool[Any] = sqlite_pool
+        pool: SqlitePool | AsyncPool = sqlite_pool
     else:
-        pg_pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            database.conninfo,
-            min_size=min_size,
-            max_size=max_size,
-            open=False,
-            # A pooled connection may have died with its server (a restart): test it first.
-            check=AsyncConnectionPool.check_connection,
-        )
+        pg_pool = service_pool(database.conninfo, min_size, max_size)
         lifespan = _postgres_lifespan(pg_pool, cast(Setup | None, setup))
         endpoints = {
             path: effectus_endpoint(pg_pool, cast(AsyncMutation, mutation), retention=retention)
@@ -196,7 +186,7 @@ def effectus_app(
 _Lifespan = Callable[[Starlette], AbstractAsyncContextManager[None]]
 
 
-def _postgres_lifespan(pool: AsyncConnectionPool[Any], setup: Setup | None) -> _Lifespan:
+def _postgres_lifespan(pool: AsyncPool, setup: Setup | None) -> _Lifespan:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await pool.open(wait=True)
@@ -214,7 +204,7 @@ def _postgres_lifespan(pool: AsyncConnectionPool[Any], setup: Setup | None) -> _
 
 
 def _sqlite_lifespan(pool: SqlitePool, setup: SqliteSetup | None) -> _Lifespan:
-    def prepare(conn: sqlite3.Connection) -> None:
+    def prepare(conn: SqliteConnection) -> None:
         install_sqlite(conn)
         if setup is not None:
             with write_transaction(conn):

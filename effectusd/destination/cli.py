@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import click
-import psycopg
 
+from effectusd.backends.errors import POSTGRES_ERRORS
 from effectusd.core.database_url import DatabaseURLError
 from effectusd.destination.keys import (
     ForgetReport,
@@ -30,6 +30,7 @@ from effectusd.destination.keys import (
 
 EXIT_FAILURE = 1
 _EXIT = {"invalid": 3, "conflict": 4, "not_found": 5}
+_DATABASE_ERRORS: tuple[type[BaseException], ...] = (*POSTGRES_ERRORS, OSError)
 
 database_option = click.option(
     "--database-url",
@@ -53,7 +54,7 @@ def _run(work: Callable[[], Any], as_json: bool) -> Any:
         _fail(exc.message, _EXIT[exc.kind], as_json, exc.kind)
     except DatabaseURLError as exc:
         _fail(f"--database-url: {exc}", _EXIT["invalid"], as_json, "invalid")
-    except (psycopg.Error, OSError) as exc:
+    except _DATABASE_ERRORS as exc:
         _fail(f"database: {str(exc).strip()}", EXIT_FAILURE, as_json)
 
 

@@ -21,18 +21,20 @@ must treat as unknown, and it is: a failed COMMIT may or may not have committed.
 The deadline header is not enforced: it is another machine's clock, and late work is harmless
 here because a retry replays it instead of repeating it.
 
-``Exchange.steps`` is a generator of named SQL steps; a driver per database (ledger.py for
-PostgreSQL, sqlite.py for SQLite) runs each step in its own dialect and sends the answer back,
+``Exchange.steps`` is a generator of named SQL steps; ``drive`` (or ``drive_async``) sends
+each step to a ``perform`` of the database's (ledger.py for PostgreSQL, sqlite.py for SQLite)
+and the answer back, and ``Exchange.settle`` turns what ended the transaction into the reply,
 so the two backends cannot drift apart in what they decide.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
+from effectusd.backends.errors import CONNECTION_FAILED, DATABASE_ERRORS, conflict
 from effectusd.core.canonical import canonical_bytes
 from effectusd.core.states import OutcomeClass
 from effectusd.core.wire import FENCING_GRANTS
@@ -76,6 +78,10 @@ class Abandon(Exception):
     def __init__(self, reply: Reply) -> None:
         super().__init__(reply.status)
         self.reply = reply
+
+
+# What ``Exchange.settle`` may turn into an answer (it raises anything else again).
+SETTLED: tuple[type[BaseException], ...] = (Abandon, RetryableFailure, *DATABASE_ERRORS)
 
 
 def busy_reply() -> Reply:
@@ -178,11 +184,48 @@ class Exchange:
         reply = error_reply(503, OutcomeClass.RETRYABLE, message, acknowledged=self.checked_fences)
         return self.echo(reply)
 
+    def settle(self, exc: BaseException, *, began: bool) -> Reply:
+        """The answer after the transaction ended because of ``exc``; ``exc`` itself (raised
+        again) when nothing can be promised: after BEGIN a failed statement or COMMIT may
+        have committed."""
+        if isinstance(exc, Abandon | RetryableFailure) or conflict(exc):
+            return self.rolled_back(exc)
+        if isinstance(exc, CONNECTION_FAILED) and not began:
+            return self.not_begun()
+        raise exc
+
     def not_begun(self) -> Reply:
         """The answer when the database connection failed before or at BEGIN: no statement
         of this exchange ran, so nothing was committed (and no fence was checked)."""
         message = "database connection failed before the transaction began; nothing was done"
         return error_reply(503, OutcomeClass.RETRYABLE, message)
+
+
+def _advance(steps: Generator[Step, Any, Reply], answer: Any) -> Step | Reply:
+    """The next step, sent ``answer`` for the last one; or the reply once there is none."""
+    try:
+        return steps.send(answer)
+    except StopIteration as done:
+        reply: Reply = done.value
+        return reply
+
+
+def drive(steps: Generator[Step, Any, Reply], perform: Callable[[Step], Any]) -> Reply:
+    """Run ``steps`` to their reply, sending each step's answer from ``perform``."""
+    step = _advance(steps, None)
+    while not isinstance(step, Reply):
+        step = _advance(steps, perform(step))
+    return step
+
+
+async def drive_async(
+    steps: Generator[Step, Any, Reply], perform: Callable[[Step], Awaitable[Any]]
+) -> Reply:
+    """``drive`` with an asynchronous ``perform``."""
+    step = _advance(steps, None)
+    while not isinstance(step, Reply):
+        step = _advance(steps, await perform(step))
+    return step
 
 
 def _stored(reply: Reply) -> dict[str, Any]:

@@ -12,20 +12,18 @@ Both dialects run the same named statements (sql/keys_*.sql, sql/sqlite/keys_*.s
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-import psycopg
-
-from effectusd.core.database_url import SqliteDatabase, parse_database_url
+from effectusd.backends import backend_for
+from effectusd.backends.connections import PostgresConnection, SqliteConnection
 from effectusd.core.states import OutcomeClass
 from effectusd.destination.queries import sql, sqlite_sql
 from effectusd.destination.schema import install_sqlite, install_sync
-from effectusd.destination.sqlite import connect_sqlite, write_transaction
+from effectusd.destination.sqlite import connect_sqlite, sqlite_path, write_transaction
 
 
 class KeyRefused(Exception):
@@ -124,8 +122,14 @@ class _Ledger(Protocol):
 
 
 class _Postgres:
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, conn: PostgresConnection) -> None:
         self.conn = conn
+
+    @staticmethod
+    @contextmanager
+    def open(database_url: str) -> Iterator[_Ledger]:
+        with backend_for(database_url).connect() as conn:  # autocommit
+            yield _Postgres(conn)
 
     def rows(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         cur = self.conn.execute(sql(name), params)
@@ -139,8 +143,20 @@ class _Postgres:
 
 
 class _Sqlite:
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: SqliteConnection) -> None:
         self.conn = conn
+
+    @staticmethod
+    @contextmanager
+    def open(database_url: str) -> Iterator[_Ledger]:
+        path = sqlite_path(database_url)
+        if not path.is_file():
+            raise KeyRefused("not_found", "--database-url: no SQLite file at that path")
+        conn = connect_sqlite(path)
+        try:
+            yield _Sqlite(conn)
+        finally:
+            conn.close()
 
     def rows(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         return self.conn.execute(sqlite_sql(name), params).fetchall()
@@ -152,20 +168,11 @@ class _Sqlite:
         install_sqlite(self.conn)
 
 
-@contextmanager
-def _ledger(database_url: str) -> Iterator[_Ledger]:
-    database = parse_database_url(database_url)
-    if isinstance(database, SqliteDatabase):
-        if not database.path.is_file():
-            raise KeyRefused("not_found", "--database-url: no SQLite file at that path")
-        conn = connect_sqlite(database.path)
-        try:
-            yield _Sqlite(conn)
-        finally:
-            conn.close()
-        return
-    with psycopg.connect(database.conninfo, autocommit=True) as pg:
-        yield _Postgres(pg)
+_LEDGERS = {"postgresql": _Postgres.open, "sqlite": _Sqlite.open}
+
+
+def _ledger(database_url: str) -> AbstractContextManager[_Ledger]:
+    return _LEDGERS[backend_for(database_url).dialect](database_url)
 
 
 def _tables(ledger: _Ledger) -> tuple[bool, bool]:

@@ -1,6 +1,7 @@
 """Run a business mutation under the destination contract on PostgreSQL, in one transaction
 with it. What is decided, and why, is in exchange.py; ``handle`` and ``handle_sync`` only carry
-its steps to an async or a sync psycopg connection (sqlite.py does the same for SQLite).
+its steps to an async or a sync psycopg connection (sqlite.py does the same for SQLite);
+the driver is used only through effectusd.backends.
 
 A serialization failure or a deadlock ends the transaction before anything of it committed, so
 both answer 503 retryable_failure_known_not_committed, like a ``RetryableFailure``. So does a
@@ -15,24 +16,29 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-import psycopg
-from psycopg import errors, pq
-
+from effectusd.backends.connections import (
+    AsyncPostgresConnection,
+    AsyncPostgresCursor,
+    PostgresConnection,
+    PostgresCursor,
+)
+from effectusd.backends.postgres.runner import connection_state
 from effectusd.destination.exchange import (
     DEFAULT_RETENTION,
-    Abandon,
+    SETTLED,
     Exchange,
     Query,
     Refused,
+    Step,
+    drive,
+    drive_async,
 )
 from effectusd.destination.protocol import EffectusRequest
 from effectusd.destination.queries import sql
-from effectusd.destination.replies import PermanentFailure, Reply, RetryableFailure
+from effectusd.destination.replies import PermanentFailure, Reply
 
-AsyncMutation = Callable[[psycopg.AsyncConnection[Any], EffectusRequest], Awaitable[Any]]
-SyncMutation = Callable[[psycopg.Connection[Any], EffectusRequest], Any]
-# Both end the transaction before anything of it committed, so retrying is safe.
-_CONFLICTS = (errors.SerializationFailure, errors.DeadlockDetected)
+AsyncMutation = Callable[[AsyncPostgresConnection, EffectusRequest], Awaitable[Any]]
+SyncMutation = Callable[[PostgresConnection, EffectusRequest], Any]
 
 __all__ = [
     "DEFAULT_RETENTION",
@@ -45,18 +51,17 @@ __all__ = [
 ]
 
 
-def _usable(status: pq.TransactionStatus) -> bool:
+def _usable(conn: PostgresConnection | AsyncPostgresConnection) -> bool:
     """False for a connection already known broken; raise for one inside a transaction."""
-    if status == pq.TransactionStatus.UNKNOWN:
-        return False
-    if status != pq.TransactionStatus.IDLE:
+    state = connection_state(conn)
+    if state == "in_transaction":
         # The reply promises "committed"; only a transaction we begin and end can keep that.
         raise ValueError("handle() owns the transaction: pass a connection outside one")
-    return True
+    return state == "idle"
 
 
 async def handle(
-    conn: psycopg.AsyncConnection[Any],
+    conn: AsyncPostgresConnection,
     request: EffectusRequest,
     mutation: AsyncMutation,
     *,
@@ -68,42 +73,34 @@ async def handle(
     returns a JSON value, the 200 body; or raises PermanentFailure / RetryableFailure.
     """
     exchange = Exchange(request, retention)
-    if not _usable(conn.info.transaction_status):
+    if not _usable(conn):
         return exchange.not_begun()
     steps = exchange.steps()
     began = False
+
+    async def perform(cur: AsyncPostgresCursor, step: Step) -> Any:
+        if isinstance(step, Query):
+            await cur.execute(sql(step.name), step.params)
+            return await cur.fetchone() if cur.description else None
+        try:
+            async with conn.transaction():  # savepoint: a refusal keeps no writes
+                return await mutation(conn, request)
+        except PermanentFailure as failure:
+            return Refused(failure)
+
     try:
         async with conn.transaction(), conn.cursor() as cur:
             began = True
-            answer: Any = None
-            while True:
-                try:
-                    step = steps.send(answer)
-                except StopIteration as done:
-                    reply: Reply = done.value
-                    break
-                if isinstance(step, Query):
-                    await cur.execute(sql(step.name), step.params)
-                    answer = await cur.fetchone() if cur.description else None
-                else:
-                    try:
-                        async with conn.transaction():  # savepoint: a refusal keeps no writes
-                            answer = await mutation(conn, request)
-                    except PermanentFailure as failure:
-                        answer = Refused(failure)
+            reply = await drive_async(steps, lambda step: perform(cur, step))
         return reply  # committed
-    except (Abandon, RetryableFailure, *_CONFLICTS) as exc:
-        return exchange.rolled_back(exc)
-    except psycopg.OperationalError:
-        if began:
-            raise  # COMMIT (or a statement) failed: it may have committed
-        return exchange.not_begun()
+    except SETTLED as exc:
+        return exchange.settle(exc, began=began)
     finally:
         steps.close()
 
 
 def handle_sync(
-    conn: psycopg.Connection[Any],
+    conn: PostgresConnection,
     request: EffectusRequest,
     mutation: SyncMutation,
     *,
@@ -111,42 +108,34 @@ def handle_sync(
 ) -> Reply:
     """``handle`` for a synchronous connection and mutation."""
     exchange = Exchange(request, retention)
-    if not _usable(conn.info.transaction_status):
+    if not _usable(conn):
         return exchange.not_begun()
     steps = exchange.steps()
     began = False
+
+    def perform(cur: PostgresCursor, step: Step) -> Any:
+        if isinstance(step, Query):
+            cur.execute(sql(step.name), step.params)
+            return cur.fetchone() if cur.description else None
+        try:
+            with conn.transaction():  # savepoint: a refusal keeps no writes
+                return mutation(conn, request)
+        except PermanentFailure as failure:
+            return Refused(failure)
+
     try:
         with conn.transaction(), conn.cursor() as cur:
             began = True
-            answer: Any = None
-            while True:
-                try:
-                    step = steps.send(answer)
-                except StopIteration as done:
-                    reply: Reply = done.value
-                    break
-                if isinstance(step, Query):
-                    cur.execute(sql(step.name), step.params)
-                    answer = cur.fetchone() if cur.description else None
-                else:
-                    try:
-                        with conn.transaction():  # savepoint: a refusal keeps no writes
-                            answer = mutation(conn, request)
-                    except PermanentFailure as failure:
-                        answer = Refused(failure)
+            reply = drive(steps, lambda step: perform(cur, step))
         return reply  # committed
-    except (Abandon, RetryableFailure, *_CONFLICTS) as exc:
-        return exchange.rolled_back(exc)
-    except psycopg.OperationalError:
-        if began:
-            raise  # COMMIT (or a statement) failed: it may have committed
-        return exchange.not_begun()
+    except SETTLED as exc:
+        return exchange.settle(exc, began=began)
     finally:
         steps.close()
 
 
 async def prune_ledger(
-    conn: psycopg.AsyncConnection[Any], *, before: datetime | None = None, batch: int = 1000
+    conn: AsyncPostgresConnection, *, before: datetime | None = None, batch: int = 1000
 ) -> int:
     """Delete ledger rows that expired by ``before`` (default: now); returns how many.
 
@@ -163,7 +152,7 @@ async def prune_ledger(
 
 
 def prune_ledger_sync(
-    conn: psycopg.Connection[Any], *, before: datetime | None = None, batch: int = 1000
+    conn: PostgresConnection, *, before: datetime | None = None, batch: int = 1000
 ) -> int:
     """``prune_ledger`` for a synchronous connection."""
     pruned = 0

@@ -4,27 +4,18 @@ runs can be found with grep, and both dialects answer to the same step names."""
 
 from __future__ import annotations
 
-from functools import cache
-from importlib.resources import files
+from effectusd.backends.postgres.runner import SQL
+from effectusd.backends.postgres.runner import sql as postgres_sql
+from effectusd.backends.statements import Statements
 
-from psycopg import sql as psql
-
-
-def _text(*parts: str) -> str:
-    path = files(__package__) / "sql"
-    for folder in parts[:-1]:
-        path = path / folder
-    path = path / f"{parts[-1]}.sql"
-    if not path.is_file():
-        raise LookupError(f"the destination kit has no statement {'/'.join(parts)}.sql")
-    return path.read_text("utf-8").strip().rstrip(";")
+OWNER = "the destination kit"
+POSTGRES = Statements("effectusd.destination", "sql", owner=OWNER)
+SQLITE = Statements("effectusd.destination", "sql/sqlite", owner=OWNER)
 
 
-@cache
-def sql(name: str) -> psql.SQL:
-    return psql.SQL(_text(name))
+def sql(name: str) -> SQL:
+    return postgres_sql(POSTGRES, name)
 
 
-@cache
 def sqlite_sql(name: str) -> str:
-    return _text("sqlite", name)
+    return SQLITE.text(name)

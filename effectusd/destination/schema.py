@@ -4,126 +4,87 @@ only one installer at a time may hold (an advisory lock on PostgreSQL, SQLite's 
 so every instance of a service may install at startup and exactly one of them does the work.
 
 Both may run inside the caller's own open transaction (they become a savepoint), so an
-application can create its tables and the kit's atomically.
+application can create its tables and the kit's atomically. A version this code does not know
+is a newer kit's, additive, so older code may still run; a file changed after it was applied
+is refused. The runners are the backends' (``effectusd.backends.*.migrations``).
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
-import sqlite3
-from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
-from typing import Any
+from importlib.resources.abc import Traversable
 
-import psycopg
-from psycopg import sql as psql
-
+from effectusd.backends.connections import (
+    AsyncPostgresConnection,
+    PostgresConnection,
+    SqliteConnection,
+)
+from effectusd.backends.migrations import Migration, MigrationSet
+from effectusd.backends.postgres import migrations as postgres_migrations
+from effectusd.backends.sqlite import migrations as sqlite_migrations
 from effectusd.core.database_url import Dialect
-from effectusd.destination.queries import sql, sqlite_sql
-from effectusd.destination.sqlite import atomic
-
-_FILE = re.compile(r"(\d+)_([a-z0-9_]+)\.sql")
+from effectusd.destination.queries import POSTGRES, SQLITE
 
 
 class SchemaError(RuntimeError):
     """The kit's tables in this database disagree with the migrations this code ships."""
 
 
-@dataclass(frozen=True, slots=True)
-class Migration:
-    version: int
-    name: str
-    text: str
+def _folder(dialect: Dialect) -> Traversable:
+    folder = files(__package__) / "migrations"
+    return folder / "sqlite" if dialect == "sqlite" else folder
 
-    @property
-    def checksum(self) -> str:
-        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+def _set(dialect: Dialect) -> MigrationSet:
+    return MigrationSet(
+        folder=lambda: _folder(dialect),
+        statements=SQLITE if dialect == "sqlite" else POSTGRES,
+        table="effectus_dest_migrations",
+        create="install_create_migrations_table",
+        applied="install_applied",
+        record="install_record",
+        lock=None if dialect == "sqlite" else "install_lock",
+        tolerate_newer=True,
+        label="destination kit migration",
+        error=SchemaError,
+    )
+
+
+POSTGRES_SET = _set("postgresql")
+SQLITE_SET = _set("sqlite")
 
 
 @cache
 def migrations(dialect: Dialect = "postgresql") -> tuple[Migration, ...]:
-    folder = files(__package__) / "migrations"
-    if dialect == "sqlite":
-        folder = folder / "sqlite"
-    found = []
-    for item in folder.iterdir():
-        match = _FILE.fullmatch(item.name)
-        if match:
-            found.append(Migration(int(match[1]), match[2], item.read_text("utf-8")))
-    return tuple(sorted(found, key=lambda migration: migration.version))
+    return tuple((SQLITE_SET if dialect == "sqlite" else POSTGRES_SET).known())
 
 
-def _pending(applied: list[tuple[Any, ...]], dialect: Dialect) -> list[Migration]:
-    known = {migration.version: migration for migration in migrations(dialect)}
-    for version, name, checksum in applied:
-        migration = known.get(version)
-        # A version we do not know is a newer kit's: additive, so older code may still run.
-        if migration is not None and migration.checksum != checksum:
-            raise SchemaError(
-                f"destination kit migration {version}_{name} was changed after it was applied"
-            )
-    done = {row[0] for row in applied}
-    return [migration for migration in migrations(dialect) if migration.version not in done]
-
-
-def install_sync(conn: psycopg.Connection[Any]) -> list[int]:
+def install_sync(conn: PostgresConnection) -> list[int]:
     """Create or upgrade the kit's tables; returns the versions applied now (often none)."""
-    with conn.transaction():
-        conn.execute(sql("install_lock"))
-        conn.execute(sql("install_create_migrations_table"))
-        applied = conn.execute(sql("install_applied")).fetchall()
-        pending = _pending(applied, "postgresql")
-        for migration in pending:
-            conn.execute(psql.SQL(migration.text))  # our own file, not user input
-            conn.execute(sql("install_record"), _record(migration))
-    return [migration.version for migration in pending]
+    return postgres_migrations.install(conn, POSTGRES_SET)
 
 
-async def install(conn: psycopg.AsyncConnection[Any]) -> list[int]:
+async def install(conn: AsyncPostgresConnection) -> list[int]:
     """Async ``install_sync``."""
-    async with conn.transaction():
-        await conn.execute(sql("install_lock"))
-        await conn.execute(sql("install_create_migrations_table"))
-        applied = await (await conn.execute(sql("install_applied"))).fetchall()
-        pending = _pending(applied, "postgresql")
-        for migration in pending:
-            await conn.execute(psql.SQL(migration.text))  # our own file, not user input
-            await conn.execute(sql("install_record"), _record(migration))
-    return [migration.version for migration in pending]
+    return await postgres_migrations.install_async(conn, POSTGRES_SET)
 
 
-def install_sqlite(conn: sqlite3.Connection) -> list[int]:
+def install_sqlite(conn: SqliteConnection) -> list[int]:
     """``install_sync`` for SQLite: BEGIN IMMEDIATE holds the database's only write lock, so
     instances starting together install one after the other, the later ones finding nothing
     to do. Inside the caller's open transaction it runs as a savepoint."""
-    with atomic(conn, "effectus_install"):
-        conn.execute(sqlite_sql("install_create_migrations_table"))
-        applied = conn.execute(sqlite_sql("install_applied")).fetchall()
-        pending = _pending(applied, "sqlite")
-        for migration in pending:
-            for statement in sqlite_statements(migration.text):
-                conn.execute(statement)  # our own file, not user input
-            conn.execute(sqlite_sql("install_record"), _record(migration))
-    return [migration.version for migration in pending]
+    if not conn.in_transaction:
+        require_own_transaction(conn, "write_transaction")
+    return sqlite_migrations.install(conn, SQLITE_SET, "effectus_install")
 
 
-def sqlite_statements(script: str) -> list[str]:
-    """The statements of a SQLite script, one by one. Not ``executescript``: it COMMITs any
-    open transaction first, which would split the install from its lock and its record."""
-    statements: list[str] = []
-    pending = ""
-    for line in script.splitlines(keepends=True):
-        pending += line
-        if sqlite3.complete_statement(pending):
-            statements.append(pending.strip())
-            pending = ""
-    leftover = [line for line in pending.splitlines() if line.strip()]
-    if any(not line.lstrip().startswith("--") for line in leftover):
-        raise SchemaError("a destination kit SQLite migration ends inside a statement")
-    return statements
-
-
-def _record(migration: Migration) -> dict[str, Any]:
-    return {"version": migration.version, "name": migration.name, "checksum": migration.checksum}
+def require_own_transaction(conn: SqliteConnection, who: str) -> None:
+    if conn.isolation_level is not None:
+        raise ValueError(
+            f"{who}: open the connection with isolation_level=None (connect_sqlite does); "
+            "the kit begins its own transactions"
+        )
+    if conn.in_transaction:
+        # The reply promises "committed"; only a transaction we begin and end can keep that.
+        raise ValueError(f"{who} owns the transaction: pass a connection outside one")

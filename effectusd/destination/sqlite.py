@@ -18,28 +18,46 @@ from __future__ import annotations
 
 import inspect
 import os
-import sqlite3
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from effectusd.backends import sqlite as backend
+from effectusd.backends.connections import SqliteConnection
+from effectusd.backends.errors import is_busy
+from effectusd.backends.sqlite.connection import open_connection
+from effectusd.backends.sqlite.runner import adapted
 from effectusd.core.database_url import PostgresDatabase, parse_database_url
 from effectusd.destination.exchange import (
     DEFAULT_RETENTION,
     MUTATE,
-    Abandon,
+    SETTLED,
     Exchange,
     Query,
     Refused,
     Step,
+    drive,
 )
 from effectusd.destination.protocol import EffectusRequest
 from effectusd.destination.queries import sqlite_sql
-from effectusd.destination.replies import PermanentFailure, Reply, RetryableFailure
+from effectusd.destination.replies import PermanentFailure, Reply
+from effectusd.destination.schema import require_own_transaction
 
-SqliteMutation = Callable[[sqlite3.Connection, EffectusRequest], Any]
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT",
+    "SqliteMutation",
+    "atomic",
+    "connect_sqlite",
+    "handle_sqlite",
+    "is_busy",
+    "prune_ledger_sqlite",
+    "sqlite_path",
+    "write_transaction",
+]
+
+SqliteMutation = Callable[[SqliteConnection, EffectusRequest], Any]
 DEFAULT_BUSY_TIMEOUT = 5.0  # seconds a writer waits for the lock before answering 503
 MINIMUM_SQLITE = (3, 37, 0)  # STRICT tables (3.37) and RETURNING (3.35)
 _SAVEPOINT = "effectus_mutation"
@@ -47,41 +65,22 @@ _SAVEPOINT = "effectus_mutation"
 
 def connect_sqlite(
     database: str | os.PathLike[str], *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT
-) -> sqlite3.Connection:
+) -> SqliteConnection:
     """Open a SQLite database the way the kit needs it: ``database`` is a ``sqlite:///`` URL
     (a ``str``) or a file path (a ``Path``)."""
     path = sqlite_path(database)
-    if sqlite3.sqlite_version_info < MINIMUM_SQLITE:
+    if backend.version_info() < MINIMUM_SQLITE:
         wanted = ".".join(map(str, MINIMUM_SQLITE))
         raise RuntimeError(
             f"the destination kit needs SQLite {wanted} or newer; "
-            f"this Python's sqlite3 links {sqlite3.sqlite_version}"
+            f"this Python's sqlite3 links {backend.version()}"
         )
     if busy_timeout < 0:
         raise ValueError("busy_timeout: a number of seconds, not negative")
     try:
-        conn = sqlite3.connect(
-            path,
-            timeout=busy_timeout,
-            # The kit issues BEGIN IMMEDIATE itself; sqlite3's implicit BEGIN would be deferred.
-            isolation_level=None,
-            # SqlitePool hands a connection to one worker thread at a time, not always the same.
-            check_same_thread=False,
-        )
-    except sqlite3.Error as exc:
-        raise sqlite3.OperationalError(f"cannot open SQLite database {path}: {exc}") from exc
-    try:
-        conn.execute(f"PRAGMA busy_timeout = {round(busy_timeout * 1000)}")
-        # WAL: readers never block the writer, and a commit does not wait for readers.
-        (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
-        if mode != "wal":
-            raise sqlite3.NotSupportedError(f"{path}: journal mode stayed {mode!r}, not WAL")
-        conn.execute("PRAGMA synchronous = FULL")  # a reply says committed: survive power loss
-        conn.execute("PRAGMA foreign_keys = ON")
-    except BaseException:
-        conn.close()
-        raise
-    return conn
+        return open_connection(path, busy_timeout, typed=False, require_wal=True)
+    except backend.OperationalError as exc:
+        raise backend.OperationalError(f"cannot open SQLite database {path}: {exc}") from exc
 
 
 def sqlite_path(database: str | os.PathLike[str]) -> Path:
@@ -94,63 +93,25 @@ def sqlite_path(database: str | os.PathLike[str]) -> Path:
     return parsed.path
 
 
-def is_busy(exc: BaseException) -> bool:
-    """Whether ``exc`` is SQLITE_BUSY: the lock was not had in time, the statement did nothing."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    # Extended codes (SQLITE_BUSY_SNAPSHOT, …) keep the primary code in the low byte.
-    return (
-        isinstance(exc, sqlite3.OperationalError)
-        and code is not None
-        and (code & 0xFF == sqlite3.SQLITE_BUSY)
-    )
-
-
-def _require_own_transaction(conn: sqlite3.Connection, who: str) -> None:
-    if conn.isolation_level is not None:
-        raise ValueError(
-            f"{who}: open the connection with isolation_level=None (connect_sqlite does); "
-            "the kit begins its own transactions"
-        )
-    if conn.in_transaction:
-        # The reply promises "committed"; only a transaction we begin and end can keep that.
-        raise ValueError(f"{who} owns the transaction: pass a connection outside one")
-
-
 @contextmanager
-def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+def write_transaction(conn: SqliteConnection) -> Iterator[SqliteConnection]:
     """``BEGIN IMMEDIATE`` … ``COMMIT``; ROLLBACK if the block raises or COMMIT fails."""
-    _require_own_transaction(conn, "write_transaction")
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    require_own_transaction(conn, "write_transaction")
+    with backend.write_transaction(conn):
         yield conn
-        conn.execute("COMMIT")
-    except BaseException:
-        # A COMMIT refused with SQLITE_BUSY leaves the transaction open; end it, undone.
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
 
 
 @contextmanager
-def atomic(conn: sqlite3.Connection, name: str = "effectus_atomic") -> Iterator[None]:
+def atomic(conn: SqliteConnection, name: str = "effectus_atomic") -> Iterator[None]:
     """A savepoint inside the caller's open transaction, else a ``write_transaction``."""
     if not conn.in_transaction:
-        with write_transaction(conn):
-            yield
-        return
-    conn.execute(f"SAVEPOINT {name}")
-    try:
+        require_own_transaction(conn, "write_transaction")
+    with backend.atomic(conn, name):
         yield
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute(f"ROLLBACK TO {name}")
-            conn.execute(f"RELEASE {name}")
-        raise
-    conn.execute(f"RELEASE {name}")
 
 
 def handle_sqlite(
-    conn: sqlite3.Connection,
+    conn: SqliteConnection,
     request: EffectusRequest,
     mutation: SqliteMutation,
     *,
@@ -162,47 +123,30 @@ def handle_sqlite(
     end the transaction, and returns a JSON value, the 200 body; or raises PermanentFailure /
     RetryableFailure. Any other exception rolls back and propagates.
     """
-    _require_own_transaction(conn, "handle_sqlite")
+    require_own_transaction(conn, "handle_sqlite")
     exchange = Exchange(request, retention)
     steps = exchange.steps()
+
+    def perform(step: Step) -> Any:
+        if isinstance(step, Query):
+            # fetchall, not fetchone: a RETURNING statement is finished only once read to the end.
+            rows = conn.execute(sqlite_sql(step.name), adapted(step.params)).fetchall()
+            return rows[0] if rows else None
+        assert step is MUTATE
+        return _mutate(conn, request, mutation)
+
     try:
-        with write_transaction(conn):
-            reply = _drive(conn, steps, request, mutation)
+        with backend.write_transaction(conn):
+            reply = drive(steps, perform)
         return reply  # committed
-    except (Abandon, RetryableFailure) as exc:
-        return exchange.rolled_back(exc)
-    except sqlite3.OperationalError as exc:
-        if is_busy(exc):  # from BEGIN IMMEDIATE or a refused COMMIT: nothing committed
-            return exchange.rolled_back(exc)
-        raise
+    except SETTLED as exc:
+        # BEGIN IMMEDIATE or a refused COMMIT that stayed busy: nothing committed
+        return exchange.settle(exc, began=True)
     finally:
         steps.close()
 
 
-def _drive(
-    conn: sqlite3.Connection,
-    steps: Generator[Step, Any, Reply],
-    request: EffectusRequest,
-    mutation: SqliteMutation,
-) -> Reply:
-    answer: Any = None
-    while True:
-        try:
-            step = steps.send(answer)
-        except StopIteration as done:
-            reply: Reply = done.value
-            return reply
-        if isinstance(step, Query):
-            params = {name: _sqlite_value(value) for name, value in step.params.items()}
-            # fetchall, not fetchone: a RETURNING statement is finished only once read to the end.
-            rows = conn.execute(sqlite_sql(step.name), params).fetchall()
-            answer = rows[0] if rows else None
-        else:
-            assert step is MUTATE
-            answer = _mutate(conn, request, mutation)
-
-
-def _mutate(conn: sqlite3.Connection, request: EffectusRequest, mutation: SqliteMutation) -> Any:
+def _mutate(conn: SqliteConnection, request: EffectusRequest, mutation: SqliteMutation) -> Any:
     conn.execute(f"SAVEPOINT {_SAVEPOINT}")  # a refusal keeps none of the mutation's writes
     try:
         result = mutation(conn, request)
@@ -223,7 +167,7 @@ def _mutate(conn: sqlite3.Connection, request: EffectusRequest, mutation: Sqlite
     return result
 
 
-def _require_still_open(conn: sqlite3.Connection) -> None:
+def _require_still_open(conn: SqliteConnection) -> None:
     if not conn.in_transaction:
         # What it wrote and the in_progress ledger row are committed now; the row keeps
         # answering 409 unknown_outcome, which is the truth: the answer was never stored.
@@ -232,14 +176,8 @@ def _require_still_open(conn: sqlite3.Connection) -> None:
         )
 
 
-def _sqlite_value(value: Any) -> Any:
-    if isinstance(value, timedelta):
-        return value.total_seconds()  # times are REAL Unix seconds in the SQLite schema
-    return value
-
-
 def prune_ledger_sqlite(
-    conn: sqlite3.Connection, *, before: datetime | None = None, batch: int = 1000
+    conn: SqliteConnection, *, before: datetime | None = None, batch: int = 1000
 ) -> int:
     """Delete ledger rows that expired by ``before`` (default: now); returns how many.
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TypeVar
 
+from effectusd.backends import sqlite as backend
+from effectusd.backends.connections import SqliteConnection
 from effectusd.destination.sqlite import DEFAULT_BUSY_TIMEOUT, connect_sqlite, sqlite_path
 
 T = TypeVar("T")
@@ -50,8 +51,8 @@ class SqlitePool:
         self.acquire_timeout = acquire_timeout
         self._executor: ThreadPoolExecutor | None = None
         # None is a slot whose connection is not open yet (or was thrown away).
-        self._free: asyncio.Queue[sqlite3.Connection | None] | None = None
-        self._opened: list[sqlite3.Connection] = []
+        self._free: asyncio.Queue[SqliteConnection | None] | None = None
+        self._opened: list[SqliteConnection] = []
         self._opened_lock = threading.Lock()
 
     async def open(self) -> None:
@@ -85,7 +86,7 @@ class SqlitePool:
     ) -> None:
         await self.close()
 
-    async def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+    async def run(self, work: Callable[[SqliteConnection], T]) -> T:
         """``work(conn)`` in a worker thread, on a connection no one else is using; returns
         what it returns. Raises SqlitePoolTimeout if no connection is free in time."""
         executor, free = self._executor, self._free
@@ -99,16 +100,16 @@ class SqlitePool:
             ) from None
         loop = asyncio.get_running_loop()
 
-        def give_back(conn: sqlite3.Connection | None) -> None:
+        def give_back(conn: SqliteConnection | None) -> None:
             loop.call_soon_threadsafe(free.put_nowait, conn)  # asyncio.Queue is not thread-safe
 
         return await loop.run_in_executor(executor, self._work_on, slot, work, give_back)
 
     def _work_on(
         self,
-        slot: sqlite3.Connection | None,
-        work: Callable[[sqlite3.Connection], T],
-        give_back: Callable[[sqlite3.Connection | None], None],
+        slot: SqliteConnection | None,
+        work: Callable[[SqliteConnection], T],
+        give_back: Callable[[SqliteConnection | None], None],
     ) -> T:
         """In a worker thread: open the slot's connection if needed, run ``work``, and give the
         slot back only now that no thread uses it (the awaiting task may be long cancelled)."""
@@ -122,14 +123,14 @@ class SqlitePool:
         finally:
             give_back(self._reusable(conn))
 
-    def _reusable(self, conn: sqlite3.Connection | None) -> sqlite3.Connection | None:
+    def _reusable(self, conn: SqliteConnection | None) -> SqliteConnection | None:
         """``conn`` if the next user may have it, else None (its slot reopens on next use)."""
         if conn is None or not conn.in_transaction:
             return conn
         # Work that left a transaction open would hand its locks and writes to the next user.
         try:
             conn.execute("ROLLBACK")
-        except sqlite3.Error:
+        except backend.Error:
             with self._opened_lock:
                 self._opened.remove(conn)
             conn.close()

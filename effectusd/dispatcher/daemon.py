@@ -12,9 +12,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-import psycopg
-from psycopg_pool import AsyncConnectionPool
-
+from effectusd.backends import backend_for
+from effectusd.backends.errors import DATABASE_ERRORS, LISTEN_LOST, failure_name
 from effectusd.client import registry_from_config
 from effectusd.config import Config, ConfigError
 from effectusd.dispatcher.loops import Loop, Round
@@ -26,12 +25,8 @@ from effectusd.executors.protocol import Executor
 from effectusd.fencing.memory import MemoryFencing
 from effectusd.fencing.protocol import FencingProvider
 from effectusd.fencing.store import StoreFencing
-from effectusd.store import backends
+from effectusd.store.dialects import open_dispatch_store
 from effectusd.store.dispatch import DispatchStore
-from effectusd.store.operations import failure_name
-from effectusd.store.postgres.dispatch import PostgresDispatchStore
-from effectusd.store.postgres.queries import sql
-from effectusd.store.sqlite.dispatch import SqliteDispatchStore
 
 log = logging.getLogger("effectusd.daemon")
 
@@ -42,7 +37,7 @@ LOOP_STOP_S = 1.0  # a claim round under way when a stop is asked for
 CLOSE_BOUND_S = 5.0  # closing pools, executors and the HTTP server after a drain
 RECORD_DRAIN_S = 5.0  # recording what the drained calls returned, past the grace period
 REPEATED_SIGNAL_S = 1.0  # a second SIGTERM sooner than this is the first one, delivered twice
-_HEALTH_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *backends.DATABASE_ERRORS)
+_HEALTH_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *DATABASE_ERRORS)
 
 
 def fencing_provider(config: Config) -> FencingProvider:
@@ -82,7 +77,7 @@ class Daemon:
         self.pipeline: Pipeline | None = None
         self.metrics = Metrics()
         self.http_port: int | None = None  # the bound port, once the endpoints are up
-        self.sqlite = backends.is_sqlite(database_url)
+        self.backend = backend_for(database_url)
         self._store: DispatchStore | None = None
         self._background: list[asyncio.Task[Any]] = []
         self.claimer: Loop | None = None
@@ -91,24 +86,19 @@ class Daemon:
         """Refuse to run on a schema we do not match, or with test-only fencing in a real
         setup, before touching anything else."""
         fencing_provider(self.config)
-        with backends.connection(self.database_url) as conn:
-            backends.migrations_of(conn).require_current(conn)
+        with self.backend.connect() as conn:
+            self.backend.require_current(conn)
 
     async def _open_store(self) -> DispatchStore:
-        margin = self.config.dispatcher.lease_margin.total_seconds()
-        fencing = fencing_provider(self.config)
-        if self.sqlite:
-            path = backends.sqlite_path(self.database_url)
-            return SqliteDispatchStore(path, self.registry, self.owner, margin, fencing)
-        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            self.database_url,
-            min_size=self.config.database.pool_min_size,
-            max_size=self.config.database.pool_max_size,
-            open=False,
-            kwargs={"autocommit": True},
+        database = self.config.database
+        return await open_dispatch_store(
+            self.backend,
+            self.registry,
+            self.owner,
+            self.config.dispatcher.lease_margin.total_seconds(),
+            fencing_provider(self.config),
+            (database.pool_min_size, database.pool_max_size),
         )
-        await pool.open(wait=True)
-        return PostgresDispatchStore(pool, self.registry, self.owner, margin, fencing)
 
     async def run(self, until_idle: bool = False) -> int:
         self.check_startup()
@@ -137,7 +127,7 @@ class Daemon:
             Loop("reclaimer", self._reclaim_round(pipeline), self.metrics),
             Loop("sampler", self._sample_round(store), self.metrics),
         ]
-        if not self.sqlite:  # SQLite has no notifications: the claim loop polls it
+        if self.backend.notifies:  # else (SQLite) the claimer polls
             loops.append(Loop("listener", self._listen_round, self.metrics))
         background = self._background = [loop.start() for loop in loops]
         observability = self.config.observability
@@ -195,7 +185,7 @@ class Daemon:
                 claimer.cancel()
 
     def _claim_round(self, pipeline: Pipeline, store: DispatchStore, until_idle: bool) -> Round:
-        poll = self.config.dispatcher.poll_seconds(self.sqlite)
+        poll = self.config.dispatcher.poll_seconds(self.backend.poll_interval_s)
         destinations = list(self.config.destinations)
 
         async def claim_round() -> float | None:
@@ -320,28 +310,26 @@ class Daemon:
             "started": self.started,
             "draining": self.stopping.is_set(),
             "notifications": "listening" if self.listening else "polling",
-            "store": "sqlite" if self.sqlite else "postgresql",
+            "store": self.backend.dialect,
         }
 
     async def _listen_round(self) -> float:
-        """Wake the claimer on every NOTIFY, until the connection is lost. A connection that
-        cannot be opened fails the round (the loop backs off); one lost after it worked is
-        opened again at once. Meanwhile the claimer polls."""
-        async with await psycopg.AsyncConnection.connect(
-            self.database_url, autocommit=True
-        ) as conn:
-            await conn.execute(sql("listen_outbox"))
-            self.listening = True
-            self.wake.set()  # notifications may have been missed while we were away
-            try:
-                async for _ in conn.notifies():
-                    self.wake.set()
-            except (psycopg.Error, OSError) as exc:
-                log.warning(
-                    "LISTEN connection lost (%s); polling until it heals", failure_name(exc)
-                )
-            finally:
-                self.listening = False
+        """Wake the claimer on every notification, until the connection is lost. A connection
+        that cannot be opened fails the round (the loop backs off); one lost after it worked
+        is opened again at once. Meanwhile the claimer polls."""
+        wakeups = self.backend.wakeups()
+        try:
+            async for _ in wakeups:
+                # The first comes once listening: notifications may have been missed meanwhile.
+                self.listening = True
+                self.wake.set()
+        except LISTEN_LOST as exc:
+            if not self.listening:
+                raise
+            log.warning("LISTEN connection lost (%s); polling until it heals", failure_name(exc))
+        finally:
+            self.listening = False
+            await wakeups.aclose()
         return 0.1
 
     def _install_signals(self) -> None:

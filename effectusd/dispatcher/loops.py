@@ -15,9 +15,8 @@ from dataclasses import dataclass
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
+from effectusd.backends.errors import DATABASE_ERRORS, failure_name
 from effectusd.dispatcher.metrics import Metrics
-from effectusd.store.backends import DATABASE_ERRORS
-from effectusd.store.operations import failure_name
 
 log = logging.getLogger("effectusd.daemon")
 

@@ -22,14 +22,13 @@ from typing import Any
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from effectusd import faults
+from effectusd.backends.errors import TRANSIENT_ERRORS, failure_name
 from effectusd.core.engine import Completion
 from effectusd.core.registry import Registry
 from effectusd.core.states import FencingStatus, OutcomeClass
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.executors.protocol import CallResult, Executor, FencingGrant, Invocation
-from effectusd.store.backends import TRANSIENT_ERRORS
 from effectusd.store.dispatch import DispatchStore, RecordReport
-from effectusd.store.operations import failure_name
 from effectusd.store.records import Claim, WriteAhead
 
 log = logging.getLogger("effectusd.dispatcher")

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from effectusd.backends.operation import Operation, without_queries
 from effectusd.core.states import FencingGuarantee, FencingStatus
 from effectusd.fencing.protocol import FenceBusy, FenceHolder, Grants
-from effectusd.store.operations import Operation, without_queries
 
 
 class MemoryFencing:

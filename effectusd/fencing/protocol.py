@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from effectusd.backends.operation import Operation
 from effectusd.core.states import FencingGuarantee, FencingStatus
-from effectusd.store.operations import Operation
 
 Grants = tuple[tuple[str, int], ...]
 

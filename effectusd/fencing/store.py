@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from effectusd.backends.operation import Operation
 from effectusd.core.states import FencingGuarantee, FencingStatus
 from effectusd.fencing.protocol import FenceBusy, FenceHolder, Grants
-from effectusd.store.operations import Operation
 
 
 class StoreFencing:

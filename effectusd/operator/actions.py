@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from effectusd.backends.operation import Operation
 from effectusd.core.canonical import JsonValue
 from effectusd.core.engine import resume_enqueue, settle
 from effectusd.core.operator_decisions import (
@@ -37,7 +38,7 @@ from effectusd.core.transition import (
 )
 from effectusd.operator.locked_saga import Locked, lock_saga, resumed_reason, write_transition
 from effectusd.operator.report import ActionReport, enqueued, saga_after
-from effectusd.store.operations import Operation, event
+from effectusd.store.operations import event
 
 # -- resolve ------------------------------------------------------------------------------
 

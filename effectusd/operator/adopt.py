@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from effectusd.backends.operation import Operation
 from effectusd.core.adoption import adopt, drifted_verbs
 from effectusd.core.canonical import canonical_text
 from effectusd.core.engine import resume_enqueue
@@ -25,7 +26,7 @@ from effectusd.core.states import DispatchState, SagaState
 from effectusd.operator.actions import _enqueue_now, _send_again
 from effectusd.operator.locked_saga import Locked, lock_saga
 from effectusd.operator.report import ActionReport
-from effectusd.store.operations import Operation, event
+from effectusd.store.operations import event
 
 
 class NotBlockedOnVerb(Refused):

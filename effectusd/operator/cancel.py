@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from effectusd.backends.operation import Operation
 from effectusd.core.engine import cancel_now
 from effectusd.core.operator_decisions import (
     Action,
@@ -19,7 +20,7 @@ from effectusd.core.states import Direction, DispatchState
 from effectusd.core.transition import DispatchFacts
 from effectusd.operator.locked_saga import lock_saga, write_transition
 from effectusd.operator.report import ActionReport, enqueued, saga_after
-from effectusd.store.operations import Operation, event
+from effectusd.store.operations import event
 
 
 def cancel(

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from effectusd.backends.operation import Operation
 from effectusd.core.engine import resumed_stop_reason
 from effectusd.core.operator_decisions import RefusalKind, Refused
 from effectusd.core.states import OutcomeClass, SagaState, SettledBy
 from effectusd.core.transition import Completion, DispatchFacts, SagaFacts, Transition
-from effectusd.store.operations import Operation
 from effectusd.store.rows import (
     TransitionRows,
     dispatch_facts,

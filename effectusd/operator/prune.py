@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from effectusd.store.backends import Connection, run
-from effectusd.store.operations import single
+from effectusd.backends import Backend, Connection
+from effectusd.backends.operation import Operation, Rows, single
 
 
 @dataclass
@@ -73,6 +73,7 @@ class PruneReport:
 
 
 def prune(
+    backend: Backend,
     conn: Connection,
     older_than: timedelta,
     batch_size: int,
@@ -83,30 +84,32 @@ def prune(
     them all). Keep them at least as long as any destination keeps its idempotency records."""
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
+
+    def run(operation: Operation[Rows]) -> Rows:
+        return backend.run(conn, operation)
+
     seconds = older_than.total_seconds()
-    [row] = run(conn, single("op_prune_cutoff", {"older_than_s": seconds}))
+    [row] = run(single("op_prune_cutoff", {"older_than_s": seconds}))
     report = PruneReport(seconds, row["cutoff"], dry_run)
     if keep_tombstones is not None:
         # before the sagas: this run's own tombstones are never among those it deletes
         keep = {"older_than_s": keep_tombstones.total_seconds()}
-        [row] = run(conn, single("op_prune_cutoff", keep))
+        [row] = run(single("op_prune_cutoff", keep))
         report.tombstone_cutoff = row["cutoff"]
         cutoff = {"cutoff": report.tombstone_cutoff}
         if dry_run:
-            [counted] = run(conn, single("op_prune_tombstones_preview", cutoff))
+            [counted] = run(single("op_prune_tombstones_preview", cutoff))
             report.tombstones = int(counted["count"])
         else:
-            report.tombstones = len(run(conn, single("op_prune_tombstones", cutoff)))
+            report.tombstones = len(run(single("op_prune_tombstones", cutoff)))
     states: Counter[str] = Counter()
     if dry_run:
-        report.sagas = run(conn, single("op_prune_preview", {"cutoff": report.cutoff}))
+        report.sagas = run(single("op_prune_preview", {"cutoff": report.cutoff}))
         states.update(s["state"] for s in report.sagas)
         report.count = len(report.sagas)
     else:
         while True:
-            deleted = run(
-                conn, single("op_prune_batch", {"cutoff": report.cutoff, "limit": batch_size})
-            )
+            deleted = run(single("op_prune_batch", {"cutoff": report.cutoff, "limit": batch_size}))
             if deleted:
                 report.batches += 1
                 report.count += len(deleted)

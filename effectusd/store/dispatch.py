@@ -16,6 +16,8 @@ from functools import partial
 from typing import Any, TypeVar
 
 from effectusd import faults
+from effectusd.backends import Session
+from effectusd.backends.operation import Operation, single
 from effectusd.core.plan import CheckedPlan
 from effectusd.core.poison import PoisonedDispatch, held_completion, quarantine
 from effectusd.core.registry import Registry
@@ -30,7 +32,6 @@ from effectusd.core.states import (
 )
 from effectusd.core.transition import Completion, SagaFacts, StepFacts, Transition
 from effectusd.fencing.protocol import FencingProvider
-from effectusd.store.operations import Operation, single
 from effectusd.store.records import Claim
 from effectusd.store.rows import (
     TransitionRows,
@@ -95,12 +96,19 @@ class _Locked:
 
 
 class DispatchStore(WriteAheadStore):
-    """What the pipeline asks of a store. A store supplies ``_write``/``_read`` (run an
-    operation in a write or a read transaction) and ``_claim``; the rest is shared."""
+    """What the pipeline asks of a store. The backend's session runs each operation in a
+    write or a read transaction; a store of one dialect supplies ``_claim``; the rest is
+    shared."""
 
     def __init__(
-        self, registry: Registry, owner: str, lease_margin_s: float, fencing: FencingProvider
+        self,
+        session: Session,
+        registry: Registry,
+        owner: str,
+        lease_margin_s: float,
+        fencing: FencingProvider,
     ) -> None:
+        self.session = session
         self.registry = registry
         self.owner = owner
         self.lease_margin_s = lease_margin_s
@@ -108,16 +116,20 @@ class DispatchStore(WriteAheadStore):
         self._plans: dict[str, CheckedPlan] = {}
 
     async def _write(self, operation: Operation[T]) -> T:
-        raise NotImplementedError
+        return await self.session.write(operation)
+
+    async def _write_single(self, operation: Operation[T]) -> T:
+        return await self.session.write_single(operation)
 
     async def _read(self, operation: Operation[T]) -> T:
-        raise NotImplementedError
+        return await self.session.read(operation)
 
     async def _claim(self, wanted: list[tuple[str, int]], total: int) -> list[Claim]:
         raise NotImplementedError
 
     async def close(self) -> None:
         """Give back connections and threads."""
+        await self.session.close()
 
     # -- 1. claim --------------------------------------------------------------------------
     async def claim(self, capacity: Mapping[str, int], total: int | None = None) -> list[Claim]:

@@ -1,9 +1,8 @@
-"""Store operations written once, run by a sync or an async runner.
+"""Store operations written once (``effectusd.backends.operation``), run by any backend.
 
-An operation is a generator that yields ``(query_name, params)`` and receives the rows
-(as dicts); ``params`` may be a list of rows, to run the statement once per row. The runner
-executes the named statement of its own store inside one transaction.
-That keeps the client's sync and async APIs, and later stores, on one piece of logic.
+Each yields the names of the store's statements (store/<dialect>/queries/NAME.sql); the
+backend runs them in its dialect inside one transaction. That keeps the client's sync and
+async APIs, and every store, on one piece of logic.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from effectusd.backends.operation import Operation, Query, Rows
 from effectusd.core.canonical import canonical_text
 from effectusd.core.submission import (
     SubmitConflict,
@@ -23,26 +23,6 @@ from effectusd.core.submission import (
 from effectusd.core.views import SagaView, build_saga_view
 
 T = TypeVar("T")
-Rows = list[dict[str, Any]]
-Params = Mapping[str, Any]
-# A list of parameter rows runs the statement once per row (executemany); it returns no rows.
-Query = tuple[str, Params | Sequence[Params]]
-Operation = Generator[Query, Rows, T]
-
-
-def failure_name(error: BaseException) -> str:
-    """What kind of failure ``error`` is, fit for evidence and logs: its class, and the
-    SQLSTATE, SQLite error name and constraint when the driver reports them. Never its
-    message: database messages quote the values of the row they refused."""
-    parts = [type(error).__name__]
-    for attribute in ("sqlstate", "sqlite_errorname"):
-        code = getattr(error, attribute, None)
-        if code:
-            parts.append(str(code))
-    constraint = getattr(getattr(error, "diag", None), "constraint_name", None)
-    if constraint:
-        parts.append(f"constraint {constraint}")
-    return " ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -257,26 +237,3 @@ def list_sagas(
         },
     )
     return rows
-
-
-def single(name: str, params: Params) -> Operation[Rows]:
-    """An operation of one statement: its rows."""
-    return (yield (name, params))
-
-
-def one_statement(operation: Operation[T]) -> Operation[T]:
-    """The operation, refused if it asks for a second statement: for running it outside a
-    transaction, where a second statement would not be atomic with the first."""
-    name, params = next(operation)
-    rows = yield (name, params)
-    try:
-        extra = operation.send(rows)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-    raise RuntimeError(f"{extra[0]} after {name}: more than one statement needs a transaction")
-
-
-def without_queries(value: T) -> Operation[T]:
-    """An operation that needs no statement (an in-memory provider's): it just returns."""
-    return value
-    yield  # unreachable; makes this function a generator

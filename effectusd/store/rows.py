@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import asdict
 from typing import Any
 
+from effectusd.backends.operation import Operation
 from effectusd.core.canonical import canonical_text
 from effectusd.core.plan import CheckedPlan
 from effectusd.core.settlement import AttemptFacts, LockedDispatch
@@ -30,7 +31,6 @@ from effectusd.core.transition import (
     StepFacts,
     Transition,
 )
-from effectusd.store.operations import Operation
 
 Row = Mapping[str, Any]
 

@@ -12,11 +12,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from effectusd.backends.errors import failure_name
+from effectusd.backends.operation import Operation
 from effectusd.core.canonical import canonical_text
 from effectusd.core.states import FencingStatus
 from effectusd.core.transition import Completion, FenceWait
 from effectusd.fencing.protocol import FenceBusy, FenceHolder, FencingProvider
-from effectusd.store.operations import Operation, failure_name
 from effectusd.store.records import Claim, WriteAhead
 
 T = TypeVar("T")

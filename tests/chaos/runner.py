@@ -23,10 +23,10 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from effectusd.store import backends
 from tests.chaos import topology
 from tests.chaos.hostile import BEHAVIOURS
 from tests.chaos.scenarios import LONG, SHORT, Report, Scenario
+from tests.support import backends
 
 ADMIN_URL = os.environ.get(
     "EFFECTUSD_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -77,7 +77,7 @@ def _store(scenario: Scenario) -> Iterator[str]:
 
 def _migrate(url: str) -> None:
     with backends.connection(url, create=True) as conn:
-        backends.migrations_of(conn).migrate(conn)
+        backends.migrate(conn)
 
 
 def _wait_for_postgres(timeout: float = 60.0) -> None:

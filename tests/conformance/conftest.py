@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from effectusd.store import backends
 from tests.conformance.support import StoreUnderTest
+from tests.support import backends
 
 
 @pytest.fixture(
@@ -21,7 +21,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     else:
         url = f"sqlite:///{tmp_path / 'effectusd.db'}"
         with backends.connection(url, create=True) as conn:
-            backends.migrations_of(conn).migrate(conn)
+            backends.migrate(conn)
     under_test = StoreUnderTest(request.param, url)
     try:
         yield under_test

@@ -16,6 +16,11 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from effectusd.backends import Backend, backend_for
+from effectusd.backends.postgres import STORE_STATEMENTS as POSTGRES_STATEMENTS
+from effectusd.backends.postgres.session import PoolSession
+from effectusd.backends.sqlite import STORE_STATEMENTS as SQLITE_STATEMENTS
+from effectusd.backends.sqlite.session import ThreadSession
 from effectusd.client import Client, registry_from_config
 from effectusd.config import Config
 from effectusd.core.engine import Completion
@@ -24,11 +29,12 @@ from effectusd.core.states import FencingStatus, OutcomeClass
 from effectusd.core.views import SagaView
 from effectusd.fencing.protocol import FencingProvider
 from effectusd.fencing.store import StoreFencing
-from effectusd.store import backends, operations
+from effectusd.store import operations
 from effectusd.store.dispatch import DispatchStore, RecordReport
 from effectusd.store.postgres.dispatch import PostgresDispatchStore
 from effectusd.store.records import Claim, WriteAhead
 from effectusd.store.sqlite.dispatch import SqliteDispatchStore
+from tests.support import backends
 from tests.support.harness import make_config, serial_plan
 
 T = TypeVar("T")
@@ -70,6 +76,10 @@ class StoreUnderTest:
         return self.kind == "sqlite"
 
     @property
+    def backend(self) -> Backend:
+        return backend_for(self.url)
+
+    @property
     def registry(self) -> Registry:
         return registry_from_config(self.config)
 
@@ -105,7 +115,8 @@ class StoreUnderTest:
         store: DispatchStore
         if self.sqlite:
             path = backends.sqlite_path(self.url)
-            store = SqliteDispatchStore(path, self.registry, owner, lease_margin_s, fencing)
+            session = ThreadSession(path, SQLITE_STATEMENTS)
+            store = SqliteDispatchStore(session, self.registry, owner, lease_margin_s, fencing)
         else:
             pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 self.url,
@@ -116,7 +127,8 @@ class StoreUnderTest:
             )
             await pool.open(wait=True)
             self._pools.append(pool)
-            store = PostgresDispatchStore(pool, self.registry, owner, lease_margin_s, fencing)
+            pooled = PoolSession(pool, POSTGRES_STATEMENTS)
+            store = PostgresDispatchStore(pooled, self.registry, owner, lease_margin_s, fencing)
         self._opened.append(store)
         return store
 

@@ -9,13 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from effectusd.backends.operation import Operation
 from effectusd.core.states import FencingGuarantee, OutcomeClass
 from effectusd.fencing.memory import MemoryFencing
 from effectusd.fencing.protocol import FenceBusy, FenceHolder, FencingProvider, Grants
 from effectusd.fencing.store import StoreFencing
-from effectusd.store import backends
 from effectusd.store.dispatch import DispatchStore
-from effectusd.store.operations import Operation
 from tests.conformance.support import (
     RETRY,
     StoreUnderTest,
@@ -24,6 +23,7 @@ from tests.conformance.support import (
     sagas_with_one_unfenceable,
     send,
 )
+from tests.support import backends
 from tests.support.harness import serial_plan
 
 

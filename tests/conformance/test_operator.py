@@ -11,7 +11,7 @@ import pytest
 
 from effectusd.core.states import Direction, OutcomeClass
 from effectusd.operator import RefusalKind, Refused, Resolution, cancel, prune, resolve, retry
-from effectusd.store import backends, operations
+from effectusd.store import operations
 from tests.conformance.support import (
     StoreUnderTest,
     claim_one,
@@ -23,6 +23,7 @@ from tests.conformance.support import (
     step_states,
     timeline,
 )
+from tests.support import backends
 from tests.support.harness import serial_plan
 
 OPS = "user:ops"
@@ -302,14 +303,14 @@ async def test_prune_deletes_only_finished_sagas_older_than_the_cutoff(
     store.backdate_finished(fresh, 60)
 
     with store.connect() as conn:
-        preview = prune(conn, timedelta(hours=1), batch_size=1, dry_run=True)
+        preview = prune(store.backend, conn, timedelta(hours=1), batch_size=1, dry_run=True)
     assert (preview.count, [s["saga_id"] for s in preview.sagas]) == (1, [old])
     assert store.view(old)  # a dry run deletes nothing
     printed = json.loads(json.dumps(preview.as_dict()))  # what --json prints
     assert [s["saga_id"] for s in printed["sagas"]] == [old]
 
     with store.connect() as conn:
-        report = prune(conn, timedelta(hours=1), batch_size=1, dry_run=False)
+        report = prune(store.backend, conn, timedelta(hours=1), batch_size=1, dry_run=False)
     assert (report.count, report.batches, report.by_state) == (1, 1, {"completed": 1})
     assert json.loads(json.dumps(report.as_dict()))["count"] == 1
     assert store.run(operations.load_saga(old)) is None

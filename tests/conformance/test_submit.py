@@ -8,13 +8,14 @@ import sqlite3
 import psycopg
 import pytest
 
+from effectusd.backends.sqlite.connection import connect as sqlite_connect
 from effectusd.client import AsyncClient
 from effectusd.core.identity import saga_id as derive_saga_id
 from effectusd.core.states import OutcomeClass
 from effectusd.core.submission import SubmitConflict
-from effectusd.store import backends, operations
-from effectusd.store.sqlite.connection import connect as sqlite_connect
+from effectusd.store import operations
 from tests.conformance.support import StoreUnderTest, dispatch_in, step, timeline
+from tests.support import backends
 from tests.support.harness import serial_plan
 
 

@@ -32,7 +32,7 @@ async def _pruned(store: StoreUnderTest, execution_id: str = "order-7") -> tuple
     store.backdate_finished(saga, 7200)
     finished_at = store.view(saga)["finished_at"]
     with store.connect() as conn:
-        report = prune(conn, timedelta(hours=1), batch_size=10, dry_run=False)
+        report = prune(store.backend, conn, timedelta(hours=1), batch_size=10, dry_run=False)
     assert report.count == 1 and store.run(operations.load_saga(saga)) is None
     return saga, finished_at
 
@@ -51,7 +51,7 @@ async def test_prune_leaves_a_tombstone_of_each_pruned_sagas_identity(
     saga, _ = await _pruned(store)
     store.submit(PLAN, "live")
     with store.connect() as conn:  # a saga that is not finished is not pruned: no tombstone
-        assert prune(conn, timedelta(0), batch_size=10, dry_run=False).count == 0
+        assert prune(store.backend, conn, timedelta(0), batch_size=10, dry_run=False).count == 0
     [tombstone] = _tombstones(store)
     checked = store.client()._prepare(PLAN, "order-7", {})
     assert tombstone == (
@@ -104,14 +104,18 @@ async def test_prune_deletes_tombstones_older_than_keep_tombstones_and_frees_the
     month = timedelta(days=30)
 
     with store.connect() as conn:
-        kept = prune(conn, timedelta(hours=1), batch_size=10, dry_run=False)
-        preview = prune(conn, timedelta(hours=1), 10, dry_run=True, keep_tombstones=month)
+        kept = prune(store.backend, conn, timedelta(hours=1), batch_size=10, dry_run=False)
+        preview = prune(
+            store.backend, conn, timedelta(hours=1), 10, dry_run=True, keep_tombstones=month
+        )
     assert (kept.tombstone_cutoff, kept.tombstones) == (None, 0)  # not asked: all kept
     assert (preview.tombstones, preview.as_dict()["tombstones_deleted"]) == (1, 1)
     assert len(_tombstones(store)) == 2  # a dry run deletes nothing
 
     with store.connect() as conn:
-        report = prune(conn, timedelta(hours=1), 10, dry_run=False, keep_tombstones=month)
+        report = prune(
+            store.backend, conn, timedelta(hours=1), 10, dry_run=False, keep_tombstones=month
+        )
     assert report.tombstones == 1
     assert [row[0] for row in _tombstones(store)] == [recent]
     assert "deleted 1 tombstone(s)" in report.summary()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from effectusd.store.postgres.queries import sql
+from tests.support.backends import postgres_sql as sql
 
 pytestmark = pytest.mark.postgres
 

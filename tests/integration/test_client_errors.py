@@ -18,10 +18,10 @@ from effectusd import (
     SchemaNotReady,
     WrongConnection,
 )
+from effectusd.backends.migrations import MigrationError
 from effectusd.core.operator_decisions import Refused
-from effectusd.store import backends
-from effectusd.store.migration_files import MigrationError
-from effectusd.store.postgres import migrations as pg_migrations
+from tests.support import backends
+from tests.support.backends import postgres_store_migrations as pg_migrations
 from tests.support.harness import make_config, serial_plan
 
 pytestmark = pytest.mark.postgres

@@ -14,7 +14,7 @@ import pytest
 
 from effectusd.executors.httpx_executor import HttpExecutor
 from effectusd.executors.protocol import CallResult, Invocation
-from effectusd.store import backends
+from tests.support import backends
 from tests.support.destination import HeldUntilMoreThan, Request, Response, running
 from tests.support.harness import (
     attempts_of,

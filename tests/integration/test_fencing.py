@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from effectusd.cli import main
 from effectusd.core.canonical import parse_json
 from effectusd.executors.httpx_executor import HttpExecutor
-from effectusd.store import backends
 from tests.conformance.support import StoreUnderTest
 from tests.integration.test_dispatcher_leases import PausedExecutor, expire_leases, wait_for
+from tests.support import backends
 from tests.support.destination import Request, Response, running
 from tests.support.harness import (
     attempts_of,

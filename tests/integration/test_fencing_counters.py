@@ -7,7 +7,7 @@ import sqlite3
 import psycopg
 import pytest
 
-from effectusd.store import backends
+from tests.support import backends
 
 
 def test_a_fencing_counter_cannot_be_deleted(store_url: str) -> None:

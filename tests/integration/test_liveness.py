@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from effectusd.dispatcher.daemon import Daemon
-from effectusd.store import backends
+from tests.support import backends
 from tests.support.destination import Response, running
 from tests.support.harness import (
     attempts_of,

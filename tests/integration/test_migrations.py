@@ -20,18 +20,17 @@ from click.testing import CliRunner
 from psycopg import sql as psql
 from psycopg.rows import dict_row
 
+from effectusd.backends.migrations import Migration, MigrationError
 from effectusd.cli import main
 from effectusd.client import Client
 from effectusd.config import load_config
-from effectusd.store.postgres.migrations import (
-    Migration,
-    MigrationError,
-    known_migrations,
-    migrate,
-    require_current,
-    status,
-)
-from effectusd.store.postgres.queries import sql
+from tests.support.backends import postgres_sql as sql
+from tests.support.backends import postgres_store_migrations
+
+known_migrations = postgres_store_migrations.known_migrations
+migrate = postgres_store_migrations.migrate
+require_current = postgres_store_migrations.require_current
+status = postgres_store_migrations.status
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_CONFIG = REPO / "examples" / "effectusd.toml"

@@ -22,20 +22,18 @@ from typing import Any
 import psycopg
 import pytest
 
-from effectusd.store.postgres import migrations as postgres_migrations
-from effectusd.store.postgres.queries import query_names as postgres_query_names
-from effectusd.store.sqlite.connection import connect
-from effectusd.store.sqlite.migrations import (
-    Migration,
-    MigrationError,
-    known_migrations,
-    migrate,
-    require_current,
-    statements,
-    status,
-)
-from effectusd.store.sqlite.queries import query_names, sql
-from effectusd.store.sqlite.runner import run
+from effectusd.backends.migrations import Migration, MigrationError
+from effectusd.backends.sqlite.connection import connect
+from effectusd.backends.sqlite.migrations import statements
+from tests.support.backends import postgres_query_names, run, sqlite_store_migrations
+from tests.support.backends import postgres_store_migrations as postgres_migrations
+from tests.support.backends import sqlite_query_names as query_names
+from tests.support.backends import sqlite_sql as sql
+
+known_migrations = sqlite_store_migrations.known_migrations
+migrate = sqlite_store_migrations.migrate
+require_current = sqlite_store_migrations.require_current
+status = sqlite_store_migrations.status
 
 DESIGN_TABLES = {
     "effectus_saga_instances",

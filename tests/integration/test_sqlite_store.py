@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from effectusd.backends.sqlite.connection import BUSY_TIMEOUT_MS
+from effectusd.backends.sqlite.connection import connect as sqlite_connect
 from effectusd.client import Client
-from effectusd.store import backends, operations
-from effectusd.store.sqlite.connection import BUSY_TIMEOUT_MS
-from effectusd.store.sqlite.connection import connect as sqlite_connect
+from effectusd.store import operations
 from tests.conformance.support import conformance_config
+from tests.support import backends
 from tests.support.harness import serial_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def sqlite_url(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'effectusd.db'}"
     with backends.connection(url, create=True) as conn:
-        backends.migrations_of(conn).migrate(conn)
+        backends.migrate(conn)
     return url
 
 
@@ -70,12 +71,18 @@ from effectusd.client import registry_from_config
 from effectusd.core.engine import Completion
 from effectusd.core.states import OutcomeClass
 from effectusd.fencing.store import StoreFencing
+from effectusd.backends.sqlite import STORE_STATEMENTS
+from effectusd.backends.sqlite.session import ThreadSession
 from effectusd.store.sqlite.dispatch import SqliteDispatchStore
 from tests.conformance.support import conformance_config
 
 async def main(path, owner):
     store = SqliteDispatchStore(
-        path, registry_from_config(conformance_config()), owner, 30.0, StoreFencing()
+        ThreadSession(path, STORE_STATEMENTS),
+        registry_from_config(conformance_config()),
+        owner,
+        30.0,
+        StoreFencing(),
     )
     print("ready", flush=True)
     sys.stdin.readline()  # the test starts both workers at once

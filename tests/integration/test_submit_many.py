@@ -10,8 +10,9 @@ import pytest
 
 from effectusd.client import AsyncClient, Submission
 from effectusd.core.submission import SubmitConflict
-from effectusd.store import backends, operations
+from effectusd.store import operations
 from tests.conftest import migrated_sqlite
+from tests.support import backends
 from tests.support.harness import client_for, fetch, make_config, serial_plan
 
 PLAN = {**serial_plan("bulk", ["a", "b"]), "facts": {"amount": "integer"}}

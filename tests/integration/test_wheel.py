@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from effectusd.store.postgres.migrations import known_migrations
+from tests.support.backends import postgres_store_migrations
 
 REPO = Path(__file__).resolve().parents[2]
 FIRST_MIGRATION = "10001_saga_outbox_v2"
@@ -55,6 +55,10 @@ def test_the_wheel_ships_the_migrations_and_the_named_queries(wheel: Path) -> No
     assert shipped == (source_migrations / f"{FIRST_MIGRATION}.sql").read_bytes()
     for query in (REPO / "effectusd" / "store" / "sqlite" / "queries").glob("*.sql"):
         assert f"effectusd/store/sqlite/queries/{query.name}" in names
+    backend_statements = list((REPO / "effectusd" / "backends").glob("*/sql/*.sql"))
+    assert backend_statements  # the backends' own (e.g. sqlite/sql/table_exists.sql)
+    for statement in backend_statements:
+        assert f"{statement.relative_to(REPO).as_posix()}" in names
     bench_queries = list((REPO / "effectusd" / "bench" / "queries").glob("*.sql"))
     assert bench_queries
     for query in bench_queries:
@@ -66,8 +70,8 @@ def test_the_wheel_ships_the_migrations_and_the_named_queries(wheel: Path) -> No
 def test_migrations_read_from_the_wheel_match_the_source_tree(wheel: Path) -> None:
     folder = zipfile.Path(wheel, "effectusd/_migrations/")
 
-    from_wheel = known_migrations(folder)
+    from_wheel = postgres_store_migrations.known_migrations(folder)
 
     assert [(m.version, m.name, m.checksum) for m in from_wheel] == [
-        (m.version, m.name, m.checksum) for m in known_migrations()
+        (m.version, m.name, m.checksum) for m in postgres_store_migrations.known_migrations()
     ]

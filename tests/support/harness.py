@@ -20,7 +20,7 @@ from effectusd.client import Client
 from effectusd.config import Config, parse_config
 from effectusd.dispatcher.daemon import Daemon
 from effectusd.executors.protocol import Executor
-from effectusd.store import backends
+from tests.support import backends
 
 
 def make_config(base_url: str, verbs: Mapping[str, Mapping[str, Any]], **sections: Any) -> Config:
@@ -127,7 +127,7 @@ def write_config_file(tmp: Path, config: Config) -> Path:
     lines += [
         f"concurrency = {d.concurrency}",
         f'lease_margin = "{d.lease_margin.total_seconds()}s"',
-        f'poll_interval = "{d.poll_seconds(sqlite=False)}s"',
+        f'poll_interval = "{d.poll_seconds(1.0)}s"',
         f'shutdown_grace = "{d.shutdown_grace.total_seconds()}s"',
     ]
     for name, dest in config.destinations.items():

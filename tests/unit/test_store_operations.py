@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from effectusd.store.operations import Operation, Rows, one_statement
+from effectusd.backends.operation import Operation, Rows, one_statement
 
 
 def statements(n: int) -> Operation[int]:

@@ -1,6 +1,8 @@
 """The SQLite store: the embedded default for one machine (PostgreSQL is the production store).
+Its statements are queries/NAME.sql; the driver side is effectusd.backends.sqlite.
 
-Conventions every statement in ``queries/`` and ``schema/sqlite`` follows (see connection.py):
+Conventions every statement in ``queries/`` and ``schema/sqlite`` follows (see
+effectusd/backends/sqlite/connection.py):
 timestamps are REAL Unix seconds (declared ``TIMESTAMP_REAL``), JSON is text (``JSON_TEXT``),
 booleans are 0/1 (``BOOLEAN``); a computed column names its type, ``AS "x [timestamp_real]"``,
 so it reads back as the same Python type the PostgreSQL store returns. A list parameter

@@ -38,8 +38,9 @@ sqlite3.register_adapter(datetime, _adapt_datetime)
 
 
 def connect(path: str | Path, *, create: bool = False) -> sqlite3.Connection:
-    """A connection in autocommit mode: the runner opens ``BEGIN IMMEDIATE`` itself, so two
-    writers queue on the lock instead of failing when a read transaction tries to write.
+    """The store's connection, in autocommit mode: the runner opens ``BEGIN IMMEDIATE``
+    itself, so two writers queue on the lock instead of failing when a read transaction tries
+    to write. Columns come back as the Python types psycopg gives (the converters above).
 
     Only ``create=True`` (migrate) may create the file: anything else pointed at a missing
     file is a typo or a wrong working directory, and an empty new file would hide that."""
@@ -52,15 +53,30 @@ def connect(path: str | Path, *, create: bool = False) -> sqlite3.Connection:
         raise sqlite3.OperationalError(
             f"SQLite database {path} does not exist (create it with `effectusd migrate`)"
         )
+    return open_connection(path, BUSY_TIMEOUT_MS / 1000, typed=True)
+
+
+def open_connection(
+    path: str | Path, busy_timeout_s: float, *, typed: bool, require_wal: bool = False
+) -> sqlite3.Connection:
+    """WAL (readers never block the writer), a busy timeout, commits that survive power loss,
+    foreign keys on; ``isolation_level=None``, so whoever uses it begins its own transactions.
+    ``typed``: columns declared TIMESTAMP_REAL, BOOLEAN or JSON_TEXT read back converted."""
     conn = sqlite3.connect(
         str(path),
         isolation_level=None,
-        detect_types=sqlite3.PARSE_DECLTYPES | sqlite3.PARSE_COLNAMES,
-        timeout=BUSY_TIMEOUT_MS / 1000,
+        detect_types=sqlite3.PARSE_DECLTYPES | sqlite3.PARSE_COLNAMES if typed else 0,
+        timeout=busy_timeout_s,
         check_same_thread=False,  # each connection is still used by one thread at a time
     )
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = FULL")  # a commit survives power loss, as in PostgreSQL
-    conn.execute("PRAGMA foreign_keys = ON")
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {round(busy_timeout_s * 1000)}")
+        (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        if require_wal and mode != "wal":
+            raise sqlite3.NotSupportedError(f"{path}: journal mode stayed {mode!r}, not WAL")
+        conn.execute("PRAGMA synchronous = FULL")  # a commit survives power loss, as in PostgreSQL
+        conn.execute("PRAGMA foreign_keys = ON")
+    except BaseException:
+        conn.close()
+        raise
     return conn

@@ -1,5 +1,5 @@
-"""Runs store operations on a psycopg connection, in one transaction (a savepoint if the
-caller already has one open: that is how a submit joins the application's transaction)."""
+"""Runs operations on a psycopg connection, in one transaction (a savepoint if the caller
+already has one open: that is how a submit joins the application's transaction)."""
 
 from __future__ import annotations
 
@@ -12,43 +12,46 @@ import psycopg
 from psycopg import sql as psql
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
+from psycopg.sql import SQL as SQL  # re-exported: the type of a named statement
 
-from effectusd.store.operations import Operation, Rows
-from effectusd.store.postgres.queries import query_names, sql
+from effectusd.backends.operation import Operation, Params, Rows
+from effectusd.backends.statements import Statements
 
 T = TypeVar("T")
 
 
 @cache
-def _set_based_names() -> frozenset[str]:
-    return frozenset(name for name in query_names() if name.endswith("_many"))
+def sql(statements: Statements, name: str) -> SQL:
+    return SQL(statements.text(name))
 
 
 def set_based(
-    name: str, rows: Sequence[Mapping[str, Any]]
+    statements: Statements, name: str, rows: Sequence[Mapping[str, Any]]
 ) -> tuple[psql.SQL, dict[str, list[Any]]] | None:
     """``NAME_many.sql``, where there is one, runs a batch as one statement over arrays (one
     array per column): one statement per batch instead of one per row, which is most of what a
     group commit costs the daemon. None: run NAME once per row."""
     many = f"{name}_many"
-    if len(rows) < 2 or many not in _set_based_names():
+    if len(rows) < 2 or many not in statements.names():
         return None  # one row: the plain statement plans and runs faster than the array form
-    return sql(many), {key: [row[key] for row in rows] for key in rows[0]}
+    return sql(statements, many), {key: [row[key] for row in rows] for key in rows[0]}
 
 
-def join_transaction(conn: psycopg.Connection[Any]) -> None:
+def join_transaction(conn: psycopg.Connection[Any], statements: Statements) -> None:
     """Make sure an idle non-autocommit connection has its transaction open, so that what we
     write becomes part of it (a savepoint) instead of committing on its own."""
     if not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
-        conn.execute(sql("open_transaction"))
+        conn.execute(sql(statements, "open_transaction"))
 
 
-async def join_transaction_async(conn: psycopg.AsyncConnection[Any]) -> None:
+async def join_transaction_async(
+    conn: psycopg.AsyncConnection[Any], statements: Statements
+) -> None:
     if not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
-        await conn.execute(sql("open_transaction"))
+        await conn.execute(sql(statements, "open_transaction"))
 
 
-def run(conn: psycopg.Connection[Any], operation: Operation[T]) -> T:
+def run(conn: psycopg.Connection[Any], operation: Operation[T], statements: Statements) -> T:
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cursor:
         try:
             name, params = next(operation)
@@ -56,13 +59,13 @@ def run(conn: psycopg.Connection[Any], operation: Operation[T]) -> T:
                 rows: Rows = []
                 if not isinstance(params, Mapping):  # parameter rows: once per row
                     if params:
-                        many = set_based(name, params)
+                        many = set_based(statements, name, params)
                         if many is None:
-                            cursor.executemany(sql(name), params)
+                            cursor.executemany(sql(statements, name), params)
                         else:
                             cursor.execute(*many)
                 else:
-                    cursor.execute(sql(name), params)
+                    cursor.execute(sql(statements, name), params)
                     rows = cursor.fetchall() if cursor.description else []
                 name, params = operation.send(rows)
         except StopIteration as stop:
@@ -70,7 +73,11 @@ def run(conn: psycopg.Connection[Any], operation: Operation[T]) -> T:
 
 
 async def run_async(
-    conn: psycopg.AsyncConnection[Any], operation: Operation[T], *, transaction: bool = True
+    conn: psycopg.AsyncConnection[Any],
+    operation: Operation[T],
+    statements: Statements,
+    *,
+    transaction: bool = True,
 ) -> T:
     """``transaction=False`` runs a one-statement operation on an autocommit connection
     without the BEGIN/COMMIT round trips (each statement is its own transaction)."""
@@ -84,15 +91,29 @@ async def run_async(
                 rows: Rows = []
                 if not isinstance(params, Mapping):  # parameter rows: once per row
                     if params:
-                        many = set_based(name, params)
-                        if many is None:  # pipelined by psycopg: one round trip
-                            await cursor.executemany(sql(name), params)
-                        else:
-                            await cursor.execute(*many)
+                        await _execute_rows(cursor, statements, name, params)
                 else:
-                    await cursor.execute(sql(name), params)
+                    await cursor.execute(sql(statements, name), params)
                     rows = await cursor.fetchall() if cursor.description else []
                 name, params = operation.send(rows)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _execute_rows(
+    cursor: psycopg.AsyncCursor[Any], statements: Statements, name: str, params: Sequence[Params]
+) -> None:
+    many = set_based(statements, name, params)
+    if many is None:  # pipelined by psycopg: one round trip
+        await cursor.executemany(sql(statements, name), params)
+    else:
+        await cursor.execute(*many)
+
+
+def connection_state(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> str:
+    """ "idle" (no transaction open), "broken" (known lost) or "in_transaction"."""
+    status = conn.info.transaction_status
+    if status == TransactionStatus.UNKNOWN:
+        return "broken"
+    return "idle" if status == TransactionStatus.IDLE else "in_transaction"

@@ -1,0 +1,71 @@
+"""What every backend does the same way once its dialect's runner and migration runner are
+chosen: run a store operation, read, apply and check the store's schema."""
+
+from __future__ import annotations
+
+from functools import partial
+from importlib.resources import files
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TypeVar
+
+from effectusd.backends.errors import schema_checked
+from effectusd.backends.migrations import (
+    Migration,
+    MigrationSet,
+    MigrationStatus,
+    raise_unless_current,
+)
+from effectusd.backends.operation import Operation
+from effectusd.backends.statements import Statements
+
+T = TypeVar("T")
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def _schema_folder(shipped: str, source: str) -> Traversable:
+    """Inside the wheel ``effectusd/<shipped>``; in a source tree ``schema/<source>``."""
+    folder = files("effectusd") / shipped
+    return folder if folder.is_dir() else _REPO / "schema" / source
+
+
+def store_migrations(
+    statements: Statements, shipped: str, source: str, **locking: str | None
+) -> MigrationSet:
+    """The store's migration set of one dialect: its files, and the migrations_* statements
+    of its ``statements`` (``locking``: the ``exists`` and ``lock`` ones, where it has them)."""
+    return MigrationSet(
+        folder=partial(_schema_folder, shipped, source),
+        statements=statements,
+        table="effectus_schema_migrations",
+        create="migrations_create_table",
+        applied="migrations_applied",
+        record="migrations_record",
+        **locking,  # type: ignore[arg-type]
+    )
+
+
+class StoreBackend:
+    runner: ModuleType  # run(conn, operation, statements)
+    migrator: ModuleType  # status(conn, set, known), migrate(conn, set, known)
+    statements: Statements  # the store's named SQL in this dialect
+    migrations: MigrationSet  # the store's schema in this dialect
+
+    def run(self, conn: Any, operation: Operation[T]) -> T:
+        """Run a store operation in one transaction (a savepoint inside an open one)."""
+        with schema_checked():
+            result: T = self.runner.run(conn, operation, self.statements)
+            return result
+
+    def migration_status(self, conn: Any, known: list[Migration] | None = None) -> MigrationStatus:
+        status: MigrationStatus = self.migrator.status(conn, self.migrations, known)
+        return status
+
+    def migrate(self, conn: Any, known: list[Migration] | None = None) -> list[Migration]:
+        applied: list[Migration] = self.migrator.migrate(conn, self.migrations, known)
+        return applied
+
+    def require_current(self, conn: Any) -> None:
+        """Refuse to run against a schema older or newer than this code."""
+        raise_unless_current(self.migration_status(conn))

@@ -1,0 +1,42 @@
+"""What a backend runs: an operation is a generator that yields ``(statement_name, params)``
+and receives the rows (as dicts); ``params`` may be a list of rows, to run the statement once
+per row. The backend executes the named statement in its own dialect, inside one transaction.
+
+Written once for every database, so the store, fencing and the client share one piece of logic
+whatever the driver (this module sits below all of them: it imports nothing of effectusd).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+Rows = list[dict[str, Any]]
+Params = Mapping[str, Any]
+# A list of parameter rows runs the statement once per row (executemany); it returns no rows.
+Query = tuple[str, Params | Sequence[Params]]
+Operation = Generator[Query, Rows, T]
+
+
+def single(name: str, params: Params) -> Operation[Rows]:
+    """An operation of one statement: its rows."""
+    return (yield (name, params))
+
+
+def one_statement(operation: Operation[T]) -> Operation[T]:
+    """The operation, refused if it asks for a second statement: for running it outside a
+    transaction, where a second statement would not be atomic with the first."""
+    name, params = next(operation)
+    rows = yield (name, params)
+    try:
+        extra = operation.send(rows)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    raise RuntimeError(f"{extra[0]} after {name}: more than one statement needs a transaction")
+
+
+def without_queries(value: T) -> Operation[T]:
+    """An operation that needs no statement (an in-memory provider's): it just returns."""
+    return value
+    yield  # unreachable; makes this function a generator

@@ -1,0 +1,98 @@
+"""The PostgreSQL backend: the production store, the only one for several machines. It owns
+every use of psycopg and psycopg_pool; the store's statements are store/postgres/queries."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+
+from effectusd.backends.base import StoreBackend, store_migrations
+from effectusd.backends.connections import (
+    require_async_connection,
+    require_connection,
+)
+from effectusd.backends.errors import schema_checked
+from effectusd.backends.operation import Operation
+from effectusd.backends.postgres import migrations as postgres_migrations
+from effectusd.backends.postgres import runner as postgres_runner
+from effectusd.backends.postgres.session import PoolSession, notifications
+from effectusd.backends.statements import Statements
+from effectusd.core.database_url import Dialect, PostgresDatabase
+
+T = TypeVar("T")
+
+STORE_STATEMENTS = Statements("effectusd.store.postgres", "queries")
+
+
+STORE_MIGRATIONS = store_migrations(
+    STORE_STATEMENTS,
+    "_migrations",
+    "migrations",
+    exists="migrations_table_exists",
+    lock="migrations_lock",
+)
+
+
+def connect(conninfo: str, *, autocommit: bool = True) -> psycopg.Connection[Any]:
+    """A plain connection (use it as a context manager). ``autocommit=False``: the caller's
+    own transactions, committed by the caller (or on leaving the ``with`` block)."""
+    return psycopg.connect(conninfo, autocommit=autocommit)
+
+
+def with_database(conninfo: str, dbname: str) -> str:
+    """``conninfo`` naming the database ``dbname`` on the same server."""
+    return psycopg.conninfo.make_conninfo(conninfo, dbname=dbname)
+
+
+def database_name(conninfo: str) -> str:
+    return str(psycopg.conninfo.conninfo_to_dict(conninfo)["dbname"])
+
+
+class PostgresBackend(StoreBackend):
+    dialect: Dialect = "postgresql"
+    poll_interval_s: float = 1.0  # LISTEN/NOTIFY wakes the daemon; polling is backup
+    notifies: bool = True  # wakeups() yields on each NOTIFY
+    runner = postgres_runner
+    migrator = postgres_migrations
+    statements = STORE_STATEMENTS
+    migrations = STORE_MIGRATIONS
+
+    def __init__(self, url: str, database: PostgresDatabase) -> None:
+        self.url = url
+        self.conninfo = database.conninfo
+
+    @contextmanager
+    def connect(self, *, create: bool = False) -> Iterator[psycopg.Connection[Any]]:
+        """An autocommit connection, closed afterwards (``create`` is SQLite's: ignored)."""
+        with psycopg.connect(self.conninfo, autocommit=True) as conn:
+            yield conn
+
+    def join(self, conn: object, who: str = "Client") -> None:
+        """Refuse a connection of the wrong kind; open its transaction, to write inside it."""
+        require_connection(self.dialect, conn, who)
+        assert isinstance(conn, psycopg.Connection)
+        postgres_runner.join_transaction(conn, self.statements)
+
+    async def run_async(self, operation: Operation[T]) -> T:
+        """Run a store operation on a connection of its own, asynchronously."""
+        async with await psycopg.AsyncConnection.connect(self.conninfo) as conn:
+            with schema_checked():
+                return await postgres_runner.run_async(conn, operation, self.statements)
+
+    async def run_joined_async(self, conn: object, operation: Operation[T]) -> T:
+        """Run a store operation inside the caller's async connection's transaction."""
+        require_async_connection(self.dialect, conn)
+        assert isinstance(conn, psycopg.AsyncConnection)
+        await postgres_runner.join_transaction_async(conn, self.statements)
+        with schema_checked():
+            return await postgres_runner.run_async(conn, operation, self.statements)
+
+    def wakeups(self) -> AsyncGenerator[None, None]:
+        """LISTEN for the outbox's notifications."""
+        return notifications(self.conninfo, self.statements, "listen_outbox")
+
+    async def open_session(self, min_size: int, max_size: int) -> PoolSession:
+        return await PoolSession.open(self.conninfo, self.statements, min_size, max_size)

@@ -1,0 +1,23 @@
+"""Connection pools for services (the destination kit's ``effectus_app``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+__all__ = ["AsyncPool", "PoolTimeout", "service_pool"]
+
+AsyncPool = AsyncConnectionPool[Any]
+
+
+def service_pool(conninfo: str, min_size: int, max_size: int) -> AsyncPool:
+    """A pool, not yet open, whose connections are tested before each use: a pooled
+    connection may have died with its server (a restart)."""
+    return AsyncConnectionPool(
+        conninfo,
+        min_size=min_size,
+        max_size=max_size,
+        open=False,
+        check=AsyncConnectionPool.check_connection,
+    )

@@ -1,0 +1,69 @@
+"""Long-lived PostgreSQL use by the daemon: a connection pool that runs operations, and a
+LISTEN connection that says when something may be due."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from effectusd.backends.operation import Operation, one_statement
+from effectusd.backends.postgres.runner import run_async, sql
+from effectusd.backends.statements import Statements
+
+T = TypeVar("T")
+
+
+class PoolSession:
+    """Operations on a pool of autocommit connections: writes in a transaction each, reads
+    and single statements without BEGIN/COMMIT round trips."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any], statements: Statements) -> None:
+        self.pool = pool
+        self.statements = statements
+
+    @classmethod
+    async def open(
+        cls, conninfo: str, statements: Statements, min_size: int, max_size: int
+    ) -> PoolSession:
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            kwargs={"autocommit": True},
+        )
+        await pool.open(wait=True)
+        return cls(pool, statements)
+
+    async def write(self, operation: Operation[T]) -> T:
+        async with self.pool.connection() as conn:
+            return await run_async(conn, operation, self.statements)
+
+    async def write_single(self, operation: Operation[T]) -> T:
+        async with self.pool.connection() as conn:
+            return await run_async(
+                conn, one_statement(operation), self.statements, transaction=False
+            )
+
+    async def read(self, operation: Operation[T]) -> T:
+        """Reads are single statements on an autocommit connection: no BEGIN/COMMIT."""
+        async with self.pool.connection() as conn:
+            return await run_async(conn, operation, self.statements, transaction=False)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+
+async def notifications(
+    conninfo: str, statements: Statements, listen: str
+) -> AsyncGenerator[None, None]:
+    """One item once LISTEN is in place (notifications may have been missed before), then one
+    per NOTIFY, until the connection is lost. A connection that cannot be opened raises."""
+    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+        await conn.execute(sql(statements, listen))
+        yield None
+        async for _ in conn.notifies():
+            yield None

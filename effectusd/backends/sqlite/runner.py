@@ -1,0 +1,76 @@
+"""Runs operations on a SQLite connection, in one transaction (a savepoint if the caller
+already has one open: that is how a submit joins the application's transaction)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from effectusd.backends.operation import Operation, Rows
+from effectusd.backends.sqlite.transaction import atomic, read_transaction
+from effectusd.backends.statements import Statements
+
+T = TypeVar("T")
+_SAVEPOINT = "effectus_operation"
+
+
+def join_transaction(conn: sqlite3.Connection) -> None:
+    """Open the caller's transaction if its connection manages transactions implicitly and has
+    none open yet, so that what we write commits (or rolls back) with the caller's work."""
+    if conn.isolation_level is not None and not conn.in_transaction:
+        conn.execute("BEGIN IMMEDIATE")
+
+
+def adapt(value: Any) -> Any:
+    """A parameter in SQLite's terms: lists and objects travel as JSON text (SQL reads them
+    with json_each / json_extract), durations as seconds (times are REAL Unix seconds)."""
+    if isinstance(value, list | tuple | dict):
+        return json.dumps(value)
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return value
+
+
+def adapted(params: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: adapt(value) for key, value in params.items()}
+
+
+def execute(conn: sqlite3.Connection, statements: Statements, name: str, params: Any) -> Rows:
+    """One step of an operation: the named statement once, or once per parameter row."""
+    cursor = conn.cursor()
+    try:
+        if not isinstance(params, Mapping):  # parameter rows: once per row
+            if params:
+                cursor.executemany(statements.text(name), [adapted(p) for p in params])
+            return []
+        cursor.execute(statements.text(name), adapted(params))
+        if not cursor.description:
+            return []
+        columns = [column[0] for column in cursor.description]
+        return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    finally:
+        cursor.close()
+
+
+def drive(conn: sqlite3.Connection, operation: Operation[T], statements: Statements) -> T:
+    """Run ``operation``'s statements on ``conn`` as they come, in whatever transaction is open."""
+    try:
+        name, params = next(operation)
+        while True:
+            name, params = operation.send(execute(conn, statements, name, params))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+def run(conn: sqlite3.Connection, operation: Operation[T], statements: Statements) -> T:
+    with atomic(conn, _SAVEPOINT):
+        return drive(conn, operation, statements)
+
+
+def run_read(conn: sqlite3.Connection, operation: Operation[T], statements: Statements) -> T:
+    """A read-only operation: a deferred transaction, so readers never wait for the writer."""
+    with read_transaction(conn):
+        return drive(conn, operation, statements)

@@ -1,0 +1,1 @@
+SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name
