@@ -14,6 +14,7 @@ import multiprocessing
 import statistics
 import time
 from collections.abc import Mapping
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -32,11 +33,10 @@ from effectusd.bench.harness import (
     bench_plan,
     checked,
     daemon_with_submitter,
-    free_port,
+    start_sink,
     with_executors,
 )
 from effectusd.bench.measures import daemon_rss_mb, percentile
-from effectusd.bench.sink import serve_noop
 from effectusd.bench.soak import run_soak
 from effectusd.client import Client
 from effectusd.config import Config, parse_config
@@ -112,40 +112,22 @@ def run_bench(
 ) -> BenchResult:
     """``transport`` picks the executor class ("httpx" or "aiohttp"); None keeps the config's
     default. ``duration`` > 0 adds the soak, ``backlog`` > 0 the claim latency."""
-    sink = _start_sink() if destination is None else None
-    if sink is not None:
-        destination = f"http://127.0.0.1:{sink[1]}"
-    assert destination is not None
-    config = _bench_config(destination, concurrency, transport)
-    url = scratch_database(server_url)
-    try:
-        with connect(url) as conn:
-            migrate_set(conn, STORE_MIGRATIONS)
-        result = _throughput(config, url, sagas, steps, concurrency, progress)
-        if duration > 0:
-            _soak(result, config, url, duration, progress)
-    finally:
-        drop_database(server_url, url)
-        if sink is not None:
-            sink[0].terminate()
-            sink[0].join(5)
+    with ExitStack() as stack:
+        if destination is None:
+            destination = stack.enter_context(start_sink())
+        config = _bench_config(destination, concurrency, transport)
+        url = scratch_database(server_url)
+        try:
+            with connect(url) as conn:
+                migrate_set(conn, STORE_MIGRATIONS)
+            result = _throughput(config, url, sagas, steps, concurrency, progress)
+            if duration > 0:
+                _soak(result, config, url, duration, progress)
+        finally:
+            drop_database(server_url, url)
     if backlog > 0:
         _claims(result, claim_latency(server_url, config, backlog, progress), backlog)
     return result
-
-
-def _start_sink() -> tuple[Any, int]:
-    """The no-op destination in a process of its own, and its port."""
-    port = free_port()
-    ready = multiprocessing.get_context("spawn").Event()
-    sink = multiprocessing.get_context("spawn").Process(
-        target=serve_noop, args=(port, ready), daemon=True
-    )
-    sink.start()
-    if not ready.wait(30):
-        sink.terminate()
-        raise RuntimeError(f"the bench's no-op destination did not start on port {port}")
-    return sink, port
 
 
 def _submit_all(config: Config, url: str, sagas: int, steps: int) -> None:

@@ -41,12 +41,3 @@ def scalar(url: str, query: str) -> int:
         row = conn.execute(sql(query)).fetchone()
     assert row is not None
     return int(row[0])
-
-
-def connection_keywords(url: str) -> dict[str, str]:
-    """A URL or conninfo string as keywords (``dbname`` → ``database``), for drivers that
-    take neither form of the other's (asyncpg, in bench-peers)."""
-    keywords = {key: str(value) for key, value in psycopg.conninfo.conninfo_to_dict(url).items()}
-    if "dbname" in keywords:
-        keywords["database"] = keywords.pop("dbname")
-    return keywords

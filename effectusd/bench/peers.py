@@ -24,8 +24,9 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
+from effectusd.backends.postgres import connection_keywords
 from effectusd.bench import BenchResult, run_bench
-from effectusd.bench.database import connection_keywords, drop_database, scratch_database
+from effectusd.bench.database import drop_database, scratch_database
 from effectusd.bench.harness import start_sink
 
 BODY = b'{"i":0}'  # the canonical arguments of the bench plan's first step, byte for byte

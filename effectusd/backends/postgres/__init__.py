@@ -51,6 +51,17 @@ def database_name(conninfo: str) -> str:
     return str(psycopg.conninfo.conninfo_to_dict(conninfo)["dbname"])
 
 
+def connection_keywords(conninfo: str) -> dict[str, str]:
+    """A URL or conninfo string as keywords (``dbname`` → ``database``), for a driver that
+    takes neither (asyncpg, which bench-peers' peer uses)."""
+    keywords = {
+        key: str(value) for key, value in psycopg.conninfo.conninfo_to_dict(conninfo).items()
+    }
+    if "dbname" in keywords:
+        keywords["database"] = keywords.pop("dbname")
+    return keywords
+
+
 class PostgresBackend(StoreBackend):
     dialect: Dialect = "postgresql"
     poll_interval_s: float = 1.0  # LISTEN/NOTIFY wakes the daemon; polling is backup
