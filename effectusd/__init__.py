@@ -4,7 +4,9 @@ from effectusd.client import AsyncClient, Client, Submission, SubmitResult
 from effectusd.core.checker import CheckIssue, PlanCheckError, check
 from effectusd.core.database_url import DatabaseURLError
 from effectusd.core.errors import (
+    AmbiguousSaga,
     EffectusError,
+    PlanError,
     SagaNotFound,
     SchemaNotReady,
     WaitTimeout,
@@ -20,25 +22,53 @@ from effectusd.core.plan_builder import (
     result,
     step,
 )
+from effectusd.core.states import (
+    Direction,
+    DispatchState,
+    OutcomeClass,
+    SagaState,
+    StepState,
+)
 from effectusd.core.submission import SagaPruned, SubmitConflict, SubmitError
+from effectusd.core.views import (
+    AttemptView,
+    DispatchView,
+    SagaSummary,
+    SagaView,
+    StepView,
+    TimelineEvent,
+)
 
 __all__ = [
+    "AmbiguousSaga",
     "AsyncClient",
+    "AttemptView",
     "CheckIssue",
     "CheckedPlan",
     "Client",
     "DatabaseURLError",
+    "Direction",
+    "DispatchState",
+    "DispatchView",
     "EffectusError",
+    "OutcomeClass",
     "Plan",
     "PlanCheckError",
+    "PlanError",
     "PlanSpec",
     "SagaNotFound",
     "SagaPruned",
+    "SagaState",
+    "SagaSummary",
+    "SagaView",
     "SchemaNotReady",
+    "StepState",
+    "StepView",
     "Submission",
     "SubmitConflict",
     "SubmitError",
     "SubmitResult",
+    "TimelineEvent",
     "WaitTimeout",
     "WrongConnection",
     "check",

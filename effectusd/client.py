@@ -1,37 +1,54 @@
-"""Client and AsyncClient: submit sagas inside the application's own transaction, read them.
+"""Client and AsyncClient: submit sagas inside the application's own transaction, read them
+as typed views (core/views.py), wait for them.
 
 with psycopg.connect(url) as conn:            # or sqlite3.connect("effectusd.db")
     conn.execute("INSERT INTO orders ...")
     client.submit(plan, execution_id="order-7", facts={...}, conn=conn)
 # committed together: the saga exists if and only if the order does
+
+A client works on connections of its own (opened from the database URL), on the caller's
+``connection``, or on connections borrowed from the caller's psycopg ``pool``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import getpass
+import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from effectusd.backends import Connection, backend_for
-from effectusd.backends.connections import AsyncPostgresConnection
+from effectusd.backends.connections import (
+    AsyncPostgresConnection,
+    AsyncPostgresPool,
+    PostgresPool,
+    pool_url,
+    require_async_connection,
+    require_connection,
+    require_pool,
+)
 from effectusd.backends.operation import Operation
 from effectusd.config import Config, load_config
 from effectusd.core.canonical import JsonValue
-from effectusd.core.errors import SagaNotFound, WaitTimeout
+from effectusd.core.errors import AmbiguousSaga, SagaNotFound, WaitTimeout, WrongConnection
+from effectusd.core.identity import saga_id as derive_saga_id
 from effectusd.core.plan import CheckedPlan, PlanSpec
 from effectusd.core.registry import Registry
 from effectusd.core.states import SagaState
 from effectusd.core.submission import ensure_checked, prepare_submission
-from effectusd.core.views import SagaView
+from effectusd.core.views import SagaSummary, SagaView, summarize
 from effectusd.store import operations
 from effectusd.store.operations import SubmitResult
 
 PlanInput = CheckedPlan | PlanSpec | Mapping[str, Any]
+# What ``wait`` waits for: a predicate of the view, or the states to reach; None: the saga is
+# terminal (completed, compensated, failed) or blocked (it waits for an operator).
+Until = Callable[[SagaView], bool] | Collection[SagaState | str] | None
 T = TypeVar("T")
+SAGA_ID = re.compile(r"[0-9a-f]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -61,17 +78,94 @@ def default_actor() -> str:
         return "user:unknown"
 
 
+def settled(view: SagaView) -> bool:
+    """``wait``'s default: nothing more happens without an operator."""
+    return view.state.is_terminal or view.state.is_blocked
+
+
+def until_predicate(until: Until) -> Callable[[SagaView], bool]:
+    if until is None:
+        return settled
+    if callable(until):
+        return until
+    states = frozenset(SagaState(state) for state in until)  # ValueError: no such state
+    return lambda view: view.state in states
+
+
+def locate(
+    namespace: str, saga_id: str | None, execution_id: str | None, plan_id: str | None
+) -> Operation[str | None]:
+    """The one saga id the arguments name (it may not exist), None if none can match;
+    AmbiguousSaga if a prefix, or an execution id without its plan, names several."""
+    if (saga_id is None) == (execution_id is None):
+        raise TypeError("name the saga by saga_id (or a unique prefix) or by execution_id")
+    if saga_id is not None:
+        wanted = saga_id.strip().lower()
+        if not SAGA_ID.fullmatch(wanted):
+            return None  # not hex: no saga has it
+        if len(wanted) == 64:
+            return wanted
+        rows = yield from operations.find_sagas(prefix=wanted)
+        what = f"saga id prefix {wanted}"
+    elif plan_id is not None:
+        assert execution_id is not None
+        return derive_saga_id(namespace, execution_id, plan_id)
+    else:
+        rows = yield from operations.find_sagas(namespace=namespace, execution_id=execution_id)
+        what = f"execution id {execution_id!r} (give its plan_id)"
+    if len(rows) > 1:
+        ids = [str(row["saga_id"]) for row in rows]
+        raise AmbiguousSaga(f"{what} names more than one saga: {', '.join(ids)}", ids)
+    return str(rows[0]["saga_id"]) if rows else None
+
+
+def lookup(
+    namespace: str, saga_id: str | None, execution_id: str | None, plan_id: str | None
+) -> Operation[SagaView | None]:
+    """``locate`` and load in one go (one connection, one transaction)."""
+    found = yield from locate(namespace, saga_id, execution_id, plan_id)
+    if found is None:
+        return None
+    return (yield from operations.load_saga(found))
+
+
 class _ClientBase:
-    def __init__(self, config: Config | None = None, *, database_url: str | None = None) -> None:
+    """``connection``: the caller's connection, used for everything (a submit joins its
+    transaction); ``pool``: the caller's psycopg pool, one connection borrowed per operation
+    (its URL is the database URL unless ``database_url`` says otherwise). Neither: the client
+    opens connections of its own from the database URL (``database_url`` or the config's)."""
+
+    asynchronous = False
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        database_url: str | None = None,
+        connection: object | None = None,
+        pool: object | None = None,
+    ) -> None:
+        if connection is not None and pool is not None:
+            raise WrongConnection("give the client a connection or a pool, not both")
         self.config = config or load_config(None)
-        self.backend = backend_for(database_url or self.config.database.url)
+        url = database_url or pool_url(pool) or self.config.database.url
+        self.backend = backend_for(url)
         self.database_url = self.backend.url
         self.registry = registry_from_config(self.config)
         self.namespace = self.config.namespace
+        self.connection = connection
+        self.pool = pool
+        if pool is not None:
+            require_pool(self.backend.dialect, pool, asynchronous=self.asynchronous)
+        if connection is not None and self.asynchronous:
+            require_async_connection(self.backend.dialect, connection)
+        elif connection is not None:
+            require_connection(self.backend.dialect, connection, "Client")
 
     @classmethod
-    def from_config_file(cls, path: str, *, database_url: str | None = None) -> Any:
-        return cls(load_config(path), database_url=database_url)
+    def from_config_file(cls, path: str, **options: Any) -> Any:
+        """A client of the configuration file ``path`` (``options`` as for the constructor)."""
+        return cls(load_config(path), **options)
 
     def _prepare(
         self, plan: PlanInput, execution_id: str, facts: Mapping[str, JsonValue] | None
@@ -79,10 +173,40 @@ class _ClientBase:
         checked = ensure_checked(plan, self.registry)
         return prepare_submission(checked, self.registry, self.namespace, execution_id, facts or {})
 
+    def _lookup(
+        self, saga_id: str | None, execution_id: str | None, plan_id: str | None
+    ) -> Operation[SagaView | None]:
+        return lookup(self.namespace, saga_id, execution_id, plan_id)
+
+    def _list(
+        self,
+        state: SagaState | str | None,
+        plan_id: str | None,
+        limit: int,
+        older_than: timedelta | None,
+    ) -> Operation[list[SagaSummary]]:
+        chosen = None if state is None else SagaState(state).value
+        rows = yield from operations.list_sagas(chosen, plan_id, self.namespace, limit, older_than)
+        return summarize(rows)
+
+
+def _waited_too_long(view: SagaView, timeout: float) -> WaitTimeout:
+    return WaitTimeout(f"saga {view.saga_id} still {view.state.value} after {timeout}s", view)
+
 
 class Client(_ClientBase):
     """Synchronous client. Pass ``conn`` (a psycopg or a sqlite3 connection to the store's
-    database) to write inside your own open transaction."""
+    database) to a submit to write inside your own open transaction."""
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        database_url: str | None = None,
+        connection: Connection | None = None,
+        pool: PostgresPool | None = None,
+    ) -> None:
+        super().__init__(config, database_url=database_url, connection=connection, pool=pool)
 
     def submit(
         self,
@@ -113,48 +237,76 @@ class Client(_ClientBase):
         operation = operations.submit_many(batch, actor, not_before)
         return self._write(operation, conn)
 
-    def _write(self, operation: Operation[T], conn: Connection | None) -> T:
+    def _write(self, operation: Operation[T], conn: object | None) -> T:
         """In the caller's transaction when given one (it commits), else in our own."""
-        if conn is not None:
-            self.backend.join(conn)
-            return self.backend.run(conn, operation)
+        joined = conn if conn is not None else self.connection
+        if joined is not None:
+            self.backend.join(joined)
+            return self.backend.run(joined, operation)
         return self._run(operation)
 
     def _run(self, operation: Operation[T]) -> T:
-        with self.backend.connect() as own:
-            return self.backend.run(own, operation)
+        with self.backend.borrow(self.connection or self.pool) as conn:
+            return self.backend.run(conn, operation)
 
-    def get(self, saga_id: str) -> SagaView | None:
-        return self._run(operations.load_saga(saga_id))
+    def get(
+        self,
+        saga_id: str | None = None,
+        *,
+        execution_id: str | None = None,
+        plan_id: str | None = None,
+    ) -> SagaView | None:
+        """The saga named by its id (or a unique prefix of it), or by the execution id it was
+        submitted under (with its plan id, unless only one plan ran under it); None if there is
+        none. AmbiguousSaga if the name fits several."""
+        return self._run(self._lookup(saga_id, execution_id, plan_id))
 
     def list(
         self,
-        state: str | None = None,
+        state: SagaState | str | None = None,
         plan_id: str | None = None,
         limit: int = 100,
         older_than: timedelta | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[SagaSummary]:
         """Sagas newest first; ``older_than`` keeps those created before now minus it."""
-        return self._run(operations.list_sagas(state, plan_id, self.namespace, limit, older_than))
+        return self._run(self._list(state, plan_id, limit, older_than))
 
-    def wait(self, saga_id: str, timeout: float = 30.0, interval: float = 0.05) -> SagaView:
-        """Poll until the saga is terminal or blocked; raises TimeoutError naming its state."""
+    def wait(self, saga_id: str, timeout: float = 30.0, *, until: Until = None) -> SagaView:
+        """The saga's view once ``until`` holds (default: terminal or blocked). Wakes on the
+        store's notification of the saga's state changes (PostgreSQL; looking again at least
+        every ``backend.poll_interval_s``), polls on SQLite. SagaNotFound if there is no such
+        saga, WaitTimeout (with the last view) if ``until`` still fails after ``timeout``s."""
+        done = until_predicate(until)
         deadline = time.monotonic() + timeout
-        while True:
-            view = self.get(saga_id)
-            if view is None:
-                raise SagaNotFound(f"saga {saga_id} does not exist")
-            state = SagaState(view["state"])
-            if state.is_terminal or state.is_blocked:
-                return view
-            if time.monotonic() >= deadline:
-                raise WaitTimeout(f"saga {saga_id} still {state.value} after {timeout}s")
-            time.sleep(interval)
+        with self.backend.saga_changes() as changes:  # listening before the first read
+            while True:
+                view = self.get(saga_id)
+                if view is None:
+                    raise SagaNotFound(f"saga {saga_id} does not exist")
+                if done(view):
+                    return view
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _waited_too_long(view, timeout)
+                changes.wait(view.saga_id, min(left, self.backend.poll_interval_s))
 
 
 class AsyncClient(_ClientBase):
     """Asynchronous client; same semantics as Client. On PostgreSQL it speaks psycopg's
-    AsyncConnection; on SQLite the backend runs each operation in a worker thread."""
+    AsyncConnection and AsyncConnectionPool; on SQLite the backend runs each operation in a
+    worker thread."""
+
+    asynchronous = True
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        database_url: str | None = None,
+        connection: AsyncPostgresConnection | None = None,
+        pool: AsyncPostgresPool | None = None,
+    ) -> None:
+        super().__init__(config, database_url=database_url, connection=connection, pool=pool)
 
     async def submit(
         self,
@@ -183,24 +335,47 @@ class AsyncClient(_ClientBase):
         operation = operations.submit_many(prepared, actor, not_before)
         return await self._write(operation, conn)
 
-    async def _write(self, operation: Operation[T], conn: AsyncPostgresConnection | None) -> T:
+    async def _write(self, operation: Operation[T], conn: object | None) -> T:
         """In the caller's transaction when given one (it commits), else in our own."""
-        if conn is not None:
-            return await self.backend.run_joined_async(conn, operation)
-        return await self.backend.run_async(operation)
+        joined = conn if conn is not None else self.connection
+        if joined is not None:
+            return await self.backend.run_joined_async(joined, operation)
+        return await self._run(operation)
 
-    async def get(self, saga_id: str) -> SagaView | None:
-        return await self.backend.run_async(operations.load_saga(saga_id))
+    async def _run(self, operation: Operation[T]) -> T:
+        return await self.backend.run_async(operation, self.connection or self.pool)
 
-    async def wait(self, saga_id: str, timeout: float = 30.0, interval: float = 0.05) -> SagaView:
+    async def get(
+        self,
+        saga_id: str | None = None,
+        *,
+        execution_id: str | None = None,
+        plan_id: str | None = None,
+    ) -> SagaView | None:
+        """``Client.get``, asynchronously (on the pool, when the client has one)."""
+        return await self._run(self._lookup(saga_id, execution_id, plan_id))
+
+    async def list(
+        self,
+        state: SagaState | str | None = None,
+        plan_id: str | None = None,
+        limit: int = 100,
+        older_than: timedelta | None = None,
+    ) -> list[SagaSummary]:
+        return await self._run(self._list(state, plan_id, limit, older_than))
+
+    async def wait(self, saga_id: str, timeout: float = 30.0, *, until: Until = None) -> SagaView:
+        """``Client.wait``, asynchronously."""
+        done = until_predicate(until)
         deadline = time.monotonic() + timeout
-        while True:
-            view = await self.get(saga_id)
-            if view is None:
-                raise SagaNotFound(f"saga {saga_id} does not exist")
-            state = SagaState(view["state"])
-            if state.is_terminal or state.is_blocked:
-                return view
-            if time.monotonic() >= deadline:
-                raise WaitTimeout(f"saga {saga_id} still {state.value} after {timeout}s")
-            await asyncio.sleep(interval)
+        async with self.backend.saga_changes_async() as changes:
+            while True:
+                view = await self.get(saga_id)
+                if view is None:
+                    raise SagaNotFound(f"saga {saga_id} does not exist")
+                if done(view):
+                    return view
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _waited_too_long(view, timeout)
+                await changes.wait(view.saga_id, min(left, self.backend.poll_interval_s))

@@ -2,8 +2,9 @@
 
 ``backend_for(url)`` is the one place the dialect is chosen; everything above (the store, the
 client, the daemon, the command line, the destination kit, the bench) asks the backend it
-gets. A backend connects, runs operations (``operation.py``) sync and async, wakes the daemon
-(PostgreSQL: LISTEN; SQLite: none, the daemon polls), applies migration sets
+gets. A backend connects (or borrows the caller's connection or pool), runs operations
+(``operation.py``) sync and async, wakes the daemon and ``Client.wait`` (PostgreSQL: LISTEN;
+SQLite: none, they poll; ``changes.py``), applies migration sets
 (``migrations.py``) and names the store's statements (``statements.py``).
 
 Adding a database means adding a folder here (and the store's statements in its dialect).
@@ -12,9 +13,10 @@ Adding a database means adding a folder here (and the store's statements in its 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
+from effectusd.backends.changes import AsyncSagaChanges, SagaChanges
 from effectusd.backends.connections import Connection
 from effectusd.backends.migrations import Migration, MigrationSet, MigrationStatus
 from effectusd.backends.operation import Operation
@@ -46,7 +48,9 @@ class Backend(Protocol):
     def connect(self, *, create: bool = False) -> AbstractContextManager[Any]: ...
     def run(self, conn: Any, operation: Operation[T]) -> T: ...
     def join(self, conn: object, who: str = "Client") -> None: ...
-    async def run_async(self, operation: Operation[T]) -> T: ...
+    # ``source``: the caller's connection or pool to run on; None: a connection of our own.
+    def borrow(self, source: object | None = None) -> AbstractContextManager[Any]: ...
+    async def run_async(self, operation: Operation[T], source: object | None = None) -> T: ...
     async def run_joined_async(self, conn: object, operation: Operation[T]) -> T: ...
     def migration_status(
         self, conn: Any, known: list[Migration] | None = None
@@ -54,6 +58,8 @@ class Backend(Protocol):
     def migrate(self, conn: Any, known: list[Migration] | None = None) -> list[Migration]: ...
     def require_current(self, conn: Any) -> None: ...
     def wakeups(self) -> AsyncGenerator[None, None]: ...
+    def saga_changes(self) -> AbstractContextManager[SagaChanges]: ...
+    def saga_changes_async(self) -> AbstractAsyncContextManager[AsyncSagaChanges]: ...
     async def open_session(self, min_size: int, max_size: int) -> Session: ...
 
 

@@ -1,5 +1,5 @@
-"""Connection kinds: what a backend accepts as the caller's connection, and the error that
-names the mistake when it gets the other database's (or a sync one where async is needed)."""
+"""Connection kinds: what a backend accepts as the caller's connection or pool, and the error
+that names the mistake when it gets the other database's (or a sync one where async is needed)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sqlite3
 from typing import Any
 
 import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from effectusd.core.database_url import Dialect
 from effectusd.core.errors import WrongConnection
@@ -16,6 +17,9 @@ PostgresConnection = psycopg.Connection[Any]
 AsyncPostgresConnection = psycopg.AsyncConnection[Any]
 SqliteConnection = sqlite3.Connection
 Connection = PostgresConnection | SqliteConnection
+# The caller's own pools (PostgreSQL only): the client borrows a connection per operation.
+PostgresPool = ConnectionPool[Any]
+AsyncPostgresPool = AsyncConnectionPool[Any]
 PostgresCursor = psycopg.Cursor[Any]
 AsyncPostgresCursor = psycopg.AsyncCursor[Any]
 
@@ -53,3 +57,25 @@ def require_async_connection(dialect: Dialect, conn: object) -> None:
             "AsyncClient is configured for the SQLite store (database URL) and cannot join a "
             "PostgreSQL transaction; check the database URL it was given"
         )
+
+
+def pool_url(pool: object) -> str | None:
+    """The URL (or conninfo) a psycopg pool connects with; None for anything else."""
+    if isinstance(pool, ConnectionPool | AsyncConnectionPool):
+        return str(pool.conninfo)
+    return None
+
+
+def require_pool(dialect: Dialect, pool: object, *, asynchronous: bool) -> None:
+    """Pools are PostgreSQL's: a psycopg_pool.ConnectionPool for Client, an
+    AsyncConnectionPool for AsyncClient."""
+    kind = AsyncConnectionPool if asynchronous else ConnectionPool
+    if dialect == "postgresql" and isinstance(pool, kind):
+        return
+    who = "AsyncClient" if asynchronous else "Client"
+    store = "PostgreSQL" if dialect == "postgresql" else "SQLite"
+    raise WrongConnection(
+        f"{who} on the {store} store takes a psycopg_pool.{kind.__name__}, not a "
+        f"{type(pool).__module__}.{type(pool).__name__}"
+        + ("" if dialect == "postgresql" else " (SQLite has no pools: give a connection or a URL)")
+    )

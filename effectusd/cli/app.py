@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
+from pydantic import BaseModel
 
 from effectusd.backends import Backend, Connection, backend_for
 from effectusd.backends.errors import UNAVAILABLE
@@ -84,9 +85,16 @@ def fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+def _json_default(value: object) -> Any:
+    """Typed views print as their model's JSON form (docs/schema/), anything else as text."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return str(value)
+
+
 def emit(data: Any, as_json: bool, human: Callable[[Any], str]) -> None:
     if as_json:
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=_json_default))
     else:
         click.echo(human(data))
 

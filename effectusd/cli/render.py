@@ -1,17 +1,23 @@
-"""Human-readable output for the CLI (the --json forms print the view as is)."""
+"""Human-readable output for the CLI (the --json forms print the same views as JSON)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
-from effectusd.core.views import blocking_dispatches
+from effectusd.core.views import (
+    DispatchView,
+    SagaSummary,
+    SagaView,
+    StepView,
+    TimelineEvent,
+    blocking_dispatches,
+)
 
 
-def _age(iso: str | None) -> str:
-    if not iso:
+def _age(at: datetime | None) -> str:
+    if at is None:
         return "-"
-    seconds = (datetime.now(UTC) - datetime.fromisoformat(iso)).total_seconds()
+    seconds = (datetime.now(UTC) - at).total_seconds()
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds / size:.1f}{unit}"
@@ -22,107 +28,110 @@ def _short(value: str | None, size: int = 12) -> str:
     return "-" if not value else (value if len(value) <= size else value[:size] + "…")
 
 
-def _evidence(step: dict[str, Any], dispatch: dict[str, Any]) -> list[str]:
+def _when(at: datetime | None, empty: str = "-") -> str:
+    return empty if at is None else at.isoformat()
+
+
+def _evidence(step: StepView, dispatch: DispatchView) -> list[str]:
     """What to ask the destination: "did you get this key, with this argument hash?"."""
     lines = [
-        f"  {step['effect_id']} ({dispatch['direction']}) is {dispatch['state']}",
-        f"    destination      {dispatch['destination']}  {dispatch['method']} {dispatch['path']}",
-        f"    verb             {dispatch['verb']}  contract {dispatch['contract_hash']}",
-        f"    Idempotency-Key  {dispatch['idempotency_key']}",
-        f"    argument hash    {dispatch['args_hash']}",
+        f"  {step.effect_id} ({dispatch.direction}) is {dispatch.state}",
+        f"    destination      {dispatch.destination}  {dispatch.method} {dispatch.path}",
+        f"    verb             {dispatch.verb}  contract {dispatch.contract_hash}",
+        f"    Idempotency-Key  {dispatch.idempotency_key}",
+        f"    argument hash    {dispatch.args_hash}",
     ]
-    for attempt in dispatch["attempts"]:
-        grants = attempt["grants"] if attempt["grants"] else "-"
+    for attempt in dispatch.attempts:
+        grants = ", ".join(f"{g.resource}={g.token}" for g in attempt.grants or ()) or "-"
         lines.append(
-            f"    attempt {attempt['attempt']}  sent {attempt['sent_at'] or 'never'}  "
-            f"http {attempt['status_code'] if attempt['status_code'] is not None else '-'}  "
-            f"{attempt['outcome'] or 'in progress'}  grants {grants}"
+            f"    attempt {attempt.attempt}  sent {_when(attempt.sent_at, 'never')}  "
+            f"http {attempt.status_code if attempt.status_code is not None else '-'}  "
+            f"{attempt.outcome or 'in progress'}  grants {grants}"
         )
-        if attempt["error"]:
-            lines.append(f"      error: {attempt['error']}")
-        if attempt["late"]:
-            lines.append(f"      late answer: {attempt['late_outcome']} at {attempt['late_at']}")
+        if attempt.error:
+            lines.append(f"      error: {attempt.error}")
+        if attempt.late:
+            lines.append(f"      late answer: {attempt.late_outcome} at {_when(attempt.late_at)}")
     return lines
 
 
-def saga_list(rows: list[dict[str, Any]]) -> str:
+def saga_list(rows: list[SagaSummary]) -> str:
     if not rows:
         return "no sagas"
     lines = [f"{'SAGA':14} {'STATE':22} {'PLAN':16} {'EXECUTION':24} AGE"]
     for row in rows:
         lines.append(
-            f"{_short(row['saga_id']):14} {row['state']:22} {row['plan_id']:16} "
-            f"{_short(row['execution_id'], 24):24} {_age(row['created_at'])}"
+            f"{_short(row.saga_id):14} {row.state:22} {row.plan_id:16} "
+            f"{_short(row.execution_id, 24):24} {_age(row.created_at)}"
         )
     return "\n".join(lines)
 
 
-def saga_detail(view: dict[str, Any]) -> str:
+def saga_detail(view: SagaView) -> str:
     lines = _saga_header(view)
     lines += ["", "steps"]
-    for step in view["steps"]:
+    for step in view.steps:
         lines.extend(_step_lines(step))
     blocked = blocking_dispatches(view)
     if blocked:
-        lines += ["", f"why it stopped: {view['stop_reason'] or view['state']}"]
+        lines += ["", f"why it stopped: {view.stop_reason or view.state}"]
         for step, dispatch in blocked:
             lines.extend(_evidence(step, dispatch))
-    if view.get("next_actions"):
+    if view.next_actions:
         lines += ["", "what you can do"]
-        lines.extend(f"  {action}" for action in view["next_actions"])
+        lines.extend(f"  {action}" for action in view.next_actions)
     lines += ["", "timeline"]
-    lines.extend(_event_line(event) for event in view["timeline"])
+    lines.extend(_event_line(event) for event in view.timeline)
     return "\n".join(lines)
 
 
-def _saga_header(view: dict[str, Any]) -> list[str]:
+def _saga_header(view: SagaView) -> list[str]:
     lines = [
-        f"saga       {view['saga_id']}",
-        f"state      {view['state']}"
-        + (f"  ({view['stop_reason']})" if view["stop_reason"] else ""),
-        f"plan       {view['plan_id']}  digest {_short(view['plan_digest'])}",
-        f"execution  {view['execution_id']}  namespace {view['namespace']}",
-        f"age        {_age(view['created_at'])}  (updated {_age(view['updated_at'])} ago)",
+        f"saga       {view.saga_id}",
+        f"state      {view.state}" + (f"  ({view.stop_reason})" if view.stop_reason else ""),
+        f"plan       {view.plan_id}  digest {_short(view.plan_digest)}",
+        f"execution  {view.execution_id}  namespace {view.namespace}",
+        f"age        {_age(view.created_at)}  (updated {_age(view.updated_at)} ago)",
     ]
-    if view.get("cancel_requested_at"):
-        lines.append(f"cancel     requested by {view['cancel_requested_by']}")
+    if view.cancel_requested_at is not None:
+        lines.append(f"cancel     requested by {view.cancel_requested_by}")
     return lines
 
 
-def _step_lines(step: dict[str, Any]) -> list[str]:
+def _step_lines(step: StepView) -> list[str]:
     """One step, each of its dispatches and each dispatch's attempts, one line apiece."""
-    lines = [f"  {step['sequence']}. {step['effect_id']:20} {step['state']:14} {step['verb']}"]
-    for dispatch in step["dispatches"]:
+    lines = [f"  {step.sequence}. {step.effect_id:20} {step.state:14} {step.verb}"]
+    for dispatch in step.dispatches:
         lines.append(
-            f"     {dispatch['direction']:12} {dispatch['state']:18} "
-            f"attempt {dispatch['attempt']}/{dispatch['max_attempts']}  "
-            f"key {_short(dispatch['idempotency_key'], 16)}  -> {dispatch['destination']}"
+            f"     {dispatch.direction:12} {dispatch.state:18} "
+            f"attempt {dispatch.attempt}/{dispatch.max_attempts}  "
+            f"key {_short(dispatch.idempotency_key, 16)}  -> {dispatch.destination}"
         )
-        if dispatch["last_error"]:
-            lines.append(f"       last error: {dispatch['last_error']}")
-        for attempt in dispatch["attempts"]:
-            status = attempt["status_code"] if attempt["status_code"] is not None else "-"
-            late = f"  late: {attempt['late_outcome']}" if attempt["late"] else ""
+        if dispatch.last_error:
+            lines.append(f"       last error: {dispatch.last_error}")
+        for attempt in dispatch.attempts:
+            status = attempt.status_code if attempt.status_code is not None else "-"
+            late = f"  late: {attempt.late_outcome}" if attempt.late else ""
             lines.append(
-                f"       #{attempt['attempt']} {attempt['outcome'] or 'in progress':38} "
-                f"http {status!s:4} fencing {attempt['fencing_status'] or '-':14} "
-                f"sent {attempt['sent_at'] or '-'}{late}"
+                f"       #{attempt.attempt} {attempt.outcome or 'in progress':38} "
+                f"http {status!s:4} fencing {attempt.fencing_status or '-':14} "
+                f"sent {_when(attempt.sent_at)}{late}"
             )
-            if attempt["error"]:
-                lines.append(f"          error: {attempt['error']}")
+            if attempt.error:
+                lines.append(f"          error: {attempt.error}")
     return lines
 
 
-def _event_line(event: dict[str, Any]) -> str:
+def _event_line(event: TimelineEvent) -> str:
     where = ""
-    if event["effect_id"]:
-        where = f" {event['effect_id']}" + (f"/{event['direction']}" if event["direction"] else "")
-    attempt = f" #{event['attempt']}" if event["attempt"] else ""
+    if event.effect_id:
+        where = f" {event.effect_id}" + (f"/{event.direction}" if event.direction else "")
+    attempt = f" #{event.attempt}" if event.attempt else ""
     change = ""
-    if event["to_state"]:
-        change = f" {event['from_state'] or '∅'} → {event['to_state']}"
-    evidence = f"  evidence: {event['evidence']}" if event["evidence"] else ""
+    if event.to_state:
+        change = f" {event.from_state or '∅'} → {event.to_state}"
+    evidence = f"  evidence: {event.evidence}" if event.evidence else ""
     return (
-        f"  {event['at'][11:23]}  {event['kind']}{where}{attempt}{change}  [{event['actor']}]"
+        f"  {event.at.isoformat()[11:23]}  {event.kind}{where}{attempt}{change}  [{event.actor}]"
         f"{evidence}"
     )

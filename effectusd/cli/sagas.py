@@ -57,9 +57,7 @@ def sagas_list(
         rows = obj.client().list(state=state, plan_id=plan_id, limit=limit, older_than=older_than)
     except UNAVAILABLE as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
-    from effectusd.core.views import jsonable
-
-    emit(jsonable(rows), as_json, render.saga_list)
+    emit(rows, as_json, render.saga_list)
 
 
 @sagas.command("show")

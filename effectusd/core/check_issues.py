@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from effectusd.core.errors import EffectusError
+from effectusd.core.errors import PlanError
 
 
 @dataclass(frozen=True)
@@ -16,7 +16,7 @@ class CheckIssue:
         return f"{self.path}: {self.message}" if self.path else self.message
 
 
-class PlanCheckError(EffectusError, ValueError):
+class PlanCheckError(PlanError):
     """The plan cannot be used; ``issues`` lists every problem found."""
 
     def __init__(self, issues: list[CheckIssue]) -> None:

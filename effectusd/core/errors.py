@@ -7,9 +7,18 @@ handling must see them exactly as it would without effectusd.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from effectusd.core.views import SagaView
+
 
 class EffectusError(Exception):
     """Base of everything effectusd raises on purpose; catch it to catch them all."""
+
+
+class PlanError(EffectusError, ValueError):
+    """The plan (or the facts given for it) cannot be used; nothing was written."""
 
 
 class SchemaNotReady(EffectusError):
@@ -17,12 +26,25 @@ class SchemaNotReady(EffectusError):
 
 
 class WrongConnection(EffectusError, TypeError):
-    """A connection of another store (or the sync/async kind the client cannot use)."""
+    """A connection or pool of another store (or the sync/async kind the client cannot use)."""
 
 
 class SagaNotFound(EffectusError, LookupError):
     """No saga has this id (``Client.wait``); it may have been pruned."""
 
 
+class AmbiguousSaga(EffectusError, LookupError):
+    """A saga-id prefix (or an execution id without its plan) names more than one saga;
+    ``matches`` holds some of their ids: give more of the id, or the plan id."""
+
+    def __init__(self, message: str, matches: list[str]) -> None:
+        super().__init__(message)
+        self.matches = matches
+
+
 class WaitTimeout(EffectusError, TimeoutError):
-    """``Client.wait`` gave up: the saga is still running."""
+    """``wait`` gave up: the saga is not yet where ``until`` asks (``view`` is where it is)."""
+
+    def __init__(self, message: str, view: SagaView | None = None) -> None:
+        super().__init__(message)
+        self.view = view

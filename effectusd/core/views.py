@@ -1,105 +1,199 @@
-"""The read model of one saga: what `sagas show --json` and `Client.get` return."""
+"""The read model of sagas: what ``Client.get``/``wait``/``list`` return and what
+``sagas show --json`` / ``sagas list --json`` print (``model_dump(mode="json")`` of the same
+models, so there is one schema: docs/schema/).
+
+Times print as ``datetime.isoformat()`` (``+00:00``, not pydantic's ``Z``): that is the form
+the command line has always printed and scripts may compare against.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
-SagaView = dict[str, Any]
-
-_ATTEMPT_FIELDS = (
-    "attempt",
-    "request_id",
-    "outcome",
-    "settled_by",
-    "fencing_status",
-    "grants",
-    "sent_at",
-    "completed_at",
-    "status_code",
-    "error",
-    "evidence",
-    "claimed_at",
-    "lease_owner",
-    "lease_expires_at",
-    "late",
-    "late_outcome",
-    "late_status_code",
-    "late_error",
-    "late_at",
-)
-_DISPATCH_FIELDS = (
-    "direction",
-    "state",
-    "attempt",
-    "max_attempts",
-    "idempotency_key",
-    "destination",
-    "verb",
-    "contract_hash",
-    "delivery",
-    "method",
-    "path",
-    "args_hash",
-    "fencing_resources",
-    "grants",
-    "next_attempt_at",
-    "lease_owner",
-    "lease_expires_at",
-    "uncertain_attempt",
-    "last_outcome",
-    "last_error",
-    "created_at",
-    "updated_at",
-)
-_STEP_FIELDS = ("effect_id", "sequence", "verb", "contract_hash", "state", "args_hash", "result")
-_SAGA_FIELDS = (
-    "saga_id",
-    "namespace",
-    "execution_id",
-    "plan_id",
-    "plan_digest",
-    "state",
-    "stop_reason",
-    "cancel_requested_at",
-    "cancel_requested_by",
-    "revision",
-    "created_at",
-    "updated_at",
-    "finished_at",
-    "facts",
-)
-_EVENT_FIELDS = (
-    "event_id",
-    "at",
-    "kind",
-    "effect_id",
-    "direction",
-    "attempt",
-    "from_state",
-    "to_state",
-    "actor",
-    "evidence",
-    "detail",
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    JsonValue,
+    PlainSerializer,
+    WithJsonSchema,
 )
 
+from effectusd.core.states import (
+    Delivery,
+    Direction,
+    DispatchState,
+    FencingStatus,
+    OutcomeClass,
+    SagaState,
+    SettledBy,
+    StepState,
+)
 
-def jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, UUID):
-        return str(value)
-    if isinstance(value, Mapping):
-        return {str(key): jsonable(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(item) for item in value]
-    return value
+__all__ = [
+    "AttemptView",
+    "DispatchView",
+    "Grant",
+    "SagaSummary",
+    "SagaView",
+    "StepView",
+    "TimelineEvent",
+    "blocking_dispatches",
+    "build_saga_view",
+    "next_actions",
+    "summarize",
+    "view_schemas",
+]
+
+Timestamp = Annotated[
+    datetime,
+    PlainSerializer(lambda value: value.isoformat(), return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+# PostgreSQL returns uuid columns as UUID, SQLite as text: both are the same string here.
+Text = Annotated[
+    str, BeforeValidator(lambda value: str(value) if isinstance(value, UUID) else value)
+]
 
 
-def _pick(row: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
-    return {field: jsonable(row.get(field)) for field in fields}
+class _View(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Grant(_View):
+    """A fencing token taken for a resource before the call."""
+
+    resource: str
+    token: int
+
+
+class AttemptView(_View):
+    """One call of a dispatch (or its lease, while it is in progress)."""
+
+    attempt: int
+    request_id: Text
+    outcome: OutcomeClass | None
+    settled_by: SettledBy | None
+    fencing_status: FencingStatus | None
+    grants: list[Grant] | None
+    sent_at: Timestamp | None  # None: never sent (nothing can have reached the destination)
+    completed_at: Timestamp | None
+    status_code: int | None
+    error: str | None
+    evidence: dict[str, JsonValue] | None
+    claimed_at: Timestamp
+    lease_owner: str
+    lease_expires_at: Timestamp
+    late: bool  # an answer came after the lease ran out: kept as evidence, not applied
+    late_outcome: OutcomeClass | None
+    late_status_code: int | None
+    late_error: str | None
+    late_at: Timestamp | None
+
+
+class DispatchView(_View):
+    """One direction (forward or compensation) of a step: the outbox row."""
+
+    direction: Direction
+    state: DispatchState
+    attempt: int
+    max_attempts: int
+    idempotency_key: str
+    destination: str
+    verb: str
+    contract_hash: str
+    delivery: Delivery
+    method: str
+    path: str
+    args_hash: str
+    fencing_resources: list[str]
+    grants: list[Grant] | None
+    next_attempt_at: Timestamp
+    lease_owner: str | None
+    lease_expires_at: Timestamp | None
+    uncertain_attempt: int | None  # an attempt that may have reached the destination
+    last_outcome: OutcomeClass | None
+    last_error: str | None
+    created_at: Timestamp
+    updated_at: Timestamp
+    attempts: list[AttemptView]
+
+
+class StepView(_View):
+    effect_id: str
+    sequence: int
+    verb: str
+    contract_hash: str
+    state: StepState
+    args_hash: str | None
+    result: JsonValue
+    has_compensation: bool
+    dispatches: list[DispatchView]
+
+
+class TimelineEvent(_View):
+    """One entry of the saga's append-only timeline."""
+
+    event_id: int
+    at: Timestamp
+    kind: str
+    effect_id: str | None
+    direction: Direction | None
+    attempt: int | None
+    from_state: str | None  # a saga, step or dispatch state, by ``kind``
+    to_state: str | None
+    actor: str
+    evidence: str | None
+    detail: dict[str, JsonValue]
+
+
+class SagaView(_View):
+    """One saga with its steps, their dispatches and attempts, its timeline, and the commands
+    an operator can run next (empty unless it waits for one)."""
+
+    saga_id: str
+    namespace: str
+    execution_id: str
+    plan_id: str
+    plan_digest: str
+    state: SagaState
+    stop_reason: str | None
+    cancel_requested_at: Timestamp | None
+    cancel_requested_by: str | None
+    revision: int
+    created_at: Timestamp
+    updated_at: Timestamp
+    finished_at: Timestamp | None
+    facts: dict[str, JsonValue]
+    steps: list[StepView]
+    timeline: list[TimelineEvent]
+    next_actions: list[str]
+
+    def step(self, effect_id: str) -> StepView:
+        """The step ``effect_id``; KeyError if the plan has none."""
+        for each in self.steps:
+            if each.effect_id == effect_id:
+                return each
+        raise KeyError(effect_id)
+
+
+class SagaSummary(_View):
+    """One line of ``list``: newest first."""
+
+    saga_id: str
+    execution_id: str
+    plan_id: str
+    state: SagaState
+    stop_reason: str | None
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+def _pick(row: Mapping[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    return {name: row.get(name) for name in model.model_fields}
 
 
 def build_saga_view(
@@ -109,60 +203,81 @@ def build_saga_view(
     attempts: Sequence[Mapping[str, Any]],
     events: Sequence[Mapping[str, Any]],
 ) -> SagaView:
+    """The view of a saga's rows as the store reads them (either store)."""
     attempts_by_dispatch: dict[Any, list[dict[str, Any]]] = {}
     for attempt in attempts:
         attempts_by_dispatch.setdefault(attempt["dispatch_id"], []).append(
-            _pick(attempt, _ATTEMPT_FIELDS)
+            _pick(attempt, AttemptView)
         )
     dispatches_by_step: dict[str, list[dict[str, Any]]] = {}
     for dispatch in dispatches:
-        view = _pick(dispatch, _DISPATCH_FIELDS)
-        view["attempts"] = attempts_by_dispatch.get(dispatch["dispatch_id"], [])
-        dispatches_by_step.setdefault(dispatch["effect_id"], []).append(view)
-    view = _pick(saga, _SAGA_FIELDS)
-    view["steps"] = []
+        row = _pick(dispatch, DispatchView)
+        row["attempts"] = attempts_by_dispatch.get(dispatch["dispatch_id"], [])
+        dispatches_by_step.setdefault(dispatch["effect_id"], []).append(row)
+    step_rows = []
     for step in steps:
-        step_view = _pick(step, _STEP_FIELDS)
-        step_view["has_compensation"] = step.get("compensation") is not None
-        step_view["dispatches"] = dispatches_by_step.get(step["effect_id"], [])
-        view["steps"].append(step_view)
-    view["timeline"] = [_pick(event, _EVENT_FIELDS) for event in events]
-    view["next_actions"] = next_actions(view)
-    return view
+        row = _pick(step, StepView)
+        row["has_compensation"] = step.get("compensation") is not None
+        row["dispatches"] = dispatches_by_step.get(step["effect_id"], [])
+        step_rows.append(row)
+    view = _pick(saga, SagaView)
+    view.update(
+        steps=step_rows, timeline=[_pick(event, TimelineEvent) for event in events], next_actions=[]
+    )
+    typed = SagaView.model_validate(view)
+    return typed.model_copy(update={"next_actions": next_actions(typed)})
 
 
-_BLOCKING = {
-    "blocked_unknown": ("blocked_unknown",),
-    "blocked_fence": ("blocked_fence",),
-    "blocked_contract": ("blocked_contract",),
-    "blocked_compensation": ("failed_permanent", "blocked_unknown"),
+def summarize(rows: Sequence[Mapping[str, Any]]) -> list[SagaSummary]:
+    """``list_sagas`` rows as summaries."""
+    return [SagaSummary.model_validate(_pick(row, SagaSummary)) for row in rows]
+
+
+def view_schemas() -> dict[str, dict[str, Any]]:
+    """The JSON Schema of what ``sagas show --json`` and ``sagas list --json`` print, by the
+    file name docs/schema/ publishes it under."""
+    summaries: dict[str, Any] = {
+        "title": "SagaList",
+        "type": "array",
+        "items": SagaSummary.model_json_schema(mode="serialization"),
+    }
+    return {
+        "saga.json": SagaView.model_json_schema(mode="serialization"),
+        "saga-list.json": summaries,
+    }
+
+
+_BLOCKING: dict[SagaState, tuple[DispatchState, ...]] = {
+    SagaState.BLOCKED_UNKNOWN: (DispatchState.BLOCKED_UNKNOWN,),
+    SagaState.BLOCKED_FENCE: (DispatchState.BLOCKED_FENCE,),
+    SagaState.BLOCKED_CONTRACT: (DispatchState.BLOCKED_CONTRACT,),
+    SagaState.BLOCKED_COMPENSATION: (DispatchState.FAILED_PERMANENT, DispatchState.BLOCKED_UNKNOWN),
 }
 
 
-def blocking_dispatches(view: SagaView) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def blocking_dispatches(view: SagaView) -> list[tuple[StepView, DispatchView]]:
     """The (step, dispatch) pairs that hold a blocked saga where it is."""
-    states = _BLOCKING.get(view["state"], ())
-    found = []
-    for step in view["steps"]:
-        for dispatch in step["dispatches"]:
-            compensation_only = view["state"] == "blocked_compensation"
-            if dispatch["state"] in states and (
-                not compensation_only or dispatch["direction"] == "compensation"
-            ):
-                found.append((step, dispatch))
-    return found
+    states = _BLOCKING.get(view.state, ())
+    compensation_only = view.state is SagaState.BLOCKED_COMPENSATION
+    return [
+        (step, dispatch)
+        for step in view.steps
+        for dispatch in step.dispatches
+        if dispatch.state in states
+        and (not compensation_only or dispatch.direction is Direction.COMPENSATION)
+    ]
 
 
 def next_actions(view: SagaView) -> list[str]:
     """The exact commands an operator can run next (empty when nothing is to be done)."""
-    saga = view["saga_id"]
-    state = view["state"]
+    saga = view.saga_id
+    state = view.state
     evidence = "--evidence 'WHAT YOU CHECKED'"
-    if state == "blocked_unknown":
+    if state is SagaState.BLOCKED_UNKNOWN:
         actions = []
         for step, dispatch in blocking_dispatches(view):
-            where = f"effectusd resolve {saga} {step['effect_id']}"
-            if dispatch["direction"] == "compensation":
+            where = f"effectusd resolve {saga} {step.effect_id}"
+            if dispatch.direction is Direction.COMPENSATION:
                 where += " --direction compensation"
             actions += [
                 f"{where} --committed [--result JSON] {evidence}",
@@ -170,20 +285,23 @@ def next_actions(view: SagaView) -> list[str]:
                 f"{where} --not-committed --fail {evidence}",
             ]
         return actions
-    if state == "blocked_contract":  # restore the pinned contract, or adopt the loaded one
+    if state is SagaState.BLOCKED_CONTRACT:  # restore the pinned contract, or adopt the loaded one
         return [
             f"effectusd retry {saga} {evidence}",
             f"effectusd adopt-contract {saga} {evidence}",
         ]
-    if state in ("blocked_fence", "blocked_compensation"):
+    if state in (SagaState.BLOCKED_FENCE, SagaState.BLOCKED_COMPENSATION):
         actions = [f"effectusd retry {saga} {evidence}"]
         for step, dispatch in blocking_dispatches(view):
-            if state == "blocked_compensation" and dispatch["state"] == "failed_permanent":
+            if (
+                state is SagaState.BLOCKED_COMPENSATION
+                and dispatch.state is DispatchState.FAILED_PERMANENT
+            ):
                 actions.append(  # it was undone by hand
-                    f"effectusd resolve {saga} {step['effect_id']} --direction compensation "
+                    f"effectusd resolve {saga} {step.effect_id} --direction compensation "
                     "--committed --evidence 'HOW IT WAS UNDONE'"
                 )
         return actions
-    if state in ("running", "compensating") and not view.get("cancel_requested_at"):
-        return [f"effectusd cancel {saga} {evidence}"] if state == "running" else []
+    if state is SagaState.RUNNING and view.cancel_requested_at is None:
+        return [f"effectusd cancel {saga} {evidence}"]
     return []

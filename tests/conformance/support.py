@@ -99,10 +99,14 @@ class StoreUnderTest:
     def submit(self, plan: Mapping[str, Any], execution_id: str, **kwargs: Any) -> str:
         return self.client().submit(plan, execution_id=execution_id, **kwargs).saga_id
 
-    def view(self, saga_id: str) -> SagaView:
+    def typed_view(self, saga_id: str) -> SagaView:
         view = self.run(operations.load_saga(saga_id))
         assert view is not None, f"saga {saga_id} not found"
         return view
+
+    def view(self, saga_id: str) -> dict[str, Any]:
+        """The saga's view as ``sagas show --json`` prints it (the typed view's JSON form)."""
+        return self.typed_view(saga_id).model_dump(mode="json")
 
     async def dispatch_store(
         self,
@@ -279,7 +283,7 @@ async def step(
 # -- reading a saga view ---------------------------------------------------------------------
 
 
-def dispatch_in(view: SagaView, effect_id: str, direction: str = "forward") -> dict[str, Any]:
+def dispatch_in(view: dict[str, Any], effect_id: str, direction: str = "forward") -> dict[str, Any]:
     [step_view] = [s for s in view["steps"] if s["effect_id"] == effect_id]
     found = [d for d in step_view["dispatches"] if d["direction"] == direction]
     assert len(found) == 1, (effect_id, direction, step_view["dispatches"])
@@ -287,16 +291,16 @@ def dispatch_in(view: SagaView, effect_id: str, direction: str = "forward") -> d
     return dispatch
 
 
-def has_dispatch(view: SagaView, effect_id: str, direction: str = "forward") -> bool:
+def has_dispatch(view: dict[str, Any], effect_id: str, direction: str = "forward") -> bool:
     [step_view] = [s for s in view["steps"] if s["effect_id"] == effect_id]
     return any(d["direction"] == direction for d in step_view["dispatches"])
 
 
-def step_states(view: SagaView) -> dict[str, str]:
+def step_states(view: dict[str, Any]) -> dict[str, str]:
     return {s["effect_id"]: s["state"] for s in view["steps"]}
 
 
-def timeline(view: SagaView, *kinds: str) -> list[tuple[Any, ...]]:
+def timeline(view: dict[str, Any], *kinds: str) -> list[tuple[Any, ...]]:
     """(kind, effect_id, direction, attempt, from_state, to_state) of each event, in order;
     only the given kinds when some are named."""
     return [

@@ -300,7 +300,7 @@ async def test_the_text_view_shows_each_attempts_error(store: StoreUnderTest) ->
     store.make_due()
     await step(daemon, OutcomeClass.PERMANENT, error="card declined")
 
-    lines = render.saga_detail(store.view(saga)).splitlines()
+    lines = render.saga_detail(store.typed_view(saga)).splitlines()
     first = next(i for i, line in enumerate(lines) if line.strip().startswith("#1 "))
     second = next(i for i, line in enumerate(lines) if line.strip().startswith("#2 "))
     assert lines[first + 1].strip() == "error: upstream said busy"

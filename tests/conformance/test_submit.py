@@ -102,7 +102,7 @@ def test_a_submit_inside_the_callers_transaction_commits_or_rolls_back_with_it(
         assert result.created
         # inside the transaction the saga is there (the submit did write, into it) ...
         view = backends.run(conn, operations.load_saga(result.saga_id))
-        assert view is not None and view["state"] == "running"
+        assert view is not None and view.state == "running"
         if isinstance(conn, sqlite3.Connection):
             conn.execute(ending.upper())
         else:
@@ -116,7 +116,10 @@ def test_a_submit_inside_the_callers_transaction_commits_or_rolls_back_with_it(
         assert stored is None
         assert counts(store) == dict.fromkeys(counts(store), 0)
     else:
-        assert stored is not None and dispatch_in(stored, "s1")["state"] == "queued"
+        assert (
+            stored is not None
+            and dispatch_in(stored.model_dump(mode="json"), "s1")["state"] == "queued"
+        )
 
 
 def test_a_conflict_inside_the_callers_transaction_leaves_it_usable(
@@ -150,12 +153,12 @@ async def test_the_async_client_submits_reads_and_waits_alike(store: StoreUnderT
     again = await client.submit(plan, execution_id="order-7")
     assert (first.created, again.created, again.saga_id) == (True, False, first.saga_id)
     view = await client.get(first.saga_id)
-    assert view is not None and view == store.view(first.saga_id)
+    assert view is not None and view.model_dump(mode="json") == store.view(first.saga_id)
     assert await client.get("0" * 64) is None
     daemon = await store.dispatch_store()
     await step(daemon, OutcomeClass.UNKNOWN)
     waited = await client.wait(first.saga_id, timeout=5)
-    assert waited["state"] == "blocked_unknown"
+    assert waited.state == "blocked_unknown"
 
 
 def _nested(depth: int) -> object:

@@ -50,11 +50,11 @@ async def test_three_step_saga_completes_and_each_step_is_called_once_with_its_i
         await run_until_idle(config, store_url)
 
         view = client.get(saga)
-        assert view is not None and view["state"] == "completed"
-        assert [s["state"] for s in view["steps"]] == ["succeeded"] * 3
+        assert view is not None and view.state == "completed"
+        assert [s.state for s in view.steps] == ["succeeded"] * 3
         assert [r.effect for r in dest.requests] == ["s1", "s2", "s3"]
         contract = config.verbs["work"].contract_hash
-        for request, step in zip(dest.requests, view["steps"], strict=True):
+        for request, step in zip(dest.requests, view.steps, strict=True):
             assert all(name in request.headers for name in RESERVED)
             assert request.attempt == 1
             assert request.direction == "forward"
@@ -69,8 +69,8 @@ async def test_three_step_saga_completes_and_each_step_is_called_once_with_its_i
                 request.headers["x-effectus-argument-hash"]
                 == hashlib.sha256(request.body).hexdigest()
             )
-            assert request.body == canonical_bytes({"n": step["sequence"] + 1})
-            assert step["dispatches"][0]["attempts"][0]["outcome"] == "success"
+            assert request.body == canonical_bytes({"n": step.sequence + 1})
+            assert step.dispatches[0].attempts[0].outcome == "success"
 
 
 def fail_step(effect: str):  # type: ignore[no-untyped-def]
@@ -95,8 +95,8 @@ async def test_permanent_failure_compensates_succeeded_steps_in_reverse_order(
         await run_until_idle(config, store_url)
 
         view = client.get(saga)
-        assert view is not None and view["state"] == "compensated"
-        assert "s3" in view["stop_reason"]
+        assert view is not None and view.state == "compensated"
+        assert "s3" in view.stop_reason
         order = [(r.effect, r.direction) for r in dest.requests]
         assert order == [
             ("s1", "forward"),
@@ -112,7 +112,7 @@ async def test_permanent_failure_compensates_succeeded_steps_in_reverse_order(
             assert request.key != idempotency_key(
                 "default", saga, request.effect, Direction.FORWARD
             )
-        assert [s["state"] for s in view["steps"]] == ["compensated", "compensated", "failed"]
+        assert [s.state for s in view.steps] == ["compensated", "compensated", "failed"]
 
 
 async def test_failure_with_nothing_to_undo_ends_failed(store_url: str) -> None:
@@ -122,7 +122,7 @@ async def test_failure_with_nothing_to_undo_ends_failed(store_url: str) -> None:
         saga = client.submit(serial_plan("f", ["do", "do"]), execution_id="x-3").saga_id
         await run_until_idle(config, store_url)
         view = client.get(saga)
-        assert view is not None and view["state"] == "failed"
+        assert view is not None and view.state == "failed"
         assert len(dest.requests) == 1
 
 
@@ -151,7 +151,7 @@ async def test_unknown_outcome_at_least_once_retries_with_the_same_key_until_blo
         assert len({r.key for r in dest.requests}) == 1
         assert len({r.headers["x-effectus-request-id"] for r in dest.requests}) == 3
         view = client.get(saga)
-        assert view is not None and view["state"] == "blocked_unknown"
+        assert view is not None and view.state == "blocked_unknown"
         dispatch = dispatch_of(store_url, saga, "s1")
         assert dispatch["state"] == "blocked_unknown"
         assert dispatch["uncertain_attempt"] == 1
@@ -169,8 +169,8 @@ async def test_unknown_outcome_at_most_once_blocks_after_one_call(store_url: str
 
         assert len(dest.requests) == 1
         view = client.get(saga)
-        assert view is not None and view["state"] == "blocked_unknown"
-        assert "at_most_once" in view["stop_reason"]
+        assert view is not None and view.state == "blocked_unknown"
+        assert "at_most_once" in view.stop_reason
         [attempt] = attempts_of(store_url, saga, "s1")
         assert attempt["outcome"] == "unknown_outcome" and attempt["status_code"] == 503
 
@@ -206,8 +206,8 @@ async def test_commit_then_stall_past_timeout_is_unknown_and_the_retry_carries_t
         assert [a["outcome"] for a in attempts] == ["unknown_outcome", "success"]
         assert dest.requests[0].key == dest.requests[1].key
         view = client.get(saga)
-        assert view is not None and view["state"] == "completed"
-        assert view["steps"][0]["result"] == {"replayed": True}
+        assert view is not None and view.state == "completed"
+        assert view.steps[0].result == {"replayed": True}
 
 
 def free_port() -> int:
@@ -240,7 +240,7 @@ async def test_connection_refused_is_retried_as_not_committed_then_compensated(
         attempts = attempts_of(store_url, saga, "s2")
         assert [a["outcome"] for a in attempts] == ["retryable_failure_known_not_committed"] * 3
         view = client.get(saga)
-        assert view is not None and view["state"] == "compensated"
+        assert view is not None and view.state == "compensated"
         assert [(r.effect, r.direction) for r in dest.requests] == [
             ("s1", "forward"),
             ("s1", "compensation"),
@@ -284,7 +284,7 @@ async def test_contract_drift_blocks_before_anything_is_sent(store_url: str) -> 
 
         assert dest.requests == []
         view = client.get(saga)
-        assert view is not None and view["state"] == "blocked_contract"
+        assert view is not None and view.state == "blocked_contract"
         assert dispatch_of(store_url, saga, "s1")["state"] == "blocked_contract"
         [attempt] = attempts_of(store_url, saga, "s1")
         assert attempt["sent_at"] is None and attempt["settled_by"] == "guard"
@@ -342,10 +342,10 @@ async def test_an_answer_the_store_cannot_hold_blocks_its_saga_and_no_other(
         await run_until_idle(config, store_url)
 
         view = client.get(healthy)
-        assert view is not None and view["state"] == "completed"
+        assert view is not None and view.state == "completed"
         for saga in poisoned:
             view = client.get(saga)
-            assert view is not None and view["state"] == "blocked_unknown"
+            assert view is not None and view.state == "blocked_unknown"
             [attempt] = attempts_of(store_url, saga, "s1")
             assert attempt["outcome"] == "unknown_outcome"
             assert "cannot be stored" in attempt["error"]

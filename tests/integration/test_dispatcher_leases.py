@@ -102,12 +102,12 @@ async def test_late_completion_after_lease_expiry_is_kept_as_evidence(
             assert [a["attempt"] for a in attempts] == [1, 2]
             assert attempts[1]["outcome"] == "success"
             assert {r.key for r in dest.requests} == {dest.requests[0].key}
-            assert view["state"] == "completed"
+            assert view.state == "completed"
         else:
             # never re-sent; the uncertain attempt's own late answer settles the dispatch
             assert len(attempts) == 1
             assert len(dest.requests) == 1
-            assert view["state"] == "completed"
+            assert view.state == "completed"
             assert dispatch_of(store_url, saga, "s1")["state"] == "succeeded"
 
 
@@ -160,7 +160,7 @@ async def test_daemon_killed_after_write_ahead_leaves_an_uncertain_dispatch(
         first = attempts_of(store_url, saga, "s1")[0]
         assert first["outcome"] == "unknown_outcome" and first["settled_by"] == "reclaim"
         view = client.get(saga)
-        assert view is not None and view["state"] == final_state, view["stop_reason"]
+        assert view is not None and view.state == final_state, view.stop_reason
         assert len(dest.requests) == calls
 
 
@@ -250,6 +250,6 @@ async def test_listen_connection_heals_and_polling_covers_the_gap(db: str) -> No
                 )
             await wait_for(lambda: not daemon.listening)
             saga = client.submit(serial_plan("heal", ["pay"]), execution_id="h-1").saga_id
-            await wait_for(lambda: (client.get(saga) or {}).get("state") == "completed")
+            await wait_for(lambda: getattr(client.get(saga), "state", None) == "completed")
             await wait_for(lambda: daemon.listening)
         assert len(dest.requests) == 1

@@ -101,7 +101,7 @@ async def test_second_saga_on_the_same_account_waits_then_gets_a_larger_token(db
             second = client.submit(fenced_plan("acc-9", 2), execution_id="f-2").saga_id
             await wait_for(lambda: len(attempts_of(db, second, "charge")) >= 2)
             release_first.set()
-            await wait_for(lambda: (client.get(second) or {}).get("state") == "completed")
+            await wait_for(lambda: getattr(client.get(second), "state", None) == "completed")
         waits = attempts_of(db, second, "charge")[:-1]
         assert all(a["outcome"] == "retryable_failure_known_not_committed" for a in waits)
         assert all("held by another live dispatch" in a["error"] for a in waits)
@@ -142,7 +142,7 @@ async def test_zombie_attempt_is_rejected_stale_and_the_saga_still_completes(db:
         assert first["late_outcome"] == "stale_fence"
         assert [r.attempt for r in dest.requests] == [2, 1]
         view = client.get(saga)
-        assert view is not None and view["state"] == "completed"
+        assert view is not None and view.state == "completed"
 
 
 async def test_stale_rejection_of_the_current_attempt_blocks_after_one_call(db: str) -> None:
@@ -157,7 +157,7 @@ async def test_stale_rejection_of_the_current_attempt_blocks_after_one_call(db: 
         await run_until_idle(config, db)
         assert len(dest.requests) == 1
         view = client.get(saga)
-        assert view is not None and view["state"] == "blocked_fence"
+        assert view is not None and view.state == "blocked_fence"
         [attempt] = attempts_of(db, saga, "charge")
         assert attempt["fencing_status"] == "stale_rejected"
         with psycopg.connect(db) as conn:
@@ -180,7 +180,7 @@ async def test_grants_are_sent_and_shown_as_propagated_when_the_destination_is_s
         ]
         view = client.get(saga)
         assert view is not None
-        assert view["steps"][0]["dispatches"][0]["attempts"][0]["fencing_status"] == "propagated"
+        assert view.steps[0].dispatches[0].attempts[0].fencing_status == "propagated"
 
 
 def test_daemon_refuses_the_memory_provider_outside_a_test_setup(db: str, tmp_path: Path) -> None:

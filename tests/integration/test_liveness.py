@@ -51,7 +51,7 @@ async def test_every_destination_with_work_is_called_with_default_limits(
         ]
         await run_until_idle(config, store_url)
 
-        assert [client.get(saga)["state"] for saga in sagas] == ["completed"] * count
+        assert [client.get(saga).state for saga in sagas] == ["completed"] * count
         called = {r.path for r in dest.requests}
         assert called == {f"/{verb}" for verb in config.verbs}
 
@@ -90,14 +90,14 @@ async def test_an_unresolvable_next_step_fails_alone_and_the_rest_is_recorded(
         ]
         await run_until_idle(config, store_url)
 
-        assert [client.get(saga)["state"] for saga in healthy] == ["completed"] * 6
+        assert [client.get(saga).state for saga in healthy] == ["completed"] * 6
         view = client.get(poisoned)
-        assert view["state"] == "compensated"
-        assert "'s2' could not be dispatched" in view["stop_reason"]
-        states = {s["effect_id"]: s["state"] for s in view["steps"]}
+        assert view.state == "compensated"
+        assert "'s2' could not be dispatched" in view.stop_reason
+        states = {s.effect_id: s.state for s in view.steps}
         assert states == {"s1": "compensated", "s2": "failed"}
-        [s2] = [s for s in view["steps"] if s["effect_id"] == "s2"]
-        assert s2["dispatches"] == []  # nothing was sent for it
+        [s2] = [s for s in view.steps if s.effect_id == "s2"]
+        assert s2.dispatches == []  # nothing was sent for it
         sent = [r for r in dest.requests if r.headers["x-effectus-saga-id"] == poisoned]
         assert [(r.effect, r.direction) for r in sent] == [
             ("s1", "forward"),
@@ -129,7 +129,7 @@ async def test_a_saga_row_no_loader_can_decode_stops_that_saga_only(store_url: s
             conn.commit()
         await run_until_idle(config, store_url)
 
-        assert [client.get(saga)["state"] for saga in healthy] == ["completed"] * 5
+        assert [client.get(saga).state for saga in healthy] == ["completed"] * 5
         [row] = fetch(
             store_url,
             "SELECT state, stop_reason FROM effectus_saga_instances WHERE saga_id = %s",
@@ -184,8 +184,8 @@ async def test_a_wedged_recorder_turns_health_red_and_shutdown_stays_bounded(db:
             await locker.rollback()
             await locker.close()
 
-        assert client.get(saga)["state"] == "running"  # the outcome was never recorded
+        assert client.get(saga).state == "running"  # the outcome was never recorded
         await run_until_idle(config, db)  # the next daemon reclaims, re-sends with the same key
         view = client.get(saga)
-        assert view["state"] == "completed"
+        assert view.state == "completed"
         assert {r.key for r in dest.requests} == {dest.requests[0].key}

@@ -54,7 +54,7 @@ async def test_metrics_health_and_readiness_are_served_over_http(db: str) -> Non
         ).saga_id
         async with daemon_running(config, db) as daemon:
             await wait_until(lambda: daemon.http_port is not None)
-            await wait_until(lambda: (client.get(saga) or {}).get("state") == "compensated")
+            await wait_until(lambda: getattr(client.get(saga), "state", None) == "compensated")
             base = f"http://127.0.0.1:{daemon.http_port}"
             async with httpx.AsyncClient(base_url=base) as http:
                 metrics = (await http.get("/metrics")).text

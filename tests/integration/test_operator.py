@@ -155,8 +155,8 @@ async def test_resolve_committed_settles_as_success_and_the_saga_moves_on(
 
         await run_until_idle(config, db)
         view = client.get(saga)
-        assert view is not None and view["state"] == "completed"
-        assert view["steps"][0]["result"] == {"charge": "c-1"}
+        assert view is not None and view.state == "completed"
+        assert view.steps[0].result == {"charge": "c-1"}
         assert len(dest.seen("s1")) == 1  # --committed sends nothing
         [shipped] = dest.seen("s2")
         assert shipped.json() == {"charge": "c-1"}  # the operator's result feeds the next step
@@ -228,9 +228,9 @@ async def test_resolve_not_committed_fail_compensates_what_succeeded(
 
         await run_until_idle(config, db)
         view = client.get(saga)
-        assert view is not None and view["state"] == "compensated"
-        assert "known not committed" in view["stop_reason"]
-        assert [s["state"] for s in view["steps"]] == ["compensated", "failed"]
+        assert view is not None and view.state == "compensated"
+        assert "known not committed" in view.stop_reason
+        assert [s.state for s in view.steps] == ["compensated", "failed"]
         assert [(r.effect, r.direction) for r in dest.requests] == [
             ("s1", "forward"),
             ("s2", "forward"),
@@ -401,10 +401,10 @@ async def test_cancel_a_retry_waiting_step_compensates_now(db: str, tmp_path: Pa
 
         await run_until_idle(config, db)
         view = client.get(saga)
-        assert view is not None and view["state"] == "compensated"
-        assert view["stop_reason"] == "canceled by user:carol: customer withdrew"
-        assert view["cancel_requested_by"] == "user:carol"
-        assert [s["state"] for s in view["steps"]] == ["compensated", "pending"]
+        assert view is not None and view.state == "compensated"
+        assert view.stop_reason == "canceled by user:carol: customer withdrew"
+        assert view.cancel_requested_by == "user:carol"
+        assert [s.state for s in view.steps] == ["compensated", "pending"]
         assert dispatch_of(db, saga, "s2")["state"] == "canceled"
         assert [(r.effect, r.direction) for r in dest.requests] == [
             ("s1", "forward"),
@@ -468,8 +468,8 @@ async def test_cancel_in_flight_only_flags_and_the_engine_compensates_after_succ
                 view = await asyncio.to_thread(client.wait, saga, 30)
         finally:
             release.set()
-        assert view["state"] == "compensated"
-        assert view["stop_reason"] == "canceled on request"
+        assert view.state == "compensated"
+        assert view.stop_reason == "canceled on request"
         assert [(r.effect, r.direction) for r in dest.requests] == [
             ("s1", "forward"),
             ("s1", "compensation"),

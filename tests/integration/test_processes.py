@@ -203,7 +203,7 @@ def test_sigterm_to_the_parent_drains_every_child_and_exits_zero(db: str, tmp_pa
     [attempt] = fetch(db, "SELECT outcome, lease_owner FROM effectus_saga_attempts")
     assert attempt["outcome"] == "success" and attempt["lease_owner"] in owners
     view = client_for(config, db).get(saga.saga_id)
-    assert view is not None and view["state"] == "completed"
+    assert view is not None and view.state == "completed"
 
 
 def test_children_that_cannot_reach_the_database_make_the_parent_fail(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ async def test_completed_saga_offers_nothing_to_do(db: str) -> None:
         saga = client.submit(serial_plan("done", ["pay"]), execution_id="d-1").saga_id
         await run_until_idle(config, db)
     view = client.get(saga)
-    assert view is not None and view["state"] == "completed" and view["next_actions"] == []
+    assert view is not None and view.state == "completed" and view.next_actions == []
     text = CliRunner().invoke(main, ["--database-url", db, "sagas", "show", saga]).output
     assert "what you can do" not in text and "why it stopped" not in text
 

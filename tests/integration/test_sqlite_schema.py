@@ -47,6 +47,7 @@ DESIGN_TABLES = {
 }
 NOT_ON_SQLITE = {
     "listen_outbox",
+    "listen_saga",
     "open_transaction",
     "migrations_lock",
     "migrations_table_exists",
@@ -456,6 +457,7 @@ COLUMNS_DIFFER = {
     "health_ping": "only answers",
     "insert_dispatch": "no RETURNING under executemany",
     "notify_outbox": "does nothing",
+    "update_saga_state": "PostgreSQL notifies the saga id (Client.wait) in RETURNING",
 }
 NEED_REAL_ROWS = {
     "acquire_fence",

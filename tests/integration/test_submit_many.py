@@ -49,7 +49,7 @@ def test_a_batch_writes_every_saga_and_its_first_dispatch(store_url: str) -> Non
     )
     assert [(s["state"], s["n"]) for s in states] == [("queued", 40)]
     view = client(store_url).get(results[7].saga_id)
-    assert view is not None and view["execution_id"] == "bulk-7" and view["state"] == "running"
+    assert view is not None and view.execution_id == "bulk-7" and view.state == "running"
 
 
 def test_resubmitting_returns_the_existing_sagas_and_writes_nothing(store_url: str) -> None:

@@ -861,7 +861,9 @@ def test_not_before_in_the_future_sets_next_attempt_at(client: Client, db: str) 
     assert dispatch == {"state": "queued", "next_attempt_at": not_before}
     view = client.get(result.saga_id)
     assert view is not None
-    assert view["steps"][0]["dispatches"][0]["next_attempt_at"] == not_before.isoformat()
+    assert view.steps[0].dispatches[0].next_attempt_at == not_before
+    printed = view.model_dump(mode="json")  # what sagas show --json prints
+    assert printed["steps"][0]["dispatches"][0]["next_attempt_at"] == not_before.isoformat()
 
 
 def test_get_returns_steps_then_dispatches_then_attempts_and_the_timeline(
@@ -885,32 +887,32 @@ def test_get_returns_steps_then_dispatches_then_attempts_and_the_timeline(
     view = client.get(result.saga_id)
 
     assert view is not None
-    json.dumps(view)  # the CLI prints it as JSON
-    assert view["saga_id"] == VECTOR_SAGA_ID
-    assert (view["execution_id"], view["plan_id"], view["state"]) == (
+    json.dumps(view.model_dump(mode="json"))  # the CLI prints it as JSON
+    assert view.saga_id == VECTOR_SAGA_ID
+    assert (view.execution_id, view.plan_id, view.state) == (
         EXECUTION,
         "checkout",
         "running",
     )
-    assert view["facts"] == FACTS
-    assert [step["effect_id"] for step in view["steps"]] == ["charge", "ship", "receipt"]
-    assert [step["sequence"] for step in view["steps"]] == [0, 1, 2]
-    assert [step["has_compensation"] for step in view["steps"]] == [True, False, False]
-    charge, ship, receipt = view["steps"]
-    assert ship["dispatches"] == [] and receipt["dispatches"] == []
-    (dispatch,) = charge["dispatches"]
-    assert (dispatch["direction"], dispatch["state"], dispatch["attempt"]) == (
+    assert view.facts == FACTS
+    assert [step.effect_id for step in view.steps] == ["charge", "ship", "receipt"]
+    assert [step.sequence for step in view.steps] == [0, 1, 2]
+    assert [step.has_compensation for step in view.steps] == [True, False, False]
+    charge, ship, receipt = view.steps
+    assert ship.dispatches == [] and receipt.dispatches == []
+    (dispatch,) = charge.dispatches
+    assert (dispatch.direction, dispatch.state, dispatch.attempt) == (
         "forward",
         "in_flight",
         1,
     )
-    assert dispatch["idempotency_key"] == VECTOR_FORWARD_KEY
-    (attempt,) = dispatch["attempts"]
-    assert attempt["attempt"] == 1
-    assert attempt["fencing_status"] == "propagated"
-    assert attempt["outcome"] is None and attempt["sent_at"] is None
-    assert attempt["completed_at"] is None
-    assert [event["kind"] for event in view["timeline"]] == [
+    assert dispatch.idempotency_key == VECTOR_FORWARD_KEY
+    (attempt,) = dispatch.attempts
+    assert attempt.attempt == 1
+    assert attempt.fencing_status == "propagated"
+    assert attempt.outcome is None and attempt.sent_at is None
+    assert attempt.completed_at is None
+    assert [event.kind for event in view.timeline] == [
         "saga_submitted",
         "dispatch_enqueued",
     ]
@@ -930,9 +932,9 @@ def test_list_returns_sagas_of_the_requested_state(client: Client, db: str) -> N
             (done,),
         )
 
-    assert {row["saga_id"] for row in client.list()} == {running, done}
-    assert [row["saga_id"] for row in client.list(state="running")] == [running]
-    assert [row["saga_id"] for row in client.list(state="completed")] == [done]
+    assert {row.saga_id for row in client.list()} == {running, done}
+    assert [row.saga_id for row in client.list(state="running")] == [running]
+    assert [row.saga_id for row in client.list(state="completed")] == [done]
     assert client.list(plan_id="other") == []
 
 
@@ -970,10 +972,10 @@ async def test_async_submit_committed_with_the_application_transaction_leaves_th
     assert app_rows(db) == ["o-1"]
     view = await client.get(result.saga_id)
     assert view is not None
-    assert view["state"] == "running"
-    assert [step["state"] for step in view["steps"]] == ["in_progress", "pending", "pending"]
-    (dispatch,) = view["steps"][0]["dispatches"]
-    assert (dispatch["state"], dispatch["attempt"], dispatch["idempotency_key"]) == (
+    assert view.state == "running"
+    assert [step.state for step in view.steps] == ["in_progress", "pending", "pending"]
+    (dispatch,) = view.steps[0].dispatches
+    assert (dispatch.state, dispatch.attempt, dispatch.idempotency_key) == (
         "queued",
         0,
         VECTOR_FORWARD_KEY,

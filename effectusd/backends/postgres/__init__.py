@@ -4,12 +4,14 @@ every use of psycopg and psycopg_pool; the store's statements are store/postgres
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from effectusd.backends.base import StoreBackend, store_migrations
+from effectusd.backends.changes import AsyncSagaChanges
 from effectusd.backends.connections import (
     require_async_connection,
     require_connection,
@@ -18,7 +20,13 @@ from effectusd.backends.errors import schema_checked
 from effectusd.backends.operation import Operation
 from effectusd.backends.postgres import migrations as postgres_migrations
 from effectusd.backends.postgres import runner as postgres_runner
-from effectusd.backends.postgres.session import PoolSession, notifications
+from effectusd.backends.postgres.session import (
+    PoolSession,
+    SagaListener,
+    async_saga_listener,
+    notifications,
+    saga_listener,
+)
 from effectusd.backends.statements import Statements
 from effectusd.core.database_url import Dialect, PostgresDatabase
 
@@ -87,11 +95,44 @@ class PostgresBackend(StoreBackend):
         assert isinstance(conn, psycopg.Connection)
         postgres_runner.join_transaction(conn, self.statements)
 
-    async def run_async(self, operation: Operation[T]) -> T:
-        """Run a store operation on a connection of its own, asynchronously."""
+    @contextmanager
+    def borrow(self, source: object | None = None) -> Iterator[psycopg.Connection[Any]]:
+        """A connection to run on: the caller's (``source``), one of the caller's pool, or one
+        of our own for the duration."""
+        if source is None:
+            with self.connect() as conn:
+                yield conn
+        elif isinstance(source, ConnectionPool):
+            with source.connection() as conn:
+                yield conn
+        else:
+            require_connection(self.dialect, source)
+            assert isinstance(source, psycopg.Connection)
+            yield source
+
+    async def run_async(self, operation: Operation[T], source: object | None = None) -> T:
+        """Run a store operation asynchronously in a transaction of its own: on a connection
+        of the caller's pool (``source``), on the caller's connection, or on one we open."""
+        if isinstance(source, AsyncConnectionPool):
+            async with source.connection() as conn:
+                return await self._run_on(conn, operation)
+        if source is not None:
+            require_async_connection(self.dialect, source)
+            assert isinstance(source, psycopg.AsyncConnection)
+            return await self._run_on(source, operation)
         async with await psycopg.AsyncConnection.connect(self.conninfo) as conn:
-            with schema_checked():
-                return await postgres_runner.run_async(conn, operation, self.statements)
+            return await self._run_on(conn, operation)
+
+    async def _run_on(self, conn: psycopg.AsyncConnection[Any], operation: Operation[T]) -> T:
+        with schema_checked():
+            return await postgres_runner.run_async(conn, operation, self.statements)
+
+    def saga_changes(self) -> AbstractContextManager[SagaListener]:
+        """A LISTEN connection of its own that wakes when a saga's state changed."""
+        return saga_listener(self.conninfo, self.statements)
+
+    def saga_changes_async(self) -> AbstractAsyncContextManager[AsyncSagaChanges]:
+        return async_saga_listener(self.conninfo, self.statements)
 
     async def run_joined_async(self, conn: object, operation: Operation[T]) -> T:
         """Run a store operation inside the caller's async connection's transaction."""

@@ -1,9 +1,11 @@
 """Long-lived PostgreSQL use by the daemon: a connection pool that runs operations, and a
-LISTEN connection that says when something may be due."""
+LISTEN connection that says when something may be due; and the client's LISTEN for a saga's
+state changes (``Client.wait``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 import psycopg
@@ -67,3 +69,44 @@ async def notifications(
         yield None
         async for _ in conn.notifies():
             yield None
+
+
+class SagaListener:
+    """``LISTEN effectus_saga`` on a connection of its own: update_saga_state notifies the
+    saga's id at commit, so a wait wakes when the state it reads next has changed."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    def wait(self, saga_id: str, timeout: float) -> None:
+        # Notifications that arrived since LISTEN, while the caller read, are queued on this
+        # connection and come out first: none is missed between a read and this wait.
+        for notice in self.conn.notifies(timeout=max(0.0, timeout)):
+            if notice.payload == saga_id:
+                return
+
+
+class AsyncSagaListener:
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.conn = conn
+
+    async def wait(self, saga_id: str, timeout: float) -> None:
+        async for notice in self.conn.notifies(timeout=max(0.0, timeout)):
+            if notice.payload == saga_id:
+                return
+
+
+@contextmanager
+def saga_listener(conninfo: str, statements: Statements) -> Iterator[SagaListener]:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(sql(statements, "listen_saga"))
+        yield SagaListener(conn)
+
+
+@asynccontextmanager
+async def async_saga_listener(
+    conninfo: str, statements: Statements
+) -> AsyncIterator[AsyncSagaListener]:
+    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+        await conn.execute(sql(statements, "listen_saga"))
+        yield AsyncSagaListener(conn)

@@ -13,10 +13,16 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import AsyncGenerator, Iterator
-from contextlib import contextmanager
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    contextmanager,
+    nullcontext,
+)
 from typing import TypeVar
 
 from effectusd.backends.base import StoreBackend, store_migrations
+from effectusd.backends.changes import AsyncPolling, Polling
 from effectusd.backends.connections import require_async_connection, require_connection
 from effectusd.backends.operation import Operation
 from effectusd.backends.sqlite import migrations as sqlite_migrations
@@ -90,14 +96,35 @@ class SqliteBackend(StoreBackend):
         assert isinstance(conn, sqlite3.Connection)
         sqlite_runner.join_transaction(conn)
 
-    async def run_async(self, operation: Operation[T]) -> T:
-        """Run a store operation on a connection of its own, in a worker thread."""
+    @contextmanager
+    def borrow(self, source: object | None = None) -> Iterator[sqlite3.Connection]:
+        """A connection to run on: the caller's (``source``) or one of our own."""
+        if source is None:
+            with self.connect() as conn:
+                yield conn
+        else:
+            require_connection(self.dialect, source)
+            assert isinstance(source, sqlite3.Connection)
+            yield source
+
+    async def run_async(self, operation: Operation[T], source: object | None = None) -> T:
+        """Run a store operation on a connection of its own, in a worker thread (there is no
+        async SQLite connection or pool to take instead)."""
+        if source is not None:
+            require_async_connection(self.dialect, source)  # raises: it is not one
 
         def in_thread() -> T:
             with self.connect() as conn:
                 return self.run(conn, operation)
 
         return await asyncio.to_thread(in_thread)
+
+    def saga_changes(self) -> AbstractContextManager[Polling]:
+        """No notifications on SQLite: a wait looks again every poll interval."""
+        return nullcontext(Polling(self.poll_interval_s))
+
+    def saga_changes_async(self) -> AbstractAsyncContextManager[AsyncPolling]:
+        return nullcontext(AsyncPolling(self.poll_interval_s))
 
     async def run_joined_async(self, conn: object, operation: Operation[T]) -> T:
         require_async_connection(self.dialect, conn)  # raises: no async SQLite connection

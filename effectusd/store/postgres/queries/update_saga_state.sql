@@ -8,3 +8,4 @@ SET state = %(state)s,
     revision = revision + 1,
     updated_at = now()
 WHERE saga_id = %(saga_id)s
+RETURNING pg_notify('effectus_saga', saga_id)  -- delivered at commit: wakes Client.wait

@@ -9,3 +9,4 @@ SET state = r.state,
 FROM unnest(%(saga_id)s::text[], %(state)s::text[], %(stop_reason)s::text[])
      AS r(saga_id, state, stop_reason)
 WHERE s.saga_id = r.saga_id
+RETURNING pg_notify('effectus_saga', s.saga_id)  -- delivered at commit: wakes Client.wait
