@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     JsonValue,
     PlainSerializer,
+    TypeAdapter,
     WithJsonSchema,
 )
 
@@ -236,14 +237,10 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> list[SagaSummary]:
 def view_schemas() -> dict[str, dict[str, Any]]:
     """The JSON Schema of what ``sagas show --json`` and ``sagas list --json`` print, by the
     file name docs/schema/ publishes it under."""
-    summaries: dict[str, Any] = {
-        "title": "SagaList",
-        "type": "array",
-        "items": SagaSummary.model_json_schema(mode="serialization"),
-    }
+    summaries = TypeAdapter(list[SagaSummary]).json_schema(mode="serialization")
     return {
         "saga.json": SagaView.model_json_schema(mode="serialization"),
-        "saga-list.json": summaries,
+        "saga-list.json": {"title": "SagaList", **summaries},
     }
 
 

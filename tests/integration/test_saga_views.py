@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import jsonschema
 import psycopg
 import pytest
 from click.testing import CliRunner
@@ -13,6 +15,13 @@ from tests.support.destination import Request, Response, running
 from tests.support.harness import client_for, make_config, run_until_idle, serial_plan
 
 pytestmark = pytest.mark.postgres
+
+
+def published(name: str) -> dict[str, object]:
+    schema: dict[str, object] = json.loads(
+        (Path(__file__).resolve().parents[2] / "docs" / "schema" / name).read_text()
+    )
+    return schema
 
 
 def unknown(request: Request) -> Response:
@@ -28,7 +37,11 @@ async def test_show_of_a_blocked_saga_gives_the_evidence_and_the_commands(db: st
     cli = ["--database-url", db, "sagas", "show", saga]
     text = CliRunner().invoke(main, cli).output
     view = json.loads(CliRunner().invoke(main, [*cli, "--json"]).output)
+    listed = json.loads(CliRunner().invoke(main, [*cli[:3], "list", "--json"]).output)
 
+    jsonschema.validate(view, published("saga.json"))  # the schema docs/schema/ publishes
+    jsonschema.validate(listed, published("saga-list.json"))
+    assert [row["saga_id"] for row in listed] == [saga]
     dispatch = view["steps"][0]["dispatches"][0]
     assert view["state"] == "blocked_unknown"
     assert dispatch["idempotency_key"] in text and dispatch["args_hash"] in text
