@@ -17,12 +17,9 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
-import re
 import socket
 import sqlite3
-import subprocess
 import sys
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -63,6 +60,7 @@ from effectusd.destination.asgi import effectus_endpoint
 from effectusd.executors.httpx_executor import HttpExecutor
 from effectusd.executors.protocol import FencingGrant, Invocation
 from tests.conftest import create_database, drop_database
+from tests.support.services import serving as process_serving
 
 postgres = pytest.mark.postgres
 BACKENDS = [pytest.param("postgresql", marks=postgres), "sqlite"]
@@ -859,37 +857,12 @@ def started(
     env: dict[str, str] | None = None,
 ) -> Iterator[str]:
     """Run ``python contrib/SCRIPT --port 0 [--database-url URL]`` in ``cwd``; yield its base
-    URL once uvicorn reports it listening (its startup line is the readiness signal)."""
+    URL once it listens."""
     command = [sys.executable, str(ROOT / "contrib" / script), "--port", "0"]
     if database_url is not None:
         command += ["--database-url", database_url]
-    process = subprocess.Popen(
-        command,
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    watchdog = threading.Timer(60, process.kill)  # a hung start fails the test, not the run
-    watchdog.start()
-    try:
-        assert process.stderr is not None
-        seen = []
-        for line in process.stderr:
-            seen.append(line)
-            match = re.search(r"Uvicorn running on (http://\S+)", line)
-            if match:
-                break
-        else:
-            pytest.fail(f"{script} exited before listening:\n{''.join(seen)}")
-        drain = threading.Thread(target=process.stderr.read, daemon=True)
-        drain.start()  # keep reading, or a full pipe would stall the server's logging
-        yield match.group(1)
-    finally:
-        watchdog.cancel()
-        process.terminate()
-        process.wait(timeout=30)
+    with process_serving(command, cwd=cwd, env=env) as base_url:
+        yield base_url
 
 
 def send_twice(base_url: str, key: str) -> list[httpx.Response]:
