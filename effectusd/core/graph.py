@@ -109,6 +109,12 @@ class PlanGraph:
     deps: Mapping[str, tuple[str, ...]]
     descendants: Mapping[str, frozenset[str]]  # every step that transitively runs after
 
+    @property
+    def roots(self) -> tuple[str, ...]:
+        """The steps that depend on none: a submit enqueues them all (for a sequential plan,
+        the first step only)."""
+        return tuple(name for name in self.order if not self.deps[name])
+
     @classmethod
     def of(cls, steps: Sequence[Dependent]) -> PlanGraph:
         deps = dependencies(steps)

@@ -56,7 +56,7 @@ def test_a_plan_without_after_keeps_its_digest_and_document(
 ) -> None:
     checked = check(copy.deepcopy(CHECKOUT_PLAN), core_verbs)
     assert checked.plan_digest == CHECKOUT_DIGEST
-    assert all("after" not in s for s in checked.document()["steps"])  # type: ignore[union-attr]
+    assert all("after" not in s for s in checked.document()["steps"])
     assert checked.is_sequential
 
 
@@ -68,7 +68,7 @@ def test_after_is_kept_in_the_checked_plan_and_round_trips(
     assert checked.step("charge").after == ("reserve-a", "reserve-b")
     assert checked.step("start").after is None
     steps = checked.document()["steps"]
-    assert isinstance(steps, list) and "after" not in steps[0] and "after" in steps[1]  # type: ignore[operator]
+    assert isinstance(steps, list) and "after" not in steps[0] and "after" in steps[1]
     assert ensure_checked(checked.document(), core_registry) == checked
     assert as_spec(checked).steps[3].after == ["reserve-a", "reserve-b"]
 
