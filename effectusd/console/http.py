@@ -27,7 +27,7 @@ SECURITY_HEADERS = {
         "frame-ancestors 'none'; base-uri 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # no-referrer would make Chromium send Origin: null
     "Cache-Control": "no-store",
 }
 
