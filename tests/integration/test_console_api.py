@@ -4,6 +4,7 @@ never carry a saga's values."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -27,6 +28,7 @@ from tests.integration.test_operator import (
 )
 from tests.support.console import (
     READ_TOKEN,
+    TOKEN_ENV,
     TOKENS,
     WRITE_TOKEN,
     bearer,
@@ -38,6 +40,7 @@ from tests.support.console import (
 from tests.support.destination import running
 from tests.support.harness import (
     client_for,
+    daemon_running,
     fetch,
     make_config,
     run_until_idle,
@@ -332,3 +335,38 @@ async def test_lists_never_contain_argument_values_and_the_detail_does(db: str) 
         assert SECRET_FACT not in text and SECRET_RESULT not in text
     for text in (detail, detail_page):
         assert SECRET_FACT in text and SECRET_RESULT in text
+
+
+# -- on the daemon's port -----------------------------------------------------------------------
+
+
+async def test_the_daemon_serves_the_console_beside_unchanged_metrics_and_health(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in TOKEN_ENV.items():
+        monkeypatch.setenv(name, value)
+    with running() as dest:
+        config = make_config(dest.base_url, {"pay": {}}, observability={"http_port": 0})
+        config = with_console(config, tokens=TOKENS)
+        client = client_for(config, db)
+        saga = client.submit(serial_plan("daemon", ["pay"]), execution_id="d-1").saga_id
+        async with daemon_running(config, db) as daemon:
+            async with asyncio.timeout(30):
+                while (client.get(saga) or {}).get("state") != "completed":
+                    await asyncio.sleep(0.05)
+            assert daemon.http_port is not None
+            base = f"http://127.0.0.1:{daemon.http_port}"
+            async with httpx.AsyncClient(base_url=base) as http:
+                health = await http.get("/healthz")
+                metrics = await http.get("/metrics")
+                posted = await http.post("/metrics")
+                anonymous = await http.get("/api/overview")
+                overview = await http.get("/api/overview", headers=bearer(READ_TOKEN))
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert metrics.status_code == 200 and "effectusd_outcomes_total" in metrics.text
+    assert posted.status_code == 405  # the observability routes stay GET only
+    assert anonymous.status_code == 401
+    data = overview.json()
+    assert data["finished_last_hour"] == {"completed": 1}
+    assert data["attempt_outcomes_since_start"] == {"success": 1}
+    assert data["ready_queue_depth"] == 0
