@@ -304,13 +304,14 @@ class DispatchStore(WriteAheadStore):
         return int(rows[0]["in_flight"] or 0), int(rows[0]["due_soon"] or 0)
 
     async def sample(self) -> OutboxSample:
-        return await self._read(_sample())
+        return await self._read(outbox_sample())
 
     async def ping(self) -> None:
         await self._read(single("health_ping", {}))
 
 
-def _sample() -> Operation[OutboxSample]:
+def outbox_sample() -> Operation[OutboxSample]:
+    """What the gauges show (and the console's overview), read in one transaction."""
     queue = yield ("metrics_ready_queue", {})
     live = yield ("metrics_live_sagas", {})
     return OutboxSample(

@@ -894,7 +894,14 @@ def test_write_ahead_marks_only_attempts_whose_lease_is_still_ours(
 
 def test_null_parameters_mean_what_they_mean_on_postgresql(conn: sqlite3.Connection) -> None:
     saga_id, dispatch_id = seed_saga(conn)
-    everything = {"state": None, "plan_id": None, "namespace": None, "limit": 100}
+    everything = {
+        "state": None,
+        "plan_id": None,
+        "namespace": None,
+        "execution_id": None,
+        "destination": None,
+        "limit": 100,
+    }
 
     assert len(q(conn, "list_sagas", {**everything, "older_than_s": None})) == 1
     assert q(conn, "list_sagas", {**everything, "older_than_s": 3600.0}) == []
