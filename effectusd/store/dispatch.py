@@ -235,7 +235,10 @@ class DispatchStore(WriteAheadStore):
     def _lock_for_settlement(self, completions: Sequence[Completion]) -> Operation[_Locked]:
         ids = sorted({c.dispatch_id for c in completions})
         # Lock order: sagas, then their dispatches (the operator actions take the same order).
-        saga_rows = yield ("lock_sagas_of_dispatches", {"dispatch_ids": ids})
+        saga_rows = yield (
+            "lock_sagas_of_dispatches",
+            {"dispatch_ids": ids, "known_plans": list(self._plans)},
+        )
         dispatch_rows = yield ("lock_dispatches", {"dispatch_ids": ids})
         attempt_rows = yield (
             "select_completion_attempts",

@@ -826,7 +826,7 @@ def test_lock_statements_give_booleans_and_json(conn: sqlite3.Connection) -> Non
     saga_id, dispatch_id = seed_saga(conn)
     claim(conn, "payments", margin_s=-10.0)  # a lease that has already run out
 
-    [saga] = q(conn, "lock_sagas_of_dispatches", {"dispatch_ids": [dispatch_id]})
+    [saga] = q(conn, "lock_sagas_of_dispatches", {"dispatch_ids": [dispatch_id], "known_plans": []})
     [dispatch] = q(conn, "lock_dispatches", {"dispatch_ids": [dispatch_id]})
     [locked] = q(conn, "op_lock_saga", {"saga_id": saga_id})
 
