@@ -106,6 +106,36 @@ class ObservabilityConfig(BaseModel):
     unhealthy_after: Duration = timedelta(seconds=30)
 
 
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+
+
+class ConsoleToken(BaseModel):
+    """One console credential, by reference: the environment variable that holds it, and what
+    it may do. Its table key names it; actions taken with it are recorded as console:NAME."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    env: str = Field(pattern=ENV_NAME)
+    scope: Literal["read", "write"] = "read"
+
+
+class ConsoleConfig(BaseModel):
+    """The operator console and admin API (docs/operations.md section 8)."""
+
+    model_config = ConfigDict(extra="forbid")
+    # Served by `run` on the observability port when true (`run --console` sets it too).
+    enabled: bool = False
+    # `effectusd console` binds here; `run` serves the console on observability.http_host.
+    host: str = "127.0.0.1"
+    port: int = Field(default=8089, ge=0, le=65535)
+    tokens: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")], ConsoleToken] = Field(
+        default_factory=dict
+    )
+    # Without tokens the console answers only on loopback and only reads. A single-user
+    # machine may let it act too; forms still need their CSRF token.
+    loopback_actions: bool = False
+    session_ttl: Duration = timedelta(hours=8)
+
+
 class DestinationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -185,6 +215,7 @@ class Config(BaseModel):
     dispatcher: DispatcherConfig = Field(default_factory=DispatcherConfig)
     fencing: FencingConfig = Field(default_factory=FencingConfig)
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     destinations: dict[str, DestinationConfig] = Field(default_factory=dict)
     verbs: dict[str, VerbContract] = Field(default_factory=dict)
 

@@ -64,6 +64,10 @@ class BenchResult:
     efficiency: float  # steps_per_s / bare_calls_per_s
     wal_bytes_per_step: float  # whole-cluster WAL: other writers on the server count too
     rss_mb: float  # resident set of the process that ran the daemon, after the run
+    # CPU the daemon's process spent per step (all of it: claim, write-ahead, call, record),
+    # and the bare loop's per call: unlike rates, these hardly move when the machine is busy
+    cpu_us_per_step: float
+    bare_cpu_us_per_call: float
     # claim_ready.sql on an empty outbox, over one batch of ready rows and over `backlog` of
     # them (None: skipped); backlog/batch is the backlog's own cost, backlog/empty the target's
     backlog: int = 0
@@ -146,15 +150,16 @@ def _throughput(
     """Submit the sagas, dispatch them all, and take the readings."""
     chosen = config.destinations["sink"].transport
     progress(f"bare {chosen} loop at concurrency {concurrency}…")
-    bare = asyncio.run(_bare_calls_per_s(config, concurrency))
+    bare, bare_cpu_us = asyncio.run(_bare_calls_per_s(config, concurrency))
     progress(f"submitting {sagas} saga(s) of {steps} step(s)…")
     _submit_all(config, url, sagas, steps)
     commits_before = scalar(url, "commits")
     wal_before = scalar(url, "wal_position")
     progress(f"dispatching {sagas * steps} step(s) at concurrency {concurrency} ({chosen})…")
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     asyncio.run(with_executors(config, lambda ex: Daemon(config, url, executors=ex).run(True)))
     seconds = time.perf_counter() - started
+    cpu_seconds = time.process_time() - cpu_started
     wal_bytes = scalar(url, "wal_position") - wal_before
     rss_mb = daemon_rss_mb()
     with connect(url) as conn:
@@ -181,6 +186,8 @@ def _throughput(
         efficiency=round(total / seconds / bare, 3),
         wal_bytes_per_step=round(wal_bytes / total, 1),
         rss_mb=round(rss_mb, 1),
+        cpu_us_per_step=round(cpu_seconds / total * 1e6, 1),
+        bare_cpu_us_per_call=round(bare_cpu_us, 1),
     )
 
 
@@ -207,8 +214,11 @@ def _claims(result: BenchResult, timings: dict[str, list[float]], backlog: int) 
     result.claim_backlog_vs_batch_ratio_p99 = round(p99["backlog"] / p99["batch"], 2)
 
 
-async def _bare_calls_per_s(config: Config, concurrency: int, seconds: float = 2.0) -> float:
-    """Calls/s of the bare executor against the sink: ``concurrency`` callers, no database."""
+async def _bare_calls_per_s(
+    config: Config, concurrency: int, seconds: float = 2.0
+) -> tuple[float, float]:
+    """Calls/s of the bare executor against the sink (``concurrency`` callers, no database)
+    and the CPU µs each call took."""
     inv = Invocation(
         request_id="bench",
         execution_id="bench",
@@ -228,7 +238,7 @@ async def _bare_calls_per_s(config: Config, concurrency: int, seconds: float = 2
         timeout=10.0,
     )
 
-    async def loop(executors: Mapping[str, Executor]) -> float:
+    async def loop(executors: Mapping[str, Executor]) -> tuple[float, float]:
         executor = executors["sink"]
         for _ in range(concurrency * 20):  # warm up: connections, caches
             await checked(executor.call(inv))
@@ -241,12 +251,13 @@ async def _bare_calls_per_s(config: Config, concurrency: int, seconds: float = 2
                 await checked(executor.call(inv))
                 calls += 1
 
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         await asyncio.gather(*(caller() for _ in range(concurrency)))
-        return calls / (time.perf_counter() - started)
+        cpu = time.process_time() - cpu_started
+        return calls / (time.perf_counter() - started), cpu / calls * 1e6
 
-    rate: float = await with_executors(config, loop)
-    return rate
+    rate, cpu_us = await with_executors(config, loop)
+    return rate, cpu_us
 
 
 async def _idle_latency(config: Config, url: str, samples: int) -> list[float]:

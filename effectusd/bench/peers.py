@@ -39,6 +39,7 @@ class PeerResult:
     concurrency: int
     seconds: float
     jobs_per_s: float
+    cpu_us_per_job: float  # CPU of the process running pgqueuer and its handler, per job
 
 
 async def _drain_pgqueuer(url: str, sink: str, jobs: int, concurrency: int) -> PeerResult:
@@ -73,7 +74,7 @@ async def _drain_pgqueuer(url: str, sink: str, jobs: int, concurrency: int) -> P
             called += 1
 
         manager.entrypoint("post")(post)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         # pgqueuer wants its task cap at least twice the batch it dequeues at once.
         await manager.run(
             batch_size=max(1, concurrency // 2),
@@ -82,10 +83,13 @@ async def _drain_pgqueuer(url: str, sink: str, jobs: int, concurrency: int) -> P
             dequeue_timeout=timedelta(seconds=1),
         )
         seconds = time.perf_counter() - started
+        cpu_us = (time.process_time() - cpu_started) / jobs * 1e6
     await connection.close()
     if called != jobs:
         raise RuntimeError(f"pgqueuer drained {called} of {jobs} job(s): the run is not comparable")
-    return PeerResult(jobs, concurrency, round(seconds, 3), round(jobs / seconds, 1))
+    return PeerResult(
+        jobs, concurrency, round(seconds, 3), round(jobs / seconds, 1), round(cpu_us, 1)
+    )
 
 
 def run_pgqueuer(server_url: str, sink: str, jobs: int, concurrency: int) -> PeerResult:
@@ -103,6 +107,7 @@ class Comparison:
     concurrency: int
     pgqueuer_jobs_per_s: float  # the mean of the run before and the run after effectusd
     pgqueuer_runs: list[float]
+    pgqueuer_cpu_us_per_job: float
     effectusd: dict[int, BenchResult]  # steps per saga → result
 
     def ratio(self, steps: int) -> float:
@@ -112,14 +117,15 @@ class Comparison:
         runs = " / ".join(f"{rate:.0f}" for rate in self.pgqueuer_runs)
         lines = [
             f"concurrency {self.concurrency}, one no-op HTTP sink, aiohttp on both sides",
-            f"{'what':<34}{'rate/s':>10}{'ratio':>8}  notes",
+            f"{'what':<34}{'rate/s':>10}{'ratio':>8}{'CPU µs':>9}  notes",
             f"{'pgqueuer + aiohttp POST per job':<34}{self.pgqueuer_jobs_per_s:>10.0f}"
-            f"{1.0:>8.2f}  runs {runs}",
+            f"{1.0:>8.2f}{self.pgqueuer_cpu_us_per_job:>9.0f}  runs {runs}",
         ]
         for steps, result in sorted(self.effectusd.items(), reverse=True):
             label = f"effectusd, {steps}-step sagas"
             lines.append(
-                f"{label:<34}{result.steps_per_s:>10.0f}{self.ratio(steps):>8.2f}  "
+                f"{label:<34}{result.steps_per_s:>10.0f}{self.ratio(steps):>8.2f}"
+                f"{result.cpu_us_per_step:>9.0f}  "
                 f"efficiency {result.efficiency}, idle p50 "
                 f"{result.idle_enqueue_to_dispatch_p50_ms} ms, "
                 f"{result.commits_per_step} commits/step"
@@ -131,6 +137,7 @@ class Comparison:
             "concurrency": self.concurrency,
             "pgqueuer_jobs_per_s": self.pgqueuer_jobs_per_s,
             "pgqueuer_runs": self.pgqueuer_runs,
+            "pgqueuer_cpu_us_per_job": self.pgqueuer_cpu_us_per_job,
             "effectusd": {str(steps): asdict(result) for steps, result in self.effectusd.items()},
             "ratios": {str(steps): self.ratio(steps) for steps in self.effectusd},
         }
@@ -166,7 +173,8 @@ def compare(
         progress(f"pgqueuer again: {jobs} job(s)…")
         after = run_pgqueuer(server_url, sink, jobs, concurrency)
     runs = [before.jobs_per_s, after.jobs_per_s]
-    return Comparison(concurrency, round(statistics.mean(runs), 1), runs, results)
+    cpu = round(statistics.mean([before.cpu_us_per_job, after.cpu_us_per_job]), 1)
+    return Comparison(concurrency, round(statistics.mean(runs), 1), runs, cpu, results)
 
 
 def _say(message: str) -> None:

@@ -43,6 +43,13 @@ from effectusd.core.errors import SchemaNotReady
     help="Serve /metrics, /healthz and /readyz on this loopback port (0: any free port).",
 )
 @click.option(
+    "--console",
+    "console",
+    is_flag=True,
+    help="Also serve the operator console and admin API on the --http-port server "
+    "(as [console] enabled = true does).",
+)
+@click.option(
     "--log-level",
     default="INFO",
     show_default=True,
@@ -72,6 +79,7 @@ def run(
     http_port: int | None,
     log_level: str,
     processes: int,
+    console: bool,
 ) -> None:
     """Run the dispatcher daemon (SIGTERM drains in-flight calls and exits 0)."""
     import asyncio
@@ -84,9 +92,11 @@ def run(
         config.dispatcher.concurrency = workers
     if http_port is not None:
         config.observability.http_port = http_port
+    if console:
+        config.console.enabled = True
     configure_logging(log_format or config.observability.log_format, log_level)
     if processes > 1:
-        _run_processes(obj, processes, until_idle, workers, log_format, log_level)
+        _run_processes(obj, processes, until_idle, workers, log_format, log_level, console)
     daemon = Daemon(config, obj.database_url)
     try:
         code = asyncio.run(daemon.run(until_idle=until_idle))
@@ -122,6 +132,7 @@ def child_run_args(
     log_format: str | None,
     log_level: str,
     http_port: int | None,
+    console: bool = False,
 ) -> list[str]:
     """The `run` options of child ``index`` (from 0) of `run --processes`: the parent's own,
     with the observability port shifted by the index (0, any free port, stays 0)."""
@@ -134,6 +145,8 @@ def child_run_args(
         args += ["--log-format", log_format]
     if http_port is not None:
         args += ["--http-port", str(http_port + index if http_port else 0)]
+    if console:
+        args.append("--console")
     return args
 
 
@@ -144,6 +157,7 @@ def _run_processes(
     workers: int | None,
     log_format: str | None,
     log_level: str,
+    console: bool,
 ) -> None:
     from effectusd.dispatcher.processes import child_command, supervise
 
@@ -166,6 +180,7 @@ def _run_processes(
                 log_format=log_format,
                 log_level=log_level,
                 http_port=port,
+                console=console,
             ),
         )
         for index in range(processes)

@@ -23,6 +23,7 @@ from effectusd.core.canonical import (
 )
 from effectusd.core.check_issues import CheckIssue, PlanCheckError, issues_from
 from effectusd.core.contracts import VerbContract
+from effectusd.core.dependency_checks import after_issues, runs_before
 from effectusd.core.document_checks import document_issues, literal_schema_issues
 from effectusd.core.expressions import FactRef, Reference, ResultRef, resolve, scan
 from effectusd.core.plan import (
@@ -166,6 +167,9 @@ class _Scope:
     positions: Mapping[str, int]  # each valid, first-seen step id's index in spec.steps
     broken_steps: bool  # malformed steps were left out: a missing step may be one of them
     issues: list[CheckIssue]
+    # With `after` anywhere: each step's transitive dependencies, the only steps whose
+    # results it may use. None for a sequential plan, where that is every earlier step.
+    runs_before: Mapping[str, frozenset[str]] | None
 
 
 def _check_semantics(
@@ -179,7 +183,11 @@ def _check_semantics(
     index_of = original or list(range(len(spec.steps)))
     _check_names(spec, issues)
     positions = _step_positions(spec, index_of, issues)
-    scope = _Scope(spec, verbs, positions, original is not None, issues)
+    sequential = all(step.after is None for step in spec.steps)
+    if not sequential:
+        issues.extend(after_issues(spec.steps, index_of, positions, original is None))
+    before = None if sequential else runs_before(spec.steps)
+    scope = _Scope(spec, verbs, positions, original is not None, issues, before)
     checked_steps = []
     for index, step in enumerate(spec.steps):
         checked = _check_step(step, index, f"steps[{index_of[index]}]", scope)
@@ -245,6 +253,7 @@ def _check_step(step: StepSpec, index: int, where: str, scope: _Scope) -> Checke
         contract_hash=contract.contract_hash,
         args=step.args,
         compensate=compensation,
+        after=None if step.after is None else tuple(step.after),
     )
 
 
@@ -287,14 +296,26 @@ def _reference_issues(
         if target is None:
             if not scope.broken_steps:
                 return [CheckIssue(ref.where, f"$result refers to missing step {ref.step!r}")]
-        elif target > index or (target == index and not is_compensation):
+        elif not _runs_before(ref.step, target, index, is_compensation, scope):
+            hint = "" if scope.runs_before is None else " (name it in `after`, or a step after it)"
             return [
                 CheckIssue(
                     ref.where,
-                    f"$result refers to step {ref.step!r}, which does not run before this one",
+                    f"$result refers to step {ref.step!r}, which does not run before this one"
+                    + hint,
                 )
             ]
     return []
+
+
+def _runs_before(name: str, target: int, index: int, is_compensation: bool, scope: _Scope) -> bool:
+    """Whether step ``name`` (at ``target``) has succeeded whenever the step at ``index``
+    (or, for its compensation, that step itself) runs."""
+    if target == index:
+        return is_compensation
+    if scope.runs_before is None:
+        return target < index
+    return name in scope.runs_before.get(scope.spec.steps[index].id, frozenset())
 
 
 def _template_issues(

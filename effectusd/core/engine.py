@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from effectusd.core.backoff import backoff_delay
 from effectusd.core.contracts import RetryPolicy
+from effectusd.core.fan_out import ParallelTransitionBuilder
 from effectusd.core.next_step import TransitionBuilder
 from effectusd.core.registry import Registry, retry_budget
 from effectusd.core.states import (
@@ -65,7 +66,7 @@ def settle(
     jitter: float,
 ) -> Transition:
     """Decide everything that follows from ``completion`` (its guard already held)."""
-    builder = TransitionBuilder(saga, dispatch, completion, registry)
+    builder = _builder(saga, dispatch, completion, registry)
     step = saga.plan.step(dispatch.effect_id)
     outcome = completion.outcome
     forward = dispatch.direction is Direction.FORWARD
@@ -87,10 +88,18 @@ def settle(
             builder.continue_compensation(step)
     else:
         _settle_failure(builder, completion, dispatch, registry, jitter)
-    if saga.state.is_blocked and builder.transition.saga is None:
-        # A blocked saga whose blocking dispatch was settled (late answer, operator) resumes.
-        builder.saga(SagaState.RUNNING if forward else SagaState.COMPENSATING, None)
+    builder.resume_if_unblocked()
     return _restore_reason(saga, builder.transition)
+
+
+def _builder(
+    saga: SagaFacts, dispatch: DispatchFacts, completion: Completion, registry: Registry
+) -> TransitionBuilder:
+    """Sequential plans keep the one-step-at-a-time builder; plans with `after` get the
+    builder that recomputes the saga's branches (docs/design.md section 4)."""
+    if saga.plan.is_sequential:
+        return TransitionBuilder(saga, dispatch, completion, registry)
+    return ParallelTransitionBuilder(saga, dispatch, completion, registry)
 
 
 def _settle_fence_wait(
@@ -224,6 +233,9 @@ def resume_enqueue(saga: SagaFacts, registry: Registry, actor: str) -> Transitio
         0, "", Direction.FORWARD, Delivery.AT_MOST_ONCE, "", DispatchState.QUEUED, 0, 1, None
     )
     builder = _operator_builder(saga, placeholder, registry, actor)
+    if isinstance(builder, ParallelTransitionBuilder):
+        builder.reconcile()
+        return _restore_reason(saga, builder.transition)
     states = [s.state for s in saga.steps.values()]
     undoing = (StepState.FAILED, StepState.COMPENSATING, StepState.COMPENSATED)
     if saga.cancel_requested or any(state in undoing for state in states):
@@ -251,6 +263,6 @@ def _operator_builder(
         SettledBy.OPERATOR,
         actor=actor,
     )
-    builder = TransitionBuilder(saga, dispatch, completion, registry)
+    builder = _builder(saga, dispatch, completion, registry)
     builder.transition.last_outcome = None  # no attempt completed
     return builder

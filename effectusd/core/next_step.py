@@ -140,6 +140,13 @@ class TransitionBuilder:
         self.saga_state = state
         self.transition.saga = SagaUpdate(state, reason)
 
+    def resume_if_unblocked(self) -> None:
+        """A blocked saga whose blocking dispatch was settled (late answer, operator) resumes;
+        with one dispatch live at a time, any settled dispatch is the blocking one."""
+        if self.saga_facts.state.is_blocked and self.transition.saga is None:
+            forward = self.dispatch_facts.direction is Direction.FORWARD
+            self.saga(SagaState.RUNNING if forward else SagaState.COMPENSATING, None)
+
     # -- what comes next --------------------------------------------------------------------
     def advance_forward(self, after: CheckedStep) -> None:
         if self.saga_facts.cancel_requested:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from effectusd.core.canonical import JsonValue, canonical_hash
 
@@ -47,6 +47,8 @@ class StepSpec(BaseModel):
     verb: str
     args: dict[str, Any] = Field(default_factory=dict)
     compensate: CompensationSpec | Literal["none"]
+    # The steps this one runs after (docs/design.md section 4); None: after the previous step.
+    after: list[str] | None = None
 
 
 class PlanSpec(BaseModel):
@@ -73,6 +75,16 @@ class CheckedStep(BaseModel):
     contract_hash: str
     args: dict[str, Any]
     compensate: CheckedCompensation | None
+    after: tuple[str, ...] | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_implicit_after(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A step without `after` must serialise as it did before `after` existed: the checked
+        # plan's canonical JSON, and so every existing plan's digest, stays byte-identical.
+        data: dict[str, Any] = handler(self)
+        if self.after is None:
+            data.pop("after", None)
+        return data
 
 
 class CheckedPlan(BaseModel):
@@ -94,6 +106,11 @@ class CheckedPlan(BaseModel):
 
     def document(self) -> dict[str, JsonValue]:
         return self.model_dump(mode="json")
+
+    @property
+    def is_sequential(self) -> bool:
+        """No step declares `after`: each runs after the previous one, as before issue 17."""
+        return all(step.after is None for step in self.steps)
 
     def step(self, effect_id: str) -> CheckedStep:
         for step in self.steps:

@@ -134,6 +134,7 @@ def as_spec(plan: CheckedPlan) -> PlanSpec:
                         if step.compensate is None
                         else {"verb": step.compensate.verb, "args": step.compensate.args}
                     ),
+                    **({} if step.after is None else {"after": list(step.after)}),
                 }
                 for step in plan.steps
             ],
@@ -150,6 +151,14 @@ def prepare_submission(
 ) -> SubmitRows:
     validate_namespace(namespace)
     validate_execution_id(execution_id)
+    if not plan.is_sequential:
+        # Issue 17 phase 1: the engine decides parallel steps, but the stores do not yet
+        # write their several first dispatches, sibling facts or cancels. Refused, not run
+        # half-wired; phase 2 removes this.
+        raise SubmitError(
+            "a plan with `after` (parallel steps) is checked but not yet run: "
+            "submit refuses it until the stores run parallel steps (issue 17)"
+        )
     issues = fact_issues(plan.facts, facts)
     if issues:
         raise PlanCheckError(issues)

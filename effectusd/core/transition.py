@@ -33,6 +33,12 @@ class StepFacts:
     sequence: int
     state: StepState
     result: JsonValue = None
+    # Read for plans with parallel steps only (docs/design.md section 4, "Parallel steps"):
+    # the state of the step's forward dispatch while the step is in progress, whether an
+    # attempt of it may have committed, and the step's place in the order steps succeeded.
+    dispatch: DispatchState | None = None
+    uncertain: bool = False
+    succeeded_order: int | None = None
 
 
 @dataclass(frozen=True)
@@ -168,6 +174,7 @@ class StepUpdate:
     set_result: bool = False
     args: str | None = None  # canonical resolved args, set when a forward step starts
     args_hash: str | None = None
+    succeeded_order: int | None = None  # set when a step of a parallel plan succeeds
 
 
 @dataclass(frozen=True)
@@ -187,3 +194,6 @@ class Transition:
     saga: SagaUpdate | None = None
     new_dispatches: list[DispatchSpec] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
+    # Forward dispatches of other steps to cancel (parallel plans): each was not sent
+    # (queued, or retry_wait with no uncertain attempt) when the facts were read under lock.
+    cancel_dispatches: list[str] = field(default_factory=list)

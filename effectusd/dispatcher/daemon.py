@@ -16,6 +16,7 @@ from effectusd.backends import backend_for
 from effectusd.backends.errors import DATABASE_ERRORS, LISTEN_LOST, failure_name
 from effectusd.client import registry_from_config
 from effectusd.config import Config, ConfigError
+from effectusd.console import Console
 from effectusd.dispatcher.loops import Loop, Round
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.observability import ObservabilityServer
@@ -83,9 +84,10 @@ class Daemon:
         self.claimer: Loop | None = None
 
     def check_startup(self) -> None:
-        """Refuse to run on a schema we do not match, or with test-only fencing in a real
-        setup, before touching anything else."""
+        """Refuse to run on a schema we do not match, with test-only fencing in a real setup,
+        or with a console nobody may use safely, before touching anything else."""
         fencing_provider(self.config)
+        self._console()
         with self.backend.connect() as conn:
             self.backend.require_current(conn)
 
@@ -133,7 +135,7 @@ class Daemon:
         observability = self.config.observability
         server = None
         if observability.http_port is not None:
-            server = ObservabilityServer(self.metrics, self._healthy, self._ready)
+            server = ObservabilityServer(self.metrics, self._healthy, self._ready, self._console())
             self.http_port = await server.start(observability.http_host, observability.http_port)
         self.started = True
         self._install_signals()
@@ -158,6 +160,19 @@ class Daemon:
                 log.warning("closing connections took over %.0fs; exiting anyway", CLOSE_BOUND_S)
             log.info("daemon %s stopped", self.owner)
         return 0
+
+    def _console(self) -> Console | None:
+        """The console on the observability port, when enabled (ConfigError if its tokens
+        are missing, or it would listen beyond loopback without any)."""
+        observability = self.config.observability
+        if not self.config.console.enabled or observability.http_port is None:
+            return None
+        return Console(
+            self.config,
+            self.backend,
+            observability.http_host,
+            outcomes=self.metrics.outcome_totals,
+        )
 
     async def _claim_until_stopped(
         self, pipeline: Pipeline, store: DispatchStore, until_idle: bool

@@ -20,6 +20,17 @@ class Metrics:
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
+    def outcome_totals(self) -> dict[str, int]:
+        """Recorded attempt outcomes by class, summed over every other label (the console's
+        outcome rates)."""
+        totals: dict[str, int] = {}
+        for family in self.outcomes.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    outcome = sample.labels["outcome"]
+                    totals[outcome] = totals.get(outcome, 0) + int(sample.value)
+        return totals
+
     def _declare_work(self) -> None:
         """What flows through: outcomes, latencies, the backlog and the calls under way."""
         self.outcomes = self._counter(

@@ -235,7 +235,10 @@ class DispatchStore(WriteAheadStore):
     def _lock_for_settlement(self, completions: Sequence[Completion]) -> Operation[_Locked]:
         ids = sorted({c.dispatch_id for c in completions})
         # Lock order: sagas, then their dispatches (the operator actions take the same order).
-        saga_rows = yield ("lock_sagas_of_dispatches", {"dispatch_ids": ids})
+        saga_rows = yield (
+            "lock_sagas_of_dispatches",
+            {"dispatch_ids": ids, "known_plans": list(self._plans)},
+        )
         dispatch_rows = yield ("lock_dispatches", {"dispatch_ids": ids})
         attempt_rows = yield (
             "select_completion_attempts",
@@ -304,13 +307,14 @@ class DispatchStore(WriteAheadStore):
         return int(rows[0]["in_flight"] or 0), int(rows[0]["due_soon"] or 0)
 
     async def sample(self) -> OutboxSample:
-        return await self._read(_sample())
+        return await self._read(outbox_sample())
 
     async def ping(self) -> None:
         await self._read(single("health_ping", {}))
 
 
-def _sample() -> Operation[OutboxSample]:
+def outbox_sample() -> Operation[OutboxSample]:
+    """What the gauges show (and the console's overview), read in one transaction."""
     queue = yield ("metrics_ready_queue", {})
     live = yield ("metrics_live_sagas", {})
     return OutboxSample(

@@ -225,15 +225,28 @@ def list_sagas(
     namespace: str | None = None,
     limit: int = 100,
     older_than: timedelta | None = None,
+    *,
+    execution_id: str | None = None,
+    destination: str | None = None,
 ) -> Operation[Rows]:
+    """Sagas newest first, by any of: state, plan, namespace, execution id, a destination one
+    of their dispatches goes to, created longer ago than ``older_than``. Never their values."""
     rows = yield (
         "list_sagas",
         {
             "state": state,
             "plan_id": plan_id,
             "namespace": namespace,
+            "execution_id": execution_id,
+            "destination": destination,
             "limit": limit,
             "older_than_s": None if older_than is None else older_than.total_seconds(),
         },
     )
     return rows
+
+
+def count_finished_sagas(window: timedelta) -> Operation[dict[str, int]]:
+    """How many sagas finished in the last ``window``, by end state."""
+    rows = yield ("count_finished_sagas", {"window_s": window.total_seconds()})
+    return {row["state"]: int(row["n"]) for row in rows}

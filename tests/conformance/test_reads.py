@@ -241,6 +241,10 @@ async def test_list_sagas_filters_and_orders_alike(store: StoreUnderTest) -> Non
     assert ids(namespace="default", limit=2) == [third, second]
     assert ids(namespace="elsewhere") == []
     assert ids(older_than=timedelta(hours=1)) == []
+    assert ids(execution_id="2") == [second]
+    assert ids(execution_id="2", plan_id="alpha") == []
+    assert ids(destination="dest") == [third, second, first]
+    assert ids(destination="elsewhere") == []
     [row] = store.run(operations.list_sagas(state="completed"))
     assert set(row) == {
         "saga_id",

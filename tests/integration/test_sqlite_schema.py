@@ -828,7 +828,7 @@ def test_lock_statements_give_booleans_and_json(conn: sqlite3.Connection) -> Non
     saga_id, dispatch_id = seed_saga(conn)
     claim(conn, "payments", margin_s=-10.0)  # a lease that has already run out
 
-    [saga] = q(conn, "lock_sagas_of_dispatches", {"dispatch_ids": [dispatch_id]})
+    [saga] = q(conn, "lock_sagas_of_dispatches", {"dispatch_ids": [dispatch_id], "known_plans": []})
     [dispatch] = q(conn, "lock_dispatches", {"dispatch_ids": [dispatch_id]})
     [locked] = q(conn, "op_lock_saga", {"saga_id": saga_id})
 
@@ -896,7 +896,14 @@ def test_write_ahead_marks_only_attempts_whose_lease_is_still_ours(
 
 def test_null_parameters_mean_what_they_mean_on_postgresql(conn: sqlite3.Connection) -> None:
     saga_id, dispatch_id = seed_saga(conn)
-    everything = {"state": None, "plan_id": None, "namespace": None, "limit": 100}
+    everything = {
+        "state": None,
+        "plan_id": None,
+        "namespace": None,
+        "execution_id": None,
+        "destination": None,
+        "limit": 100,
+    }
 
     assert len(q(conn, "list_sagas", {**everything, "older_than_s": None})) == 1
     assert q(conn, "list_sagas", {**everything, "older_than_s": 3600.0}) == []

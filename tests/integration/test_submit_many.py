@@ -3,12 +3,14 @@ nothing."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from effectusd.client import AsyncClient, Submission
+from effectusd.core.canonical import canonical_text
 from effectusd.core.submission import SubmitConflict
 from effectusd.store import operations
 from tests.conftest import migrated_sqlite
@@ -133,3 +135,30 @@ async def test_the_async_client_refuses_a_sqlite_connection_by_name(tmp_path: Pa
         with pytest.raises(TypeError, match="not a Connection; on SQLite pass your sqlite3"):
             await AsyncClient(config, database_url=url).submit_many(batch(1), conn=conn)  # type: ignore[arg-type]
     assert counts(url) == (0, 0, 0, 0)
+
+
+def test_a_batch_stores_every_text_byte_for_byte(store_url: str) -> None:
+    """The rows of a batch travel as one JSON document on PostgreSQL: escapes, non-ASCII and
+    characters outside the BMP (surrogate pairs in JSON) come back exactly as submitted."""
+    noted = {
+        "plan_id": "noted",
+        "facts": {"note": "string"},
+        "steps": [
+            {"id": "a", "verb": "a", "args": {"note": {"$fact": "note"}}, "compensate": "none"}
+        ],
+    }
+    notes = ['€ "quoted" \\ back\nslash', "😀 astral 𝄞", "tab\there \u2028 line sep", "plain"]
+    results = client(store_url).submit_many(
+        [Submission(noted, f"noted-{i}", facts={"note": note}) for i, note in enumerate(notes)]
+    )
+    rows = fetch(
+        store_url,
+        "SELECT s.execution_id, s.facts, o.args_canonical FROM effectus_saga_instances s"
+        " JOIN effectus_saga_outbox o USING (saga_id) ORDER BY s.execution_id",
+    )
+    assert len(results) == len(rows) == len(notes)
+    for row in rows:
+        note = notes[int(row["execution_id"].split("-")[1])]
+        facts = row["facts"] if isinstance(row["facts"], dict) else json.loads(row["facts"])
+        assert facts == {"note": note}
+        assert row["args_canonical"] == canonical_text({"note": note})

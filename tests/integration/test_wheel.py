@@ -63,6 +63,10 @@ def test_the_wheel_ships_the_migrations_and_the_named_queries(wheel: Path) -> No
     assert bench_queries
     for query in bench_queries:
         assert f"effectusd/bench/queries/{query.name}" in names
+    templates = sorted((REPO / "effectusd" / "console" / "templates").glob("*.html"))
+    assert templates  # the console's pages
+    for template in templates:
+        assert f"effectusd/console/templates/{template.name}" in names
     for migration in (REPO / "schema" / "sqlite").glob("*.sql"):
         assert f"effectusd/_sqlite_migrations/{migration.name}" in names
 

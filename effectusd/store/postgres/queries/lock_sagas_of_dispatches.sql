@@ -1,7 +1,9 @@
 -- Outcome recording locks sagas first (in id order), then their dispatches: the same order
 -- operator actions use, so the two never deadlock. NO KEY UPDATE: the saga's key never
 -- changes, and a claim's event insert (a foreign-key share lock) must not wait on us.
-SELECT s.saga_id, s.namespace, s.execution_id, s.state, s.plan_digest, s.plan, s.facts,
+SELECT s.saga_id, s.namespace, s.execution_id, s.state, s.plan_digest, s.facts,
+       -- The recorder keeps checked plans by digest: a plan it has is neither sent nor parsed.
+       CASE WHEN s.plan_digest = ANY(%(known_plans)s::text[]) THEN NULL ELSE s.plan END AS plan,
        s.cancel_requested_at IS NOT NULL AS cancel_requested,
        -- Why compensation began (the latest move into compensating): a blocked saga that
        -- resumes compensating gets it back as its stop reason, instead of the block's.

@@ -1,8 +1,9 @@
--- record_late_completion for a whole batch (arrays, one element per attempt).
+-- record_late_completion for a whole batch (a JSON array of rows, one object per attempt).
 UPDATE effectus_saga_attempts a
 SET late = true, late_outcome = r.outcome, late_status_code = r.status_code,
     late_error = r.error, late_evidence = r.evidence::jsonb, late_at = clock_timestamp()
-FROM unnest(%(dispatch_id)s::bigint[], %(attempt)s::int[], %(outcome)s::text[],
-            %(status_code)s::int[], %(error)s::text[], %(evidence)s::text[])
-     AS r(dispatch_id, attempt, outcome, status_code, error, evidence)
+FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(
+        dispatch_id bigint, attempt int, outcome text, status_code int, error text,
+        evidence text
+     )
 WHERE a.dispatch_id = r.dispatch_id AND a.attempt = r.attempt

@@ -1,4 +1,4 @@
--- update_dispatch_settled for a whole batch (arrays, one element per dispatch).
+-- update_dispatch_settled for a whole batch (a JSON array of rows, one object per dispatch).
 UPDATE effectus_saga_outbox o
 SET state = r.state,
     next_attempt_at = CASE WHEN r.retry_delay_s IS NULL THEN o.next_attempt_at
@@ -6,7 +6,8 @@ SET state = r.state,
     uncertain_attempt = r.uncertain_attempt, last_outcome = r.last_outcome,
     last_error = r.last_error, lease_owner = NULL, lease_token = NULL,
     lease_expires_at = NULL, updated_at = now()
-FROM unnest(%(dispatch_id)s::bigint[], %(state)s::text[], %(retry_delay_s)s::float8[],
-            %(uncertain_attempt)s::int[], %(last_outcome)s::text[], %(last_error)s::text[])
-     AS r(dispatch_id, state, retry_delay_s, uncertain_attempt, last_outcome, last_error)
+FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(
+        dispatch_id bigint, state text, retry_delay_s float8, uncertain_attempt int,
+        last_outcome text, last_error text
+     )
 WHERE o.dispatch_id = r.dispatch_id

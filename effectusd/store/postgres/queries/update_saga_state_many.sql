@@ -1,4 +1,4 @@
--- update_saga_state for a whole batch (arrays, one element per saga).
+-- update_saga_state for a whole batch (a JSON array of rows, one object per saga).
 UPDATE effectus_saga_instances s
 SET state = r.state,
     stop_reason = CASE WHEN r.state = 'running' THEN NULL
@@ -6,7 +6,8 @@ SET state = r.state,
     finished_at = CASE WHEN r.state IN ('completed', 'compensated', 'failed') THEN now() END,
     revision = s.revision + 1,
     updated_at = now()
-FROM unnest(%(saga_id)s::text[], %(state)s::text[], %(stop_reason)s::text[])
-     AS r(saga_id, state, stop_reason)
+FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(
+        saga_id text, state text, stop_reason text
+     )
 WHERE s.saga_id = r.saga_id
 RETURNING pg_notify('effectus_saga', s.saga_id)  -- delivered at commit: wakes Client.wait

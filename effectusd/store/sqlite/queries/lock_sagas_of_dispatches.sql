@@ -1,6 +1,9 @@
 -- The sagas of the dispatches an outcome batch settles, in id order. No row locks: the
 -- recorder's transaction holds SQLite's write lock from its start (BEGIN IMMEDIATE).
-SELECT s.saga_id, s.namespace, s.execution_id, s.state, s.plan_digest, s.plan, s.facts,
+SELECT s.saga_id, s.namespace, s.execution_id, s.state, s.plan_digest, s.facts,
+       -- The recorder keeps checked plans by digest: a plan it has is neither sent nor parsed.
+       CASE WHEN s.plan_digest IN (SELECT value FROM json_each(:known_plans)) THEN NULL
+            ELSE s.plan END AS "plan [json_text]",
        s.cancel_requested_at IS NOT NULL AS "cancel_requested [boolean]",
        -- Why compensation began (the latest move into compensating): a blocked saga that
        -- resumes compensating gets it back as its stop reason, instead of the block's.

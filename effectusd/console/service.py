@@ -1,0 +1,279 @@
+"""What the console reads and does, for the API and the pages alike: the store's own read
+operations (store.operations: list_sagas, load_saga) and the operator actions of
+effectusd.operator, each run as the one guarded transaction the CLI runs.
+
+Lists never carry a saga's values: list rows have none, and a blocked saga is summarised
+from its view through the allow-lists below (facts, results, arguments rendered into paths
+and fencing resources, and the raw answers kept as attempt evidence stay out). Only
+``saga()``, one saga's detail, returns the whole view.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from effectusd.backends import Backend
+from effectusd.backends.operation import Operation
+from effectusd.client import registry_from_config
+from effectusd.config import Config
+from effectusd.core import operator_decisions as decide
+from effectusd.core.canonical import JsonValue
+from effectusd.core.durations import parse_duration
+from effectusd.core.states import Direction, SagaState
+from effectusd.core.views import SagaView, blocking_dispatches, jsonable
+from effectusd.operator import adopt_contract, cancel, resolve, retry
+from effectusd.operator.report import ActionReport
+from effectusd.store import operations
+from effectusd.store.dispatch import outbox_sample
+
+MAX_LIST = 1_000
+FINISHED_WINDOW = timedelta(hours=1)
+BLOCKED_STATES = tuple(state.value for state in SagaState if state.is_blocked)
+ACTIONS = ("resolve", "retry", "cancel", "adopt-contract")
+
+SUMMARY_SAGA = (
+    "saga_id",
+    "namespace",
+    "execution_id",
+    "plan_id",
+    "plan_digest",
+    "state",
+    "stop_reason",
+    "cancel_requested_at",
+    "cancel_requested_by",
+    "created_at",
+    "updated_at",
+    "next_actions",
+)
+SUMMARY_DISPATCH = (
+    "direction",
+    "state",
+    "attempt",
+    "max_attempts",
+    "destination",
+    "verb",
+    "delivery",
+    "uncertain_attempt",
+    "last_outcome",
+    "last_error",
+    "next_attempt_at",
+    "updated_at",
+)
+SUMMARY_ATTEMPT = (
+    "attempt",
+    "outcome",
+    "settled_by",
+    "status_code",
+    "error",
+    "sent_at",
+    "completed_at",
+    "late",
+    "late_outcome",
+    "late_error",
+)
+
+
+class BadInput(ValueError):
+    """A filter or a field the console cannot use; the message names it."""
+
+
+def as_dict(view: Any) -> dict[str, Any]:
+    """The dict form of a saga view (a typed view gives its JSON form)."""
+    dump = getattr(view, "model_dump", None)
+    return dict(dump(mode="json")) if callable(dump) else dict(jsonable(view))
+
+
+def _pick(row: Mapping[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+    return {name: row.get(name) for name in fields}
+
+
+def blocked_summary(view: SagaView | Mapping[str, Any]) -> dict[str, Any]:
+    """A blocked saga without its values: what blocks it, and the attempts' evidence."""
+    data = as_dict(view)
+    summary = _pick(data, SUMMARY_SAGA)
+    summary["blocking"] = [
+        {
+            "effect_id": step["effect_id"],
+            **_pick(dispatch, SUMMARY_DISPATCH),
+            "attempts": [_pick(a, SUMMARY_ATTEMPT) for a in dispatch.get("attempts", [])],
+        }
+        for step, dispatch in blocking_dispatches(data)
+    ]
+    return summary
+
+
+@dataclass(frozen=True)
+class Filters:
+    state: str | None = None
+    plan_id: str | None = None
+    execution_id: str | None = None
+    destination: str | None = None
+    older_than: timedelta | None = None
+    limit: int = 100
+
+    @classmethod
+    def parse(cls, query: Mapping[str, str]) -> Filters:
+        """From a query string; BadInput naming the parameter."""
+        values = {k: v.strip() for k, v in query.items() if v.strip()}
+        state = values.get("state")
+        if state is not None and state not in {s.value for s in SagaState}:
+            raise BadInput(f"state: {state!r} is not a saga state")
+        try:
+            older = values.get("older_than")
+            older_than = parse_duration(older) if older else None
+        except ValueError as exc:
+            raise BadInput(f"older_than: {exc}") from None
+        limit = values.get("limit", "100")
+        if not limit.isdigit() or not 1 <= int(limit) <= MAX_LIST:
+            raise BadInput(f"limit: a whole number from 1 to {MAX_LIST}")
+        return cls(
+            state,
+            values.get("plan_id"),
+            values.get("execution_id"),
+            values.get("destination"),
+            older_than,
+            int(limit),
+        )
+
+
+def _blocked_queue(namespace: str, limit: int) -> Operation[list[dict[str, Any]]]:
+    """Blocked sagas, longest blocked first, each summarised, in one read transaction."""
+    rows = []
+    for state in BLOCKED_STATES:
+        rows += yield from operations.list_sagas(state=state, namespace=namespace, limit=limit)
+    rows.sort(key=lambda row: (row["updated_at"], row["saga_id"]))
+    summaries = []
+    for row in rows[:limit]:
+        view = yield from operations.load_saga(row["saga_id"])
+        if view is not None:  # pruned meanwhile
+            summaries.append(blocked_summary(view))
+    return summaries
+
+
+def _overview_reads() -> Operation[dict[str, Any]]:
+    sample = yield from outbox_sample()
+    finished = yield from operations.count_finished_sagas(FINISHED_WINDOW)
+    return {
+        "live_sagas": sample.sagas,
+        "ready_queue_depth": sample.ready_depth,
+        "oldest_ready_age_s": round(sample.oldest_ready_s, 3),
+        "finished_last_hour": finished,
+    }
+
+
+class ConsoleService:
+    """The store reads and operator actions of one console."""
+
+    def __init__(self, config: Config, backend: Backend) -> None:
+        self.config = config
+        self.backend = backend
+        self.registry = registry_from_config(config)
+
+    async def sagas(self, filters: Filters) -> list[dict[str, Any]]:
+        rows = await self.backend.run_async(
+            operations.list_sagas(
+                filters.state,
+                filters.plan_id,
+                self.config.namespace,
+                filters.limit,
+                filters.older_than,
+                execution_id=filters.execution_id,
+                destination=filters.destination,
+            )
+        )
+        return [jsonable(dict(row)) for row in rows]
+
+    async def saga(self, saga_id: str) -> dict[str, Any] | None:
+        view = await self.backend.run_async(operations.load_saga(saga_id))
+        return None if view is None else as_dict(view)
+
+    async def blocked(self, limit: int = 100) -> list[dict[str, Any]]:
+        return await self.backend.run_async(_blocked_queue(self.config.namespace, limit))
+
+    async def overview(self) -> dict[str, Any]:
+        return await self.backend.run_async(_overview_reads())
+
+    async def act(
+        self, action: str, saga_id: str, fields: Mapping[str, Any], actor: str
+    ) -> ActionReport:
+        """Run one operator action; ``Refused`` (writing nothing) when it does not apply."""
+        return await self.backend.run_async(self._operation(action, saga_id, fields, actor))
+
+    def _operation(
+        self, action: str, saga_id: str, fields: Mapping[str, Any], actor: str
+    ) -> Operation[ActionReport]:
+        evidence = _text(fields, "evidence")
+        if action == "resolve":
+            return self._resolve(saga_id, fields, actor, decide.required_evidence(evidence))
+        if action == "adopt-contract":
+            return adopt_contract(
+                saga_id,
+                registry=self.registry,
+                actor=actor,
+                evidence=decide.required_evidence(evidence),
+            )
+        if action in ("retry", "cancel"):
+            run = retry if action == "retry" else cancel
+            return run(
+                saga_id,
+                registry=self.registry,
+                actor=actor,
+                evidence=decide.optional_evidence(evidence),
+            )
+        raise BadInput(f"no action {action!r}; one of {', '.join(ACTIONS)}")
+
+    def _resolve(
+        self, saga_id: str, fields: Mapping[str, Any], actor: str, evidence: str
+    ) -> Operation[ActionReport]:
+        """The CLI's resolve: the decision as one word instead of two flags."""
+        decision = _text(fields, "decision") or ""
+        if decision not in {r.value for r in decide.Resolution}:
+            raise BadInput("decision: one of " + ", ".join(r.value for r in decide.Resolution))
+        effect_id = _text(fields, "effect_id")
+        if not effect_id:
+            raise BadInput("effect_id: which step to resolve")
+        direction = _text(fields, "direction") or None
+        if direction not in (None, *(d.value for d in Direction)):
+            raise BadInput("direction: forward or compensation")
+        where = Direction(direction) if direction else None
+        resolution = decide.Resolution(decision)
+        return resolve(
+            saga_id,
+            effect_id,
+            resolution,
+            registry=self.registry,
+            actor=actor,
+            evidence=evidence,
+            result=_result(fields, resolution, where),
+            direction=where,
+        )
+
+
+def _text(fields: Mapping[str, Any], name: str) -> str | None:
+    value = fields.get(name)
+    if value is not None and not isinstance(value, str):
+        raise BadInput(f"{name}: a string")
+    return value
+
+
+def _result_text(fields: Mapping[str, Any]) -> str | None:
+    """The step's result as JSON text: a form sends the text (``result_json``), the API a
+    JSON value (``result``); neither, or empty text, is no result."""
+    text = _text(fields, "result_json")
+    if text is not None and text.strip():
+        return text
+    return json.dumps(fields["result"]) if fields.get("result") is not None else None
+
+
+def _result(
+    fields: Mapping[str, Any], resolution: decide.Resolution, where: Direction | None
+) -> JsonValue:
+    """The step's result, checked as the CLI checks --result (only with committed)."""
+    text = _result_text(fields)
+    if resolution is not decide.Resolution.COMMITTED and text is not None:
+        raise decide.Refused(decide.RefusalKind.INVALID, "a result goes with decision committed")
+    return decide.committed_result(text, where)

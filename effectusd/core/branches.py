@@ -1,0 +1,137 @@
+"""What a saga with parallel steps does next, from its steps' states alone
+(docs/design.md section 4, "Parallel steps", and section 6).
+
+Pure and total: the engine's builder asks ``next_moves`` after applying one outcome, and
+carries the moves out. Going forward, every pending step whose dependencies all succeeded
+starts. Once the saga undoes (a step failed, or a cancel was requested), nothing starts any
+more: forward dispatches not yet sent are canceled, those in flight are waited for, and
+then the succeeded steps are compensated one at a time, the latest to succeed first, and
+never before a step that depends on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from effectusd.core.graph import PlanGraph
+from effectusd.core.states import DispatchState, SagaState, StepState
+
+# A forward dispatch in these states has sent nothing that may have committed (retry_wait
+# only when no attempt is uncertain): it can be canceled instead of waited for.
+NOT_SENT = frozenset({DispatchState.QUEUED, DispatchState.RETRY_WAIT})
+BLOCKED = frozenset(
+    {DispatchState.BLOCKED_UNKNOWN, DispatchState.BLOCKED_FENCE, DispatchState.BLOCKED_CONTRACT}
+)
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One step as the decision reads it."""
+
+    state: StepState
+    dispatch: DispatchState | None = None  # its forward dispatch, while in progress
+    uncertain: bool = False  # an attempt of that dispatch may have committed
+    has_inverse: bool = False
+    succeeded_order: int | None = None
+
+    @property
+    def not_sent(self) -> bool:
+        return (
+            self.state is StepState.IN_PROGRESS and self.dispatch in NOT_SENT and not self.uncertain
+        )
+
+    @property
+    def blocked(self) -> bool:
+        return self.state is StepState.IN_PROGRESS and self.dispatch in BLOCKED
+
+    @property
+    def live(self) -> bool:
+        """Sent or being sent, and not blocked: its outcome is to be waited for."""
+        return self.state is StepState.IN_PROGRESS and not self.not_sent and not self.blocked
+
+    @property
+    def to_undo(self) -> bool:
+        return self.state is StepState.SUCCEEDED and self.has_inverse
+
+
+@dataclass(frozen=True)
+class Moves:
+    cancel: tuple[str, ...] = ()  # forward dispatches not yet sent: cancel them
+    start: tuple[str, ...] = ()  # steps whose forward dispatch to enqueue now
+    compensate: str | None = None  # the step whose compensation to enqueue now
+    waiting: tuple[str, ...] = ()  # forward steps in flight, waited for
+    blocked: tuple[str, ...] = ()  # forward steps whose dispatch is blocked
+    end: SagaState | None = None  # completed, compensated or failed: nothing is left
+
+
+def undoing(branches: Mapping[str, Branch], cancel_requested: bool) -> bool:
+    """Whether the saga has decided to compensate: from then on nothing starts."""
+    undone = (StepState.FAILED, StepState.COMPENSATING, StepState.COMPENSATED)
+    return cancel_requested or any(b.state in undone for b in branches.values())
+
+
+def next_moves(graph: PlanGraph, branches: Mapping[str, Branch], undo: bool) -> Moves:
+    """The moves the steps' states call for. Nothing starts and nothing is compensated while
+    a branch is blocked (an operator settles it first) or, when undoing, in flight."""
+    in_order = [(name, branches[name]) for name in graph.order]
+    blocked = tuple(name for name, b in in_order if b.blocked)
+    if not undo:
+        waiting = tuple(name for name, b in in_order if b.state is StepState.IN_PROGRESS)
+        if all(b.state is StepState.SUCCEEDED for _, b in in_order):
+            return Moves(end=SagaState.COMPLETED)
+        ready = tuple(name for name in graph.order if _ready(graph, branches, name))
+        return Moves(start=() if blocked else ready, waiting=waiting, blocked=blocked)
+    cancel = tuple(name for name, b in in_order if b.not_sent)
+    waiting = tuple(name for name, b in in_order if b.live)
+    if blocked or waiting or any(b.state is StepState.COMPENSATING for _, b in in_order):
+        return Moves(cancel=cancel, waiting=waiting, blocked=blocked)
+    # What is left once the cancels are done: a canceled step is pending again.
+    left = {
+        name: Branch(StepState.PENDING, has_inverse=b.has_inverse) if name in cancel else b
+        for name, b in branches.items()
+    }
+    nxt = next_compensation(graph, left)
+    if nxt is not None:
+        return Moves(cancel=cancel, compensate=nxt)
+    return Moves(cancel=cancel, end=_undone(left))
+
+
+def _ready(graph: PlanGraph, branches: Mapping[str, Branch], name: str) -> bool:
+    return branches[name].state is StepState.PENDING and all(
+        branches[dep].state is StepState.SUCCEEDED for dep in graph.deps[name]
+    )
+
+
+def next_compensation(graph: PlanGraph, branches: Mapping[str, Branch]) -> str | None:
+    """The succeeded step with an inverse that succeeded last, among those no succeeded,
+    compensating or running step depends on. A step that depends on another can only have
+    started after it succeeded, so the latest success is always free; the dependency check
+    keeps the order safe even for a saga whose steps an operator settled out of order."""
+    busy = (StepState.IN_PROGRESS, StepState.COMPENSATING)
+    free = [
+        name
+        for name in graph.order
+        if branches[name].to_undo
+        and not any(
+            branches[d].to_undo or branches[d].state in busy for d in graph.descendants[name]
+        )
+    ]
+    if not free:
+        return None
+    position = {name: index for index, name in enumerate(graph.order)}
+
+    def latest(name: str) -> tuple[int, int]:
+        order = branches[name].succeeded_order
+        return (-1 if order is None else order, position[name])
+
+    return max(free, key=latest)
+
+
+def _undone(branches: Mapping[str, Branch]) -> SagaState:
+    """How an undone saga ends: compensated when anything was, failed when a step failed and
+    nothing needed undoing, compensated (a cancel with nothing to undo) otherwise."""
+    states = {b.state for b in branches.values()}
+    if StepState.COMPENSATED not in states and StepState.FAILED in states:
+        return SagaState.FAILED
+    return SagaState.COMPENSATED
