@@ -93,17 +93,21 @@ def _pick(row: Mapping[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
 
 def blocked_summary(view: SagaView | Mapping[str, Any]) -> dict[str, Any]:
     """A blocked saga without its values: what blocks it, and the attempts' evidence."""
-    data = as_dict(view)
-    summary = _pick(data, SUMMARY_SAGA)
+    typed = view if isinstance(view, SagaView) else SagaView.model_validate(view)
+    summary = _pick(typed.model_dump(mode="json"), SUMMARY_SAGA)
     summary["blocking"] = [
-        {
-            "effect_id": step["effect_id"],
-            **_pick(dispatch, SUMMARY_DISPATCH),
-            "attempts": [_pick(a, SUMMARY_ATTEMPT) for a in dispatch.get("attempts", [])],
-        }
-        for step, dispatch in blocking_dispatches(data)
+        _blocking(step.effect_id, dispatch.model_dump(mode="json"))
+        for step, dispatch in blocking_dispatches(typed)
     ]
     return summary
+
+
+def _blocking(effect_id: str, dispatch: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "effect_id": effect_id,
+        **_pick(dispatch, SUMMARY_DISPATCH),
+        "attempts": [_pick(a, SUMMARY_ATTEMPT) for a in dispatch["attempts"]],
+    }
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ __all__ = [
     "TimelineEvent",
     "blocking_dispatches",
     "build_saga_view",
+    "jsonable",
     "next_actions",
     "summarize",
     "view_schemas",
@@ -191,6 +192,20 @@ class SagaSummary(_View):
     stop_reason: str | None
     created_at: Timestamp
     updated_at: Timestamp
+
+
+def jsonable(value: Any) -> Any:
+    """A store row's values as JSON values (times as ``isoformat()``, UUIDs as text), for rows
+    that have no view of their own."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(key): jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(item) for item in value]
+    return value
 
 
 def _pick(row: Mapping[str, Any], model: type[BaseModel]) -> dict[str, Any]:

@@ -352,7 +352,7 @@ async def test_the_daemon_serves_the_console_beside_unchanged_metrics_and_health
         saga = client.submit(serial_plan("daemon", ["pay"]), execution_id="d-1").saga_id
         async with daemon_running(config, db) as daemon:
             async with asyncio.timeout(30):
-                while (client.get(saga) or {}).get("state") != "completed":
+                while getattr(client.get(saga), "state", None) != "completed":
                     await asyncio.sleep(0.05)
             assert daemon.http_port is not None
             base = f"http://127.0.0.1:{daemon.http_port}"

@@ -115,7 +115,7 @@ async def test_an_operator_resolves_a_blocked_saga_in_chromium_and_sees_it_compl
         saga = client.submit(plan, execution_id="b-1").saga_id
         async with daemon_running(config, db) as daemon:
             async with asyncio.timeout(WAIT_S):
-                while (client.get(saga) or {}).get("state") != "blocked_unknown":
+                while getattr(client.get(saga), "state", None) != "blocked_unknown":
                     await asyncio.sleep(0.05)
             assert daemon.http_port is not None
             base = f"http://127.0.0.1:{daemon.http_port}"
