@@ -263,6 +263,16 @@ def _run_processes(
         "the daemon's RSS every few seconds (start, end, max; steps/s over the soak)."
     ),
 )
+@click.option(
+    "--processes",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help=(
+        "Dispatch with this many daemon processes side by side (as `run --processes`), each "
+        "with --concurrency; reports their CPU per step and the database's commits/s and WAL/s."
+    ),
+)
 @json_option
 @click.pass_obj
 def bench(
@@ -274,6 +284,7 @@ def bench(
     transport: str | None,
     backlog: int,
     duration: int,
+    processes: int,
     as_json: bool,
 ) -> None:
     """Measure steps/s, enqueue→dispatch latency, commits per step and, by default, claim
@@ -299,6 +310,7 @@ def bench(
             transport,
             backlog=backlog,
             duration=duration,
+            processes=processes,
         )
     except UNAVAILABLE as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
