@@ -48,6 +48,7 @@ from effectusd.executors.protocol import Executor, Invocation
 
 @dataclass
 class BenchResult:
+    processes: int  # daemon processes dispatching side by side (`run --processes`)
     sagas: int
     steps_per_saga: int
     concurrency: int
@@ -68,6 +69,9 @@ class BenchResult:
     # and the bare loop's per call: unlike rates, these hardly move when the machine is busy
     cpu_us_per_step: float
     bare_cpu_us_per_call: float
+    # what the database took: where PostgreSQL binds as daemons are added (docs/performance.md)
+    commits_per_s: float
+    wal_bytes_per_s: float
     # claim_ready.sql on an empty outbox, over one batch of ready rows and over `backlog` of
     # them (None: skipped); backlog/batch is the backlog's own cost, backlog/empty the target's
     backlog: int = 0
@@ -113,9 +117,11 @@ def run_bench(
     *,
     backlog: int = 0,
     duration: float = 0.0,
+    processes: int = 1,
 ) -> BenchResult:
     """``transport`` picks the executor class ("httpx" or "aiohttp"); None keeps the config's
-    default. ``duration`` > 0 adds the soak, ``backlog`` > 0 the claim latency."""
+    default. ``duration`` > 0 adds the soak, ``backlog`` > 0 the claim latency, ``processes``
+    > 1 dispatches with that many daemon processes (each with ``concurrency``)."""
     with ExitStack() as stack:
         if destination is None:
             destination = stack.enter_context(start_sink())
@@ -124,7 +130,7 @@ def run_bench(
         try:
             with connect(url) as conn:
                 migrate_set(conn, STORE_MIGRATIONS)
-            result = _throughput(config, url, sagas, steps, concurrency, progress)
+            result = _throughput(config, url, sagas, steps, concurrency, progress, processes)
             if duration > 0:
                 _soak(result, config, url, duration, progress)
         finally:
@@ -145,9 +151,16 @@ def _submit_all(config: Config, url: str, sagas: int, steps: int) -> None:
 
 
 def _throughput(
-    config: Config, url: str, sagas: int, steps: int, concurrency: int, progress: Any
+    config: Config,
+    url: str,
+    sagas: int,
+    steps: int,
+    concurrency: int,
+    progress: Any,
+    processes: int = 1,
 ) -> BenchResult:
-    """Submit the sagas, dispatch them all, and take the readings."""
+    """Submit the sagas, dispatch them all (in this process, or in ``processes`` daemon
+    processes side by side, as `run --processes` runs them), and take the readings."""
     chosen = config.destinations["sink"].transport
     progress(f"bare {chosen} loop at concurrency {concurrency}…")
     bare, bare_cpu_us = asyncio.run(_bare_calls_per_s(config, concurrency))
@@ -155,11 +168,11 @@ def _throughput(
     _submit_all(config, url, sagas, steps)
     commits_before = scalar(url, "commits")
     wal_before = scalar(url, "wal_position")
-    progress(f"dispatching {sagas * steps} step(s) at concurrency {concurrency} ({chosen})…")
-    started, cpu_started = time.perf_counter(), time.process_time()
-    asyncio.run(with_executors(config, lambda ex: Daemon(config, url, executors=ex).run(True)))
-    seconds = time.perf_counter() - started
-    cpu_seconds = time.process_time() - cpu_started
+    progress(
+        f"dispatching {sagas * steps} step(s) at concurrency {concurrency} ({chosen})"
+        + (f" in {processes} processes…" if processes > 1 else "…")
+    )
+    seconds, cpu_seconds = _dispatch_all(config, url, processes)
     wal_bytes = scalar(url, "wal_position") - wal_before
     rss_mb = daemon_rss_mb()
     with connect(url) as conn:
@@ -170,6 +183,7 @@ def _throughput(
     idle = asyncio.run(_idle_latency(config, url, samples=30))
     total = sagas * steps
     return BenchResult(
+        processes=processes,
         sagas=sagas,
         steps_per_saga=steps,
         concurrency=concurrency,
@@ -188,7 +202,52 @@ def _throughput(
         rss_mb=round(rss_mb, 1),
         cpu_us_per_step=round(cpu_seconds / total * 1e6, 1),
         bare_cpu_us_per_call=round(bare_cpu_us, 1),
+        commits_per_s=round(commits / seconds, 1),
+        wal_bytes_per_s=round(wal_bytes / seconds),
     )
+
+
+def _dispatch_all(config: Config, url: str, processes: int) -> tuple[float, float]:
+    """Run daemons until the outbox is idle: wall seconds and the CPU seconds they used. Each
+    daemon process starts (imports, connects nothing yet) before the clock does."""
+    if processes == 1:
+        started, cpu_started = time.perf_counter(), time.process_time()
+        asyncio.run(_drain(config, url))
+        return time.perf_counter() - started, time.process_time() - cpu_started
+    spawn = multiprocessing.get_context("spawn")
+    ready, go, cpu = spawn.Barrier(processes + 1), spawn.Event(), spawn.Queue()
+    daemons = [
+        spawn.Process(target=_drain_in_process, args=(config, url, ready, go, cpu))
+        for _ in range(processes)
+    ]
+    for daemon in daemons:
+        daemon.start()
+    ready.wait(timeout=120)
+    started = time.perf_counter()
+    go.set()
+    used = [cpu.get(timeout=3600) for _ in daemons]
+    seconds = time.perf_counter() - started
+    for daemon in daemons:
+        daemon.join()
+    if any(daemon.exitcode != 0 for daemon in daemons):
+        raise RuntimeError(f"a bench daemon failed: {[d.exitcode for d in daemons]}")
+    return seconds, sum(used)
+
+
+async def _drain(config: Config, url: str) -> None:
+    await with_executors(config, lambda ex: Daemon(config, url, executors=ex).run(True))
+
+
+def _drain_in_process(config: Config, url: str, ready: Any, go: Any, cpu: Any) -> None:
+    """One of `bench --processes N`'s daemons (its own process, its own owner id): says it
+    is ready, waits for the start, drains, and reports the CPU seconds the drain took."""
+    ready.wait()
+    go.wait()
+    cpu_started = time.process_time()
+    try:
+        asyncio.run(_drain(config, url))
+    finally:
+        cpu.put(time.process_time() - cpu_started)
 
 
 def _soak(result: BenchResult, config: Config, url: str, duration: float, progress: Any) -> None:

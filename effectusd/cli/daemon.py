@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -21,8 +22,47 @@ from effectusd.cli.app import (
     main,
 )
 from effectusd.config import ConfigError
-from effectusd.core.database_url import DatabaseURLError, PostgresDatabase, parse_database_url
+from effectusd.core.database_url import (
+    DatabaseURLError,
+    PostgresDatabase,
+    SqliteDatabase,
+    parse_database_url,
+)
 from effectusd.core.errors import SchemaNotReady
+
+
+class ProcessCount(click.ParamType[int | None]):
+    """A number of processes from 1 to 256, or `auto` (None: decided once the store is known)."""
+
+    name = "N|auto"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int | None:
+        if value is None or isinstance(value, int):
+            return value
+        if str(value).strip().lower() == "auto":
+            return None
+        try:
+            count = int(str(value))
+        except ValueError:
+            self.fail("a whole number from 1 to 256, or auto", param, ctx)
+        if not 1 <= count <= 256:
+            self.fail(f"{count} is not in the range 1 to 256", param, ctx)
+        return count
+
+
+def auto_processes(sqlite: bool) -> int:
+    """One dispatcher process per CPU this process may be scheduled on (its affinity, which
+    containers and taskset narrow), at most 256; 1 on SQLite, whose one write lock the
+    processes would only queue on."""
+    if sqlite:
+        return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 256))
 
 
 @main.command()
@@ -58,12 +98,13 @@ from effectusd.core.errors import SchemaNotReady
 )
 @click.option(
     "--processes",
-    default=1,
+    default="1",
     show_default=True,
-    type=click.IntRange(1, 256),
+    type=ProcessCount(),
     help=(
         "Run this many dispatcher processes, each with its own owner id (on SQLite: on this "
-        "host, sharing the file). "
+        "host, sharing the file); `auto`: one per CPU this process may run on, on PostgreSQL "
+        "(on SQLite, where every process queues on the one write lock, auto is 1). "
         "Limits (concurrency, --workers, each destination's max_concurrency, the pool) apply "
         "per process; with --http-port PORT, process i (from 0) serves PORT+i. The parent "
         "forwards SIGTERM and SIGINT, stops the others when one fails, and exits with the "
@@ -78,7 +119,7 @@ def run(
     log_format: str | None,
     http_port: int | None,
     log_level: str,
-    processes: int,
+    processes: int | None,
     console: bool,
 ) -> None:
     """Run the dispatcher daemon (SIGTERM drains in-flight calls and exits 0)."""
@@ -95,6 +136,8 @@ def run(
     if console:
         config.console.enabled = True
     configure_logging(log_format or config.observability.log_format, log_level)
+    if processes is None:
+        processes = auto_processes(isinstance(parse_database_url(obj.database_url), SqliteDatabase))
     if processes > 1:
         _run_processes(obj, processes, until_idle, workers, log_format, log_level, console)
     daemon = Daemon(config, obj.database_url)
@@ -220,6 +263,16 @@ def _run_processes(
         "the daemon's RSS every few seconds (start, end, max; steps/s over the soak)."
     ),
 )
+@click.option(
+    "--processes",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help=(
+        "Dispatch with this many daemon processes side by side (as `run --processes`), each "
+        "with --concurrency; reports their CPU per step and the database's commits/s and WAL/s."
+    ),
+)
 @json_option
 @click.pass_obj
 def bench(
@@ -231,6 +284,7 @@ def bench(
     transport: str | None,
     backlog: int,
     duration: int,
+    processes: int,
     as_json: bool,
 ) -> None:
     """Measure steps/s, enqueue→dispatch latency, commits per step and, by default, claim
@@ -256,6 +310,7 @@ def bench(
             transport,
             backlog=backlog,
             duration=duration,
+            processes=processes,
         )
     except UNAVAILABLE as exc:
         fail(f"database: {str(exc).strip()}", EXIT_FAILURE)

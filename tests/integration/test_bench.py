@@ -132,6 +132,22 @@ def test_bench_without_backlog_or_soak_leaves_those_fields_out_of_the_text(
     assert "backlog:" not in result.stderr
 
 
+def test_bench_with_two_processes_drains_every_saga_and_reports_the_database_load(
+    database_url: str,
+) -> None:
+    result = bench(
+        "--database-url", ADMIN_URL, "bench", "--sagas", "30", "--steps", "2",
+        "--concurrency", "2", "--backlog", "0", "--processes", "2", "--json",
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    report: dict[str, Any] = json.loads(result.stdout)
+    assert report["processes"] == 2 and report["completed"] == 30
+    assert report["cpu_us_per_step"] > 0 and report["commits_per_s"] > 0
+    assert report["wal_bytes_per_s"] > 0
+    assert "in 2 processes" in result.stderr
+
+
 def test_bench_refuses_a_database_url_that_is_not_postgresql() -> None:
     result = bench("--database-url", "sqlite:///bench.db", "bench", "--backlog", "0")
 

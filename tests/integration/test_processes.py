@@ -168,6 +168,36 @@ def test_two_processes_until_idle_complete_every_saga_with_two_lease_owners(
     assert len(dest.requests) == 12
 
 
+def test_processes_auto_starts_one_per_cpu_on_postgresql_and_one_on_sqlite(
+    store_url: str, tmp_path: Path
+) -> None:
+    expected = 1 if store_url.startswith("sqlite") else len(os.sched_getaffinity(0))
+    with running() as dest:
+        config = make_config(dest.base_url, {"a": {}})
+        client_for(config, store_url).submit(serial_plan("auto", ["a"]), execution_id="auto-1")
+        parent = spawn_daemon(
+            write_config_file(tmp_path, config), store_url, "--processes", "auto", "--until-idle"
+        )
+        lines = Lines(parent.stderr)
+        code = parent.wait(timeout=120)
+        output = lines.rest()
+    assert code == 0, output
+    assert len({match.group(1) for match in STARTED.finditer(output)}) == expected, output
+    assert len(dest.requests) == 1
+
+
+def test_processes_takes_a_count_or_auto_and_names_what_is_wrong(db: str, tmp_path: Path) -> None:
+    config = write_config_file(tmp_path, make_config("http://127.0.0.1:9", {"a": {}}))
+    for wrong, says in (("0", "0 is not in the range 1 to 256"), ("many", "or auto")):
+        refused = subprocess.run(
+            [sys.executable, "-m", "effectusd.cli", "--config", str(config),
+             "--database-url", db, "run", "--processes", wrong],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert refused.returncode == 2, refused.stderr
+        assert says in refused.stderr and "--processes" in refused.stderr
+
+
 def test_sigterm_to_the_parent_drains_every_child_and_exits_zero(db: str, tmp_path: Path) -> None:
     entered = threading.Event()
     release = threading.Event()
