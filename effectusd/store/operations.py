@@ -84,45 +84,47 @@ def _submission_writes(
     steps, starts, dispatches, events = [], [], [], []
     for rows in batch:
         steps += [asdict(step) for step in rows.steps]
-        dispatch = rows.first_dispatch
-        starts.append(
-            {
-                "saga_id": rows.saga_id,
-                "effect_id": dispatch.effect_id,
-                "args": rows.first_step_args,
-                "args_hash": rows.first_step_args_hash,
-            }
-        )
-        params = asdict(dispatch)
-        params["fencing_resources"] = canonical_text(dispatch.fencing_resources)
-        params["not_before"] = not_before
-        dispatches.append(params)
-        events += [
+        events.append(
             event(
                 rows.saga_id,
                 "saga_submitted",
                 actor,
                 to_state="running",
                 detail={"plan_id": rows.plan_id, "plan_digest": rows.plan_digest},
-            )[1],
-            event(
-                rows.saga_id,
-                "dispatch_enqueued",
-                actor,
-                effect_id=dispatch.effect_id,
-                direction=dispatch.direction,
-                to_state="queued",
-                detail={
-                    "idempotency_key": dispatch.idempotency_key,
+            )[1]
+        )
+        for dispatch in rows.first_dispatches:  # every root of the plan's graph
+            starts.append(
+                {
+                    "saga_id": rows.saga_id,
+                    "effect_id": dispatch.effect_id,
+                    "args": dispatch.args_canonical,
                     "args_hash": dispatch.args_hash,
-                },
-            )[1],
-        ]
+                }
+            )
+            params = asdict(dispatch)
+            params["fencing_resources"] = canonical_text(dispatch.fencing_resources)
+            params["not_before"] = not_before
+            dispatches.append(params)
+            events.append(
+                event(
+                    rows.saga_id,
+                    "dispatch_enqueued",
+                    actor,
+                    effect_id=dispatch.effect_id,
+                    direction=dispatch.direction,
+                    to_state="queued",
+                    detail={
+                        "idempotency_key": dispatch.idempotency_key,
+                        "args_hash": dispatch.args_hash,
+                    },
+                )[1]
+            )
     yield ("insert_step", steps)
     yield ("start_step", starts)
     yield ("insert_dispatch", dispatches)
     yield ("insert_event", events)
-    for destination in sorted({rows.first_dispatch.destination for rows in batch}):
+    for destination in sorted({d.destination for rows in batch for d in rows.first_dispatches}):
         yield ("notify_outbox", {"destination": destination})
 
 
