@@ -54,7 +54,17 @@ _DISPATCH_FIELDS = (
     "created_at",
     "updated_at",
 )
-_STEP_FIELDS = ("effect_id", "sequence", "verb", "contract_hash", "state", "args_hash", "result")
+_STEP_FIELDS = (
+    "effect_id",
+    "sequence",
+    "verb",
+    "contract_hash",
+    "state",
+    "args_hash",
+    "result",
+    "after",  # the steps it runs after (the plan's graph), see store.operations.load_saga
+    "succeeded_order",
+)
 _SAGA_FIELDS = (
     "saga_id",
     "namespace",

@@ -7,6 +7,7 @@ async APIs, and every store, on one piece of logic.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
@@ -14,6 +15,8 @@ from typing import Any, TypeVar
 
 from effectusd.backends.operation import Operation, Query, Rows
 from effectusd.core.canonical import canonical_text
+from effectusd.core.graph import dependencies
+from effectusd.core.plan import CheckedPlan
 from effectusd.core.submission import (
     SubmitConflict,
     SubmitRows,
@@ -187,10 +190,19 @@ def load_saga(saga_id: str) -> Operation[SagaView | None]:
     if not saga:
         return None
     steps = yield ("select_saga_steps", params)
+    steps = with_dependencies(saga[0]["plan"], steps)
     dispatches = yield ("select_saga_dispatches", params)
     attempts = yield ("select_saga_attempts", params)
     events = yield ("select_saga_events", params)
     return build_saga_view(saga[0], steps, dispatches, attempts, events)
+
+
+def with_dependencies(plan: Any, steps: Rows) -> Rows:
+    """Each step row with ``after``: the ids of the steps it runs after, made explicit from
+    the saga's pinned plan (a step without `after` runs after the one before it)."""
+    document = json.loads(plan) if isinstance(plan, str) else plan
+    deps = dependencies(CheckedPlan.model_validate(document).steps)
+    return [{**row, "after": list(deps.get(row["effect_id"], ()))} for row in steps]
 
 
 FIND_LIMIT = 10  # enough to show an operator why a name is ambiguous
