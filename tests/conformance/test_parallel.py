@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from effectusd.cli import render
 from effectusd.core.states import OutcomeClass
 from effectusd.operator import Resolution, cancel, resolve, retry
 from effectusd.store.dispatch import DispatchStore
@@ -21,6 +22,7 @@ from tests.conformance.support import (
     step_states,
     timeline,
 )
+from tests.support.harness import serial_plan
 
 SUCCESS = OutcomeClass.SUCCESS
 PERMANENT = OutcomeClass.PERMANENT
@@ -94,6 +96,10 @@ async def test_a_fan_out_enqueues_the_ready_steps_together_and_completes(
         "c": ["hold"],
         "join": ["a", "b", "c"],
     }
+    drawn = [line.split() for line in render.saga_detail(view).splitlines()]
+    assert ["1.", "a", "pending", "pay", "(after", "hold)"] in drawn
+    assert ["4.", "join", "pending", "pay_alo", "(after", "a,", "b,", "c)"] in drawn
+    assert ["0.", "hold", "in_progress", "pay_alo", "(at", "once)"] in drawn
     daemon = await store.dispatch_store()
     await step(daemon, SUCCESS, result={"id": "hold"})
     assert enqueued(store.view(saga), "forward") == ["hold", "a", "b", "c"]
@@ -120,6 +126,10 @@ async def test_a_fan_out_enqueues_the_ready_steps_together_and_completes(
     assert orders["hold"] == 1 and orders["join"] == 5
     assert sorted(orders[name] for name in "abc") == [2, 3, 4]
     assert [orders[c.effect_id] for c in claims] == [2, 3, 4]  # the order they were recorded
+
+    sequential = store.view(store.submit(serial_plan("p", ["pay", "pay"]), "y"))
+    assert [s["after"] for s in sequential["steps"]] == [[], ["s1"]]
+    assert "(after" not in render.saga_detail(sequential)  # drawn as before
 
 
 async def test_a_failed_branch_cancels_unsent_siblings_waits_for_those_in_flight_and_compensates_in_reverse_success_order(  # noqa: E501
