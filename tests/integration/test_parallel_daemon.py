@@ -4,10 +4,16 @@ docs/design.md section 4 "Parallel steps"): a fan-out of three then a join."""
 from __future__ import annotations
 
 import threading
+from importlib.resources import files
 from typing import Any
 
+import psycopg
 import pytest
 
+from effectusd.backends import backend_for
+from effectusd.client import registry_from_config
+from effectusd.fencing.store import StoreFencing
+from effectusd.store.dialects import open_dispatch_store
 from tests.support.destination import Request, Response, running
 from tests.support.harness import client_for, make_config, run_until_idle
 
@@ -106,3 +112,23 @@ async def test_a_failed_branch_waits_for_its_siblings_in_flight_and_undoes_them_
         assert undone == sorted(succeeded, key=succeeded.__getitem__, reverse=True)
         assert undone[-1] == "hold"
         assert all(r.attempt == 1 for r in dest.requests)
+
+
+async def test_the_recorders_lock_keeps_a_claim_off_a_sibling_not_yet_sent(db: str) -> None:
+    """The lock the recorder takes on a saga's unsent forward dispatches before it decides
+    (lock_dispatches with the saga's id): a claim skips them until the recorder commits."""
+    config = _config("http://127.0.0.1:9")
+    saga = client_for(config, db).submit(fan_plan(), execution_id="fan-3").saga_id
+    text = (files("effectusd.store.postgres") / "queries" / "lock_dispatches.sql").read_text()
+    store = await open_dispatch_store(
+        backend_for(db), registry_from_config(config), "daemon", 30.0, StoreFencing()
+    )
+    try:
+        with psycopg.connect(db) as recorder:
+            locked = recorder.execute(text, {"dispatch_ids": [], "saga_ids": [saga]}).fetchall()
+            assert len(locked) == 1  # hold, queued
+            assert await store.claim({"dest": 4}) == []
+            recorder.rollback()
+        assert [c.effect_id for c in await store.claim({"dest": 4})] == ["hold"]
+    finally:
+        await store.close()
