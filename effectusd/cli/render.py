@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from effectusd.core.views import (
@@ -70,8 +71,9 @@ def saga_list(rows: list[SagaSummary]) -> str:
 def saga_detail(view: SagaView) -> str:
     lines = _saga_header(view)
     lines += ["", "steps"]
+    branches = branch_labels(view.steps)
     for step in view.steps:
-        lines.extend(_step_lines(step))
+        lines.extend(_step_lines(step, branches.get(step.effect_id, "")))
     blocked = blocking_dispatches(view)
     if blocked:
         lines += ["", f"why it stopped: {view.stop_reason or view.state}"]
@@ -98,9 +100,29 @@ def _saga_header(view: SagaView) -> list[str]:
     return lines
 
 
-def _step_lines(step: StepView) -> list[str]:
+def branch_labels(steps: Sequence[StepView]) -> dict[str, str]:
+    """How a plan with parallel steps is drawn: each step with the steps it runs after
+    ("after a, b"; "at once" for a step that waits for none). Nothing for a sequential plan,
+    whose steps run in the order listed."""
+    previous: list[str] = []
+    sequential = True
+    for step in steps:
+        sequential = sequential and list(step.after) == previous
+        previous = [step.effect_id]
+    if sequential:
+        return {}
+    return {
+        step.effect_id: f"after {', '.join(step.after)}" if step.after else "at once"
+        for step in steps
+    }
+
+
+def _step_lines(step: StepView, branch: str = "") -> list[str]:
     """One step, each of its dispatches and each dispatch's attempts, one line apiece."""
-    lines = [f"  {step.sequence}. {step.effect_id:20} {step.state:14} {step.verb}"]
+    lines = [
+        f"  {step.sequence}. {step.effect_id:20} {step.state:14} {step.verb}"
+        + (f"  ({branch})" if branch else "")
+    ]
     for dispatch in step.dispatches:
         lines.append(
             f"     {dispatch.direction:12} {dispatch.state:18} "

@@ -25,6 +25,14 @@ BLOCKED = frozenset(
 )
 
 
+# The saga state a blocked forward dispatch holds its saga in.
+BLOCKS_SAGA_AS = {
+    DispatchState.BLOCKED_UNKNOWN: SagaState.BLOCKED_UNKNOWN,
+    DispatchState.BLOCKED_FENCE: SagaState.BLOCKED_FENCE,
+    DispatchState.BLOCKED_CONTRACT: SagaState.BLOCKED_CONTRACT,
+}
+
+
 @dataclass(frozen=True)
 class Branch:
     """One step as the decision reads it."""
@@ -135,3 +143,20 @@ def _undone(branches: Mapping[str, Branch]) -> SagaState:
     if StepState.COMPENSATED not in states and StepState.FAILED in states:
         return SagaState.FAILED
     return SagaState.COMPENSATED
+
+
+def still_blocked(
+    graph: PlanGraph, branches: Mapping[str, Branch], settled: str
+) -> tuple[SagaState, str] | None:
+    """The block a saga stays in once ``settled``'s block is settled (by a late answer or an
+    operator) while other branches are still blocked: the state of the first of them in plan
+    order, and a reason naming each, so the operator's next command fits the saga's state."""
+    others = [
+        (name, branches[name]) for name in graph.order if name != settled and branches[name].blocked
+    ]
+    if not others:
+        return None
+    named = ", ".join(f"{name} (forward, {b.dispatch})" for name, b in others)
+    first = others[0][1].dispatch
+    assert first is not None  # a blocked branch has a blocked dispatch
+    return BLOCKS_SAGA_AS[first], f"still blocked: {named}"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from effectusd.core.branches import Branch, Moves, next_moves, undoing
+from effectusd.core.branches import Branch, Moves, next_moves, still_blocked, undoing
 from effectusd.core.canonical import JsonValue
 from effectusd.core.enqueue import build_dispatch
 from effectusd.core.expressions import ResolutionError
@@ -133,10 +133,15 @@ class ParallelTransitionBuilder(TransitionBuilder):
 
     def resume_if_unblocked(self) -> None:
         """A blocked saga runs again only when the settled dispatch was the one blocking it
-        (a late answer, an operator) and no other branch is blocked."""
+        (a late answer, an operator) and no other branch is blocked; else it stays blocked,
+        in the state of a branch still blocked."""
         if self.transition.saga is not None or not self.saga_facts.state.is_blocked:
             return
-        if not self._resolves_block() or any(b.blocked for b in self.branches().values()):
+        if not self._resolves_block():
+            return
+        blocked = still_blocked(self.graph, self.branches(), self.dispatch_facts.effect_id)
+        if blocked is not None:
+            self.saga(*blocked)  # the block moves to the branches still blocked
             return
         self.saga(SagaState.COMPENSATING if self._undoing() else SagaState.RUNNING, None)
 
@@ -237,3 +242,38 @@ class ParallelTransitionBuilder(TransitionBuilder):
         """The settled dispatch is not a sibling in flight: it is the one a block is about
         (settled late or by an operator), or there is none (an operator's resume)."""
         return self.dispatch_facts.state is not DispatchState.IN_FLIGHT
+
+
+def branches_of(saga: SagaFacts) -> dict[str, Branch]:
+    """The saga's steps as the branch decisions read them, from the facts as loaded."""
+    branches = {}
+    for step in saga.plan.steps:
+        facts = saga.steps.get(step.id)
+        inverse = step.compensate is not None
+        branches[step.id] = (
+            Branch(StepState.PENDING, has_inverse=inverse)
+            if facts is None
+            else Branch(
+                facts.state, facts.dispatch, facts.uncertain, inverse, facts.succeeded_order
+            )
+        )
+    return branches
+
+
+def sent_again_state(
+    saga: SagaFacts, effect_id: str, direction: Direction
+) -> tuple[SagaState, str | None]:
+    """Where a blocked saga goes when an operator sends ``effect_id``'s blocked dispatch
+    again: running (compensating for a compensation) as ever for a sequential plan; with
+    parallel steps it stays blocked while another branch is, and a saga that decided to
+    compensate goes back to compensating, waiting for the branch sent again."""
+    if direction is Direction.COMPENSATION:
+        return SagaState.COMPENSATING, None
+    if saga.plan.is_sequential:
+        return SagaState.RUNNING, None
+    branches = branches_of(saga)
+    blocked = still_blocked(PlanGraph.of(saga.plan.steps), branches, effect_id)
+    if blocked is not None:
+        return blocked
+    undo = undoing(branches, saga.cancel_requested)
+    return (SagaState.COMPENSATING if undo else SagaState.RUNNING), None

@@ -1,4 +1,4 @@
-"""What a submit writes: the saga row, its step rows, the first dispatch and the first event.
+"""What a submit writes: the saga row, its step rows, the first dispatches and the first events.
 
 Pure: the store executes these rows in one transaction (the caller's, for the outbox).
 """
@@ -6,7 +6,7 @@ Pure: the store executes these rows in one transaction (the caller's, for the ou
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -20,6 +20,7 @@ from effectusd.core.document_checks import document_issues, fact_issues
 from effectusd.core.enqueue import DispatchSpec, SagaRef, build_dispatch, submit_time_problems
 from effectusd.core.errors import EffectusError
 from effectusd.core.expressions import ResolutionError
+from effectusd.core.graph import PlanGraph
 from effectusd.core.identity import saga_id as derive_saga_id
 from effectusd.core.plan import CheckedPlan, PlanSpec
 from effectusd.core.registry import Registry
@@ -64,9 +65,9 @@ class SubmitRows:
     facts: str  # canonical JSON
     facts_hash: str
     steps: list[StepRow]
-    first_step_args: str
-    first_step_args_hash: str
-    first_dispatch: DispatchSpec
+    # The dispatch of every step that depends on none (PlanGraph.roots), in plan order: the
+    # first step of a sequential plan, every root of a plan with `after`.
+    first_dispatches: list[DispatchSpec]
 
 
 def validate_namespace(namespace: str) -> None:
@@ -151,25 +152,22 @@ def prepare_submission(
 ) -> SubmitRows:
     validate_namespace(namespace)
     validate_execution_id(execution_id)
-    if not plan.is_sequential:
-        # Issue 17 phase 1: the engine decides parallel steps, but the stores do not yet
-        # write their several first dispatches, sibling facts or cancels. Refused, not run
-        # half-wired; phase 2 removes this.
-        raise SubmitError(
-            "a plan with `after` (parallel steps) is checked but not yet run: "
-            "submit refuses it until the stores run parallel steps (issue 17)"
-        )
     issues = fact_issues(plan.facts, facts)
     if issues:
         raise PlanCheckError(issues)
     saga_id = derive_saga_id(namespace, execution_id, plan.plan_id)
     saga = SagaRef(saga_id, namespace, execution_id)
-    problems = later_problems(plan, registry, facts)
-    first = plan.steps[0]
-    try:
-        dispatch = build_dispatch(saga, first, Direction.FORWARD, registry, facts, {})
-    except ResolutionError as exc:
-        problems.insert(0, str(exc))
+    roots = PlanGraph.of(plan.steps).roots
+    problems = later_problems(plan, registry, facts, roots)
+    dispatches, root_problems = [], []
+    for root in roots:
+        try:
+            dispatches.append(
+                build_dispatch(saga, plan.step(root), Direction.FORWARD, registry, facts, {})
+            )
+        except ResolutionError as exc:
+            root_problems.append(str(exc))
+    problems = root_problems + problems
     if problems:
         raise SubmitError("; ".join(problems))
     steps = []
@@ -203,20 +201,22 @@ def prepare_submission(
         facts=facts_text,
         facts_hash=canonical_hash(dict(facts), "facts"),
         steps=steps,
-        first_step_args=dispatch.args_canonical,
-        first_step_args_hash=dispatch.args_hash,
-        first_dispatch=dispatch,
+        first_dispatches=dispatches,
     )
 
 
 def later_problems(
-    plan: CheckedPlan, registry: Registry, facts: Mapping[str, JsonValue]
+    plan: CheckedPlan,
+    registry: Registry,
+    facts: Mapping[str, JsonValue],
+    roots: Sequence[str],
 ) -> list[str]:
-    """Every step but the first (built for real at submit) and every compensation, as far as
-    the facts decide them: what must fail later is refused now, while nothing is written."""
+    """Every step but the ``roots`` (built for real at submit) and every compensation, as far
+    as the facts decide them: what must fail later is refused now, while nothing is written."""
+    built = set(roots)
     problems = []
     for step in plan.steps:
-        if step.sequence != plan.steps[0].sequence:
+        if step.id not in built:
             problems += submit_time_problems(step, Direction.FORWARD, registry, facts)
         if step.compensate is not None:
             problems += submit_time_problems(step, Direction.COMPENSATION, registry, facts)

@@ -132,6 +132,8 @@ class StepView(_View):
     state: StepState
     args_hash: str | None
     result: JsonValue
+    after: list[str]  # the steps it runs after (the plan's graph), see store.operations.load_saga
+    succeeded_order: int | None  # its place among the saga's successes (parallel plans)
     has_compensation: bool
     dispatches: list[DispatchView]
 

@@ -132,6 +132,12 @@ class Pipeline:
             # others: settle them through the recorder, which isolates the poison.
             log.warning("reclaim batch failed (%s); settling one by one", failure_name(exc))
             report = await self._record_isolating(await self.store.expired_completions())
+        # Siblings of one parallel saga expire together (a daemon died holding both); the
+        # store settles one per saga per batch and defers the rest: settle them now, not a
+        # reclaim interval later.
+        while report.deferred:
+            deferred, report.deferred = report.deferred, []
+            report = report.merge(await self._record_isolating(deferred))
         self.metrics.reclaims.inc(report.applied)
         self._after_record(report)
         if report.applied:

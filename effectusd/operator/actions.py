@@ -15,6 +15,7 @@ from typing import Any
 from effectusd.backends.operation import Operation
 from effectusd.core.canonical import JsonValue
 from effectusd.core.engine import resume_enqueue, settle
+from effectusd.core.fan_out import sent_again_state
 from effectusd.core.operator_decisions import (
     Action,
     RefusalKind,
@@ -24,7 +25,6 @@ from effectusd.core.operator_decisions import (
     fresh_budget,
     resolution_refusal,
     resolve_target,
-    resumed_state,
     retry_target,
 )
 from effectusd.core.registry import Registry
@@ -182,11 +182,12 @@ def _send_again(
     actor: str,
     evidence: str | None,
 ) -> Operation[ActionReport]:
-    """The same dispatch row (same key), due now, with a fresh budget; the saga runs again."""
+    """The same dispatch row (same key), due now, with a fresh budget; the saga runs again
+    (with parallel steps: unless another branch is still blocked, see sent_again_state)."""
     row = locked.dispatch_rows[target.dispatch_id]
     budget = _live_budget(target, row["contract_hash"], registry)
     yield from _reset_budget(target, budget)
-    saga_to = resumed_state(target.direction)
+    saga_to, still_blocked = sent_again_state(locked.saga, target.effect_id, target.direction)
     yield _dispatch_event(
         locked.saga_id,
         action,
@@ -202,7 +203,7 @@ def _send_again(
     )
     resumed = Transition(
         target.state,
-        saga=SagaUpdate(saga_to, resumed_reason(locked, saga_to, None)),
+        saga=SagaUpdate(saga_to, resumed_reason(locked, saga_to, still_blocked)),
         events=[
             Event("saga_state", from_state=locked.state.value, to_state=saga_to.value, actor=actor)
         ],

@@ -8,6 +8,7 @@ from dataclasses import replace
 from effectusd.backends.operation import Operation
 from effectusd.core.engine import cancel_now
 from effectusd.core.operator_decisions import (
+    NOT_SENT_STATES,
     Action,
     CancelEffect,
     RefusalKind,
@@ -35,7 +36,9 @@ def cancel(
         if d.direction is Direction.FORWARD
         and d.state in (DispatchState.QUEUED, DispatchState.RETRY_WAIT, DispatchState.IN_FLIGHT)
     ]
-    forward = max(live, key=lambda d: d.dispatch_id) if live else None
+    # With parallel steps several forward dispatches may be live: one not sent yet is
+    # canceled now (the engine cancels the other unsent ones and waits for the rest).
+    forward = max(live, key=lambda d: (_not_sent(d), d.dispatch_id)) if live else None
     effect = cancel_effect(saga_id, locked.state, locked.row["cancel_requested_by"], forward)
     if locked.row["cancel_requested_at"] is None:
         yield ("op_request_cancel", {"saga_id": saga_id, "actor": actor})
@@ -82,6 +85,10 @@ def cancel(
     if transition.saga is not None and transition.saga.stop_reason:
         report.detail["reason"] = transition.saga.stop_reason
     return report
+
+
+def _not_sent(dispatch: DispatchFacts) -> bool:
+    return dispatch.state in NOT_SENT_STATES and dispatch.uncertain_attempt is None
 
 
 def _flag_only(

@@ -239,7 +239,10 @@ class DispatchStore(WriteAheadStore):
             "lock_sagas_of_dispatches",
             {"dispatch_ids": ids, "known_plans": list(self._plans)},
         )
-        dispatch_rows = yield ("lock_dispatches", {"dispatch_ids": ids})
+        sagas = {row["saga_id"]: row for row in saga_rows}
+        # With the dispatches, their sagas' forward ones not yet sent (see lock_dispatches):
+        # the engine may cancel those, so no claim may take one before this commits.
+        dispatch_rows = yield ("lock_dispatches", {"dispatch_ids": ids, "saga_ids": list(sagas)})
         attempt_rows = yield (
             "select_completion_attempts",
             {
@@ -247,7 +250,6 @@ class DispatchStore(WriteAheadStore):
                 "attempts": [c.attempt for c in completions],
             },
         )
-        sagas = {row["saga_id"]: row for row in saga_rows}
         step_rows = yield ("select_steps_of_sagas", {"saga_ids": list(sagas)})
         return _Locked(
             sagas,
@@ -267,7 +269,7 @@ class DispatchStore(WriteAheadStore):
         report = RecordReport()
         held = held_completion(completion, failure)
         sagas = yield ("lock_saga_state_of_dispatch", {"dispatch_id": held.dispatch_id})
-        rows = yield ("lock_dispatches", {"dispatch_ids": [held.dispatch_id]})
+        rows = yield ("lock_dispatches", {"dispatch_ids": [held.dispatch_id], "saga_ids": []})
         if not sagas or not rows:
             report.dropped += 1
             return report

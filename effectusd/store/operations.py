@@ -7,6 +7,7 @@ async APIs, and every store, on one piece of logic.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
@@ -14,6 +15,8 @@ from typing import Any, TypeVar
 
 from effectusd.backends.operation import Operation, Query, Rows
 from effectusd.core.canonical import canonical_text
+from effectusd.core.graph import dependencies
+from effectusd.core.plan import CheckedPlan
 from effectusd.core.submission import (
     SubmitConflict,
     SubmitRows,
@@ -84,45 +87,47 @@ def _submission_writes(
     steps, starts, dispatches, events = [], [], [], []
     for rows in batch:
         steps += [asdict(step) for step in rows.steps]
-        dispatch = rows.first_dispatch
-        starts.append(
-            {
-                "saga_id": rows.saga_id,
-                "effect_id": dispatch.effect_id,
-                "args": rows.first_step_args,
-                "args_hash": rows.first_step_args_hash,
-            }
-        )
-        params = asdict(dispatch)
-        params["fencing_resources"] = canonical_text(dispatch.fencing_resources)
-        params["not_before"] = not_before
-        dispatches.append(params)
-        events += [
+        events.append(
             event(
                 rows.saga_id,
                 "saga_submitted",
                 actor,
                 to_state="running",
                 detail={"plan_id": rows.plan_id, "plan_digest": rows.plan_digest},
-            )[1],
-            event(
-                rows.saga_id,
-                "dispatch_enqueued",
-                actor,
-                effect_id=dispatch.effect_id,
-                direction=dispatch.direction,
-                to_state="queued",
-                detail={
-                    "idempotency_key": dispatch.idempotency_key,
+            )[1]
+        )
+        for dispatch in rows.first_dispatches:  # every root of the plan's graph
+            starts.append(
+                {
+                    "saga_id": rows.saga_id,
+                    "effect_id": dispatch.effect_id,
+                    "args": dispatch.args_canonical,
                     "args_hash": dispatch.args_hash,
-                },
-            )[1],
-        ]
+                }
+            )
+            params = asdict(dispatch)
+            params["fencing_resources"] = canonical_text(dispatch.fencing_resources)
+            params["not_before"] = not_before
+            dispatches.append(params)
+            events.append(
+                event(
+                    rows.saga_id,
+                    "dispatch_enqueued",
+                    actor,
+                    effect_id=dispatch.effect_id,
+                    direction=dispatch.direction,
+                    to_state="queued",
+                    detail={
+                        "idempotency_key": dispatch.idempotency_key,
+                        "args_hash": dispatch.args_hash,
+                    },
+                )[1]
+            )
     yield ("insert_step", steps)
     yield ("start_step", starts)
     yield ("insert_dispatch", dispatches)
     yield ("insert_event", events)
-    for destination in sorted({rows.first_dispatch.destination for rows in batch}):
+    for destination in sorted({d.destination for rows in batch for d in rows.first_dispatches}):
         yield ("notify_outbox", {"destination": destination})
 
 
@@ -185,10 +190,19 @@ def load_saga(saga_id: str) -> Operation[SagaView | None]:
     if not saga:
         return None
     steps = yield ("select_saga_steps", params)
+    steps = with_dependencies(saga[0]["plan"], steps)
     dispatches = yield ("select_saga_dispatches", params)
     attempts = yield ("select_saga_attempts", params)
     events = yield ("select_saga_events", params)
     return build_saga_view(saga[0], steps, dispatches, attempts, events)
+
+
+def with_dependencies(plan: Any, steps: Rows) -> Rows:
+    """Each step row with ``after``: the ids of the steps it runs after, made explicit from
+    the saga's pinned plan (a step without `after` runs after the one before it)."""
+    document = json.loads(plan) if isinstance(plan, str) else plan
+    deps = dependencies(CheckedPlan.model_validate(document).steps)
+    return [{**row, "after": list(deps.get(row["effect_id"], ()))} for row in steps]
 
 
 FIND_LIMIT = 10  # enough to show an operator why a name is ambiguous

@@ -47,6 +47,8 @@ class TransitionRows:
         self.inserts: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
         self.released: list[tuple[int, str]] = []
+        # (saga_id, forward dispatches of its parallel steps to cancel): each must be canceled
+        self.cancels: list[tuple[str, list[str]]] = []
         self.destinations: set[str] = set()
         self._step_at: dict[tuple[str, str], dict[str, Any]] = {}
         self._late_at: dict[tuple[int, int], dict[str, Any]] = {}
@@ -75,6 +77,8 @@ class TransitionRows:
             row["set_result"], row["result"] = True, update["result"]
         if update["args"] is not None:
             row["args"], row["args_hash"] = update["args"], update["args_hash"]
+        if update["succeeded_order"] is not None:
+            row["succeeded_order"] = update["succeeded_order"]
 
     def apply(
         self,
@@ -132,8 +136,11 @@ class TransitionRows:
                     "result": json.dumps(step.result) if step.set_result else None,
                     "args": step.args,
                     "args_hash": step.args_hash,
+                    "succeeded_order": step.succeeded_order,
                 }
             )
+        if transition.cancel_dispatches:
+            self.cancels.append((saga_id, list(transition.cancel_dispatches)))
         if transition.saga is not None:
             self.sagas.append(
                 {
@@ -211,11 +218,19 @@ def attempt_facts(row: Row) -> AttemptFacts:
 
 
 def steps_by_saga(rows: Iterable[Row]) -> dict[str, dict[str, StepFacts]]:
-    """select_steps_of_sagas rows, by saga and effect id."""
+    """select_steps_of_sagas rows, by saga and effect id, each with its forward dispatch's
+    state (the parallel engine reads its siblings' from there)."""
     steps: dict[str, dict[str, StepFacts]] = {}
     for row in rows:
+        dispatch = row["dispatch_state"]
         steps.setdefault(row["saga_id"], {})[row["effect_id"]] = StepFacts(
-            row["effect_id"], row["sequence"], StepState(row["state"]), row["result"]
+            row["effect_id"],
+            row["sequence"],
+            StepState(row["state"]),
+            row["result"],
+            dispatch=None if dispatch is None else DispatchState(dispatch),
+            uncertain=bool(row["uncertain"]),
+            succeeded_order=row["succeeded_order"],
         )
     return steps
 
@@ -245,12 +260,31 @@ def saga_facts(
     )
 
 
+class StaleSiblings(RuntimeError):
+    """A sibling the engine decided to cancel was no longer cancelable when written: the
+    facts it decided from did not hold (they are read under lock, so this is a bug, and the
+    recorder quarantines the completion rather than write a decision made on wrong facts)."""
+
+
 def write_rows(rows: TransitionRows) -> Operation[None]:
     """The statements of ``rows`` (each run once per parameter row), in order; fencing
     releases and notifications are the caller's."""
     for name, params in batches(rows):
         if params:
             yield name, params
+        if name == "update_dispatch_settled":
+            yield from cancel_siblings(rows.cancels)
+
+
+def cancel_siblings(cancels: list[tuple[str, list[str]]]) -> Operation[None]:
+    """Cancel each saga's named forward dispatches, every one of them or raise."""
+    for saga_id, effect_ids in cancels:
+        done = yield ("cancel_forward_dispatches", {"saga_id": saga_id, "effect_ids": effect_ids})
+        if len(done) != len(effect_ids):
+            raise StaleSiblings(
+                f"saga {saga_id}: {len(done)} of the {len(effect_ids)} forward dispatches to "
+                f"cancel ({', '.join(effect_ids)}) were still unsent"
+            )
 
 
 def notify_rows(rows: TransitionRows) -> Operation[None]:

@@ -30,6 +30,7 @@ class Scenario:
     healthy: int = 1  # kit destinations, each its own process
     # hostile.py behaviours, one destination each; with any, half the sagas are hostile
     hostile: tuple[str, ...] = ()
+    fan_out: bool = False  # parallel steps: tests/chaos/fan_out.py's plans and checks
 
 
 @dataclass
@@ -87,6 +88,16 @@ SHORT = [
         stall_after_commit=0.05,
         reset_after_commit=0.05,
         store="sqlite",
+    ),
+    # Parallel steps: a fan-out of three then a join, one branch failing in every fourth
+    # saga, two daemons dying at every fault point (issue 17).
+    Scenario(
+        "fan-out: kills at every point",
+        sagas=60,
+        daemons=2,
+        faults=tuple(sorted(POINTS)),
+        external_kills=4,
+        fan_out=True,
     ),
     # Healthy sagas must all complete while hostile sagas beside them meet destinations that
     # answer what the store cannot hold, send stray responses, stall, reset, or bomb.

@@ -15,6 +15,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+from tests.chaos import fan_out
 from tests.chaos.scenarios import Scenario
 
 HOSTILE = "hostile_"
@@ -76,6 +77,8 @@ def _step(i: int, destination: str, fail: bool) -> dict[str, Any]:
 def plan(scenario: Scenario, index: int) -> tuple[str, dict[str, Any]]:
     """The execution ID and plan of the scenario's ``index``th saga."""
     healthy = healthy_names(scenario)
+    if scenario.fan_out:
+        return fan_out.plan(healthy[0], index, scenario.fail_every)
     if not scenario.hostile:
         fail = scenario.fail_every > 0 and index % scenario.fail_every == 0
         steps = [

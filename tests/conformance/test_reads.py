@@ -52,6 +52,8 @@ STEP = {
     "state": str,
     "args_hash": (str, OPT),
     "result": (JSON, OPT),
+    "after": list,
+    "succeeded_order": (int, OPT),
     "has_compensation": bool,
     "dispatches": list,
 }

@@ -930,12 +930,33 @@ def test_null_parameters_mean_what_they_mean_on_postgresql(conn: sqlite3.Connect
     q(
         conn,
         "update_step",
-        [{**step, "state": "succeeded", "set_result": True, "result": '{"ok":1}'}],
+        [
+            {
+                **step,
+                "state": "succeeded",
+                "set_result": True,
+                "result": '{"ok":1}',
+                "succeeded_order": 1,
+            }
+        ],
     )
-    q(conn, "update_step", [{**step, "state": "succeeded", "set_result": False, "result": None}])
+    q(
+        conn,
+        "update_step",
+        [
+            {
+                **step,
+                "state": "compensating",
+                "set_result": False,
+                "result": None,
+                "succeeded_order": None,
+            }
+        ],
+    )
     [row] = q(conn, "select_saga_steps", {"saga_id": saga_id})
     assert row["result"] == {"ok": 1}
     assert row["args"] == {"amount": 1250}  # NULL args keep the resolved ones
+    assert row["succeeded_order"] == 1  # and a NULL order keeps the recorded one
 
 
 # --- recording outcomes ----------------------------------------------------------------------

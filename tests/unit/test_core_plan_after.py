@@ -152,12 +152,30 @@ def test_cycles_finds_each_group_of_steps_waiting_for_each_other() -> None:
     assert cycles(chain) == []  # iterative: a long plan does not hit the recursion limit
 
 
-def test_submit_refuses_a_parallel_plan_until_the_stores_run_it(
+def test_submit_enqueues_every_root_of_a_parallel_plan_and_starts_nothing_else(
     core_verbs: dict[str, VerbContract], core_registry: Registry
 ) -> None:
-    checked = check(fan_out(), core_verbs)
-    with pytest.raises(SubmitError, match="issue 17"):
-        prepare_submission(checked, core_registry, "default", "x-1", {})
+    plan = fan_out()
+    plan["steps"].insert(1, step("audit", []))  # a second root, listed after `start`
+    rows = prepare_submission(check(plan, core_verbs), core_registry, "default", "x-1", {})
+    assert [(d.effect_id, d.direction) for d in rows.first_dispatches] == [
+        ("start", "forward"),
+        ("audit", "forward"),
+    ]
+    assert len({d.idempotency_key for d in rows.first_dispatches}) == 2
+
+
+def test_submit_refuses_a_parallel_plan_whose_root_cannot_be_resolved_naming_it(
+    core_verbs: dict[str, VerbContract], core_registry: Registry
+) -> None:
+    plan = fan_out()
+    plan["facts"] = {"order": "string", "amount": "integer"}
+    args = {"order": {"$fact": "order"}, "currency": "EUR", "amount": {"$fact": "amount"}}
+    plan["steps"].insert(1, step("audit", [], args=args, verb="charge"))
+    checked = check(plan, core_verbs)
+    with pytest.raises(SubmitError, match="step 'audit'") as excinfo:  # amount below 1
+        prepare_submission(checked, core_registry, "default", "x-1", {"order": "o", "amount": 0})
+    assert "start" not in str(excinfo.value)
 
 
 class _Step:

@@ -55,10 +55,11 @@ def _fact_issue_paths(
 
 def test_submission_derives_the_design_vector_identities(rows: SubmitRows) -> None:
     assert rows.saga_id == VECTOR_SAGA_ID
-    assert rows.first_dispatch.saga_id == VECTOR_SAGA_ID
-    assert rows.first_dispatch.idempotency_key == VECTOR_FORWARD_KEY
-    assert rows.first_step_args == VECTOR_CANONICAL
-    assert rows.first_step_args_hash == VECTOR_ARGUMENT_HASH
+    [first] = rows.first_dispatches
+    assert first.saga_id == VECTOR_SAGA_ID
+    assert first.idempotency_key == VECTOR_FORWARD_KEY
+    assert first.args_canonical == VECTOR_CANONICAL
+    assert first.args_hash == VECTOR_ARGUMENT_HASH
 
 
 def test_submission_rows_carry_the_checked_plan_and_canonical_facts(
@@ -73,8 +74,7 @@ def test_submission_rows_carry_the_checked_plan_and_canonical_facts(
     assert CheckedPlan.model_validate(json.loads(rows.plan)) == checked
     assert rows.facts.encode("utf-8") == canonical_bytes(VECTOR_FACTS)
     assert rows.facts_hash == canonical_hash(VECTOR_FACTS)
-    assert rows.first_dispatch.effect_id == "charge"
-    assert rows.first_dispatch.direction == "forward"
+    assert [(d.effect_id, d.direction) for d in rows.first_dispatches] == [("charge", "forward")]
 
 
 def test_submission_has_one_step_row_per_step_in_order(
@@ -341,6 +341,6 @@ def test_resubmitting_with_other_facts_is_detected_as_a_conflict(
     )
     assert other.saga_id == rows.saga_id
     assert conflict_with_existing(other, rows.plan_digest, rows.facts_hash) is not None
-    assert other.first_dispatch.idempotency_key == idempotency_key(
+    assert other.first_dispatches[0].idempotency_key == idempotency_key(
         VECTOR_NAMESPACE, rows.saga_id, "charge", Direction.FORWARD
     )

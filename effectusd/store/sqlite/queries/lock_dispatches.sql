@@ -1,4 +1,5 @@
--- No FOR UPDATE: the recorder's transaction holds SQLite's write lock from its start.
+-- No FOR UPDATE: the recorder's transaction holds SQLite's write lock from its start, which
+-- also keeps a claim from taking a sibling not yet sent (PostgreSQL locks those: saga_ids).
 SELECT o.dispatch_id, o.saga_id, o.effect_id, o.direction, o.delivery, o.verb, o.destination,
        o.state, o.attempt, o.max_attempts, o.budget_base, o.uncertain_attempt, o.fence_waits,
        o.lease_token,

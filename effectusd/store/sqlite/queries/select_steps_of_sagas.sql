@@ -1,3 +1,10 @@
-SELECT saga_id, effect_id, sequence, state, result
-FROM effectus_saga_steps
-WHERE saga_id IN (SELECT value FROM json_each(:saga_ids))
+-- The steps of the sagas being settled, each with the state of its forward dispatch and
+-- whether an attempt of it may have committed (one forward row per step): with parallel
+-- steps the engine decides from its siblings' dispatches (docs/design.md section 4).
+SELECT st.saga_id, st.effect_id, st.sequence, st.state, st.result, st.succeeded_order,
+       o.state AS dispatch_state,
+       o.uncertain_attempt IS NOT NULL AS "uncertain [boolean]"
+FROM effectus_saga_steps st
+LEFT JOIN effectus_saga_outbox o
+    ON o.saga_id = st.saga_id AND o.effect_id = st.effect_id AND o.direction = 'forward'
+WHERE st.saga_id IN (SELECT value FROM json_each(:saga_ids))
