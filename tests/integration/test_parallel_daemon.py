@@ -103,9 +103,7 @@ async def test_a_failed_branch_waits_for_its_siblings_in_flight_and_undoes_them_
         assert view.stop_reason is not None and "'b' failed" in view.stop_reason
         assert not dest.seen("join")
         succeeded = {
-            s.effect_id: s.succeeded_order
-            for s in view.steps
-            if s.succeeded_order is not None
+            s.effect_id: s.succeeded_order for s in view.steps if s.succeeded_order is not None
         }
         assert set(succeeded) == {"hold", "a", "c"}  # in flight when b failed: waited for
         undone = [r.effect for r in dest.seen(direction="compensation")]
