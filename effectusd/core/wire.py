@@ -163,9 +163,9 @@ def format_deadline(deadline: datetime) -> str:
     """RFC 3339 UTC with a Z and milliseconds."""
     if deadline.tzinfo is None or deadline.utcoffset() is None:
         raise WireError(DEADLINE, "deadline must be timezone-aware")
-    utc = deadline.astimezone(UTC)
-    # Truncated, never rounded up: the destination must not be promised time we do not have.
-    return f"{utc:%Y-%m-%dT%H:%M:%S}.{utc.microsecond // 1000:03d}Z"
+    # Truncated, never rounded up (isoformat truncates): the destination must not be promised
+    # time we do not have. astimezone(UTC) makes the offset "+00:00", which RFC 3339 writes Z.
+    return deadline.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 # --- request: decode (destination side) -----------------------------------------------------

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, MutableMapping
-from dataclasses import asdict
 from typing import Any
 
 from effectusd.backends.operation import Operation
@@ -150,7 +149,7 @@ class TransitionRows:
                 }
             )
         for spec in transition.new_dispatches:
-            params = asdict(spec)
+            params = dict(vars(spec))  # flat fields: asdict's deep copy cost the recorder 2%
             params["fencing_resources"] = canonical_text(spec.fencing_resources)
             params["not_before"] = None
             self.inserts.append(params)
