@@ -36,7 +36,7 @@ from effectusd.bench.harness import (
     start_sink,
     with_executors,
 )
-from effectusd.bench.measures import daemon_rss_mb, percentile
+from effectusd.bench.measures import RssSampler, daemon_rss_mb, percentile
 from effectusd.bench.soak import run_soak
 from effectusd.client import Client
 from effectusd.config import Config, parse_config
@@ -72,6 +72,9 @@ class BenchResult:
     # what the database took: where PostgreSQL binds as daemons are added (docs/performance.md)
     commits_per_s: float
     wal_bytes_per_s: float
+    # RSS over the drain (one process): flat means the backlog is streamed, not held
+    drain_rss_mb_start: float | None
+    drain_rss_mb_max: float | None
     # claim_ready.sql on an empty outbox, over one batch of ready rows and over `backlog` of
     # them (None: skipped); backlog/batch is the backlog's own cost, backlog/empty the target's
     backlog: int = 0
@@ -172,7 +175,7 @@ def _throughput(
         f"dispatching {sagas * steps} step(s) at concurrency {concurrency} ({chosen})"
         + (f" in {processes} processes…" if processes > 1 else "…")
     )
-    seconds, cpu_seconds = _dispatch_all(config, url, processes)
+    seconds, cpu_seconds, drain_rss = _dispatch_all(config, url, processes)
     wal_bytes = scalar(url, "wal_position") - wal_before
     rss_mb = daemon_rss_mb()
     with connect(url) as conn:
@@ -204,16 +207,20 @@ def _throughput(
         bare_cpu_us_per_call=round(bare_cpu_us, 1),
         commits_per_s=round(commits / seconds, 1),
         wal_bytes_per_s=round(wal_bytes / seconds),
+        drain_rss_mb_start=round(drain_rss[0], 1) if drain_rss else None,
+        drain_rss_mb_max=round(max(drain_rss), 1) if drain_rss else None,
     )
 
 
-def _dispatch_all(config: Config, url: str, processes: int) -> tuple[float, float]:
-    """Run daemons until the outbox is idle: wall seconds and the CPU seconds they used. Each
-    daemon process starts (imports, connects nothing yet) before the clock does."""
+def _dispatch_all(config: Config, url: str, processes: int) -> tuple[float, float, list[float]]:
+    """Run daemons until the outbox is idle: wall seconds, the CPU seconds they used and (one
+    process) its RSS sampled over the drain. Each daemon process starts (imports, connects
+    nothing yet) before the clock does."""
     if processes == 1:
         started, cpu_started = time.perf_counter(), time.process_time()
-        asyncio.run(_drain(config, url))
-        return time.perf_counter() - started, time.process_time() - cpu_started
+        with RssSampler() as rss:
+            asyncio.run(_drain(config, url))
+        return time.perf_counter() - started, time.process_time() - cpu_started, rss.samples
     spawn = multiprocessing.get_context("spawn")
     ready, go, cpu = spawn.Barrier(processes + 1), spawn.Event(), spawn.Queue()
     daemons = [
@@ -231,7 +238,7 @@ def _dispatch_all(config: Config, url: str, processes: int) -> tuple[float, floa
         daemon.join()
     if any(daemon.exitcode != 0 for daemon in daemons):
         raise RuntimeError(f"a bench daemon failed: {[d.exitcode for d in daemons]}")
-    return seconds, sum(used)
+    return seconds, sum(used), []
 
 
 async def _drain(config: Config, url: str) -> None:

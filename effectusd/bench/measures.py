@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import resource
+import threading
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -22,3 +23,28 @@ def daemon_rss_mb() -> float:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class RssSampler:
+    """The process's RSS every ``interval`` seconds from a thread, while the block runs (the
+    first sample taken on entry, the last on exit): is memory flat over a long drain?"""
+
+    def __init__(self, interval: float = 0.5) -> None:
+        self.interval = interval
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> RssSampler:
+        self.samples.append(daemon_rss_mb())
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append(daemon_rss_mb())
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.samples.append(daemon_rss_mb())

@@ -109,6 +109,7 @@ def test_bench_reports_claim_latency_and_the_soak(database_url: str) -> None:
     assert report["claim_backlog_ratio_p99"] == pytest.approx(
         report["claim_p99_ms_backlog"] / report["claim_p99_ms_empty"], rel=0.02
     )
+    assert 0 < report["drain_rss_mb_start"] <= report["drain_rss_mb_max"]
     assert report["soak_seconds"] >= 3 and report["soak_steps_per_s"] > 0
     assert report["soak_running_sagas_end"] >= 0
     assert 0 < report["rss_mb_start"] <= report["rss_mb_max"]
@@ -143,6 +144,7 @@ def test_bench_with_two_processes_drains_every_saga_and_reports_the_database_loa
     assert result.returncode == 0, result.stderr
     report: dict[str, Any] = json.loads(result.stdout)
     assert report["processes"] == 2 and report["completed"] == 30
+    assert report["drain_rss_mb_max"] is None  # sampled only for a drain in this process
     assert report["cpu_us_per_step"] > 0 and report["commits_per_s"] > 0
     assert report["wal_bytes_per_s"] > 0
     assert "in 2 processes" in result.stderr
