@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from effectusd.client import AsyncClient, Submission
 from effectusd.destination import EffectusRequest, PermanentFailure
 from effectusd.destination.asgi import effectus_app
 from effectusd.tracing import AttemptTracer
@@ -169,6 +170,32 @@ async def test_tracing_off_sends_no_trace_headers(
         assert "traceparent" not in request.headers
         assert "tracestate" not in request.headers
     assert [span.name for span in exporter.get_finished_spans()] == ["submit"]
+
+
+async def test_every_submit_stores_the_current_trace_context(
+    store_url: str, traced: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, _ = traced
+    config = make_config("http://127.0.0.1:9", VERBS)
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("batch") as batch:
+        client_for(config, store_url).submit_many(
+            [Submission(PLAN, "many-1"), Submission(PLAN, "many-2")]
+        )
+    with tracer.start_as_current_span("async") as one:
+        await AsyncClient(config, database_url=store_url).submit(PLAN, execution_id="async-1")
+    client_for(config, store_url).submit(PLAN, execution_id="untraced")
+    rows = fetch(
+        store_url, "SELECT execution_id, trace_context FROM effectus_saga_instances ORDER BY 1"
+    )
+    stored = {row["execution_id"]: row["trace_context"] for row in rows}
+
+    def span_id(execution_id: str) -> int:
+        return int(json.loads(stored[execution_id])["traceparent"].split("-")[2], 16)
+
+    assert span_id("many-1") == span_id("many-2") == batch.get_span_context().span_id
+    assert span_id("async-1") == one.get_span_context().span_id
+    assert stored["untraced"] is None
 
 
 def _config(base_url: str, transport: str) -> Any:
