@@ -201,9 +201,7 @@ class Pipeline:
             # Marked sent but never sent: recorded as known not committed, by us, with a reason.
             self._finish(claim, Completion.not_sent(claim, LEASE_TOO_SHORT))
             return
-        trace_headers = token = None
-        if self.spans is not None:
-            trace_headers, token = self.spans.calling(claim)
+        trace_headers, token = (None, None) if self.spans is None else self.spans.calling(claim)
         invocation = Invocation(
             request_id=claim.request_id,
             execution_id=claim.execution_id,
