@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from effectusd import tracing
 from effectusd.backends import Connection, backend_for
 from effectusd.backends.connections import (
     AsyncPostgresConnection,
@@ -219,7 +220,7 @@ class Client(_ClientBase):
         actor: str = "client",
     ) -> SubmitResult:
         rows = self._prepare(plan, execution_id, facts)
-        operation = operations.submit(rows, actor, not_before)
+        operation = operations.submit(rows, actor, not_before, tracing.capture())
         return self._write(operation, conn)
 
     def submit_many(
@@ -234,7 +235,7 @@ class Client(_ClientBase):
         whole batch, whatever its size. All or nothing: a plan that fails its check or a
         conflict with an existing saga raises and writes nothing. Results come in order."""
         batch = [self._prepare(s.plan, s.execution_id, s.facts) for s in submissions]
-        operation = operations.submit_many(batch, actor, not_before)
+        operation = operations.submit_many(batch, actor, not_before, tracing.capture())
         return self._write(operation, conn)
 
     def _write(self, operation: Operation[T], conn: object | None) -> T:
@@ -319,7 +320,7 @@ class AsyncClient(_ClientBase):
         actor: str = "client",
     ) -> SubmitResult:
         rows = self._prepare(plan, execution_id, facts)
-        operation = operations.submit(rows, actor, not_before)
+        operation = operations.submit(rows, actor, not_before, tracing.capture())
         return await self._write(operation, conn)
 
     async def submit_many(
@@ -332,7 +333,7 @@ class AsyncClient(_ClientBase):
     ) -> list[SubmitResult]:
         """``Client.submit_many``, asynchronously."""
         prepared = [self._prepare(s.plan, s.execution_id, s.facts) for s in submissions]
-        operation = operations.submit_many(prepared, actor, not_before)
+        operation = operations.submit_many(prepared, actor, not_before, tracing.capture())
         return await self._write(operation, conn)
 
     async def _write(self, operation: Operation[T], conn: object | None) -> T:

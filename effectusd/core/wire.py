@@ -37,6 +37,12 @@ REQUEST_HEADERS = (
     ARGUMENT_HASH, CONTRACT_HASH, FENCING_GRANTS, DEADLINE,
 )  # fmt: skip
 
+# W3C trace context of the attempt's span, sent only while tracing is on (docs/operations.md
+# "Tracing"); never part of the identity, so a request without them is as valid as before.
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+TRACE_HEADERS = (TRACEPARENT, TRACESTATE)
+
 # --- reply headers --------------------------------------------------------------------------
 
 OUTCOME = "X-Effectus-Outcome"
@@ -46,8 +52,11 @@ RETRY_AFTER = "Retry-After"
 REPLY_HEADERS = (OUTCOME, FENCING, RETRY_AFTER)  # REQUEST_ID is echoed too, checked apart
 
 # Headers a destination's static config must not set: the engine or the transport owns them.
+# The trace context too: a fixed one would make every call claim the same parent span.
 RESERVED_PREFIX = "x-effectus-"
-ENGINE_OWNED = frozenset({"idempotency-key", "content-type", "content-length", "host"})
+ENGINE_OWNED = frozenset(
+    {"idempotency-key", "content-type", "content-length", "host", *TRACE_HEADERS}
+)
 
 MAX_TOKEN = 2**53 - 1  # the canonical JSON integer limit fencing tokens are written under
 
@@ -313,6 +322,15 @@ def read_header(found: Mapping[str, list[str | bytes]], name: str) -> str | Wire
     if has_control(value):
         return WireProblem(name, "contains a control character")
     return value
+
+
+def read_trace_headers(headers: HeaderSource) -> dict[str, str]:
+    """The request's trace context headers that are usable (once, UTF-8, no control
+    characters), by lowercase name; an unusable one is left out, never an error: tracing must
+    not refuse a request."""
+    found = collect_headers(headers)
+    usable = {name: read_header(found, name) for name in TRACE_HEADERS}
+    return {name: value for name, value in usable.items() if isinstance(value, str)}
 
 
 # --- reply ----------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from effectusd import tracing
 from effectusd.backends.connections import AsyncPostgresConnection, SqliteConnection
 from effectusd.backends.postgres.pool import AsyncPool, PoolTimeout, service_pool
 from effectusd.core.database_url import SqliteDatabase, parse_database_url
@@ -67,6 +68,7 @@ def effectus_endpoint(
     *,
     retention: timedelta = ...,
     max_body_bytes: int = ...,
+    tracer_provider: object | None = ...,
 ) -> Endpoint: ...
 @overload
 def effectus_endpoint(
@@ -75,6 +77,7 @@ def effectus_endpoint(
     *,
     retention: timedelta = ...,
     max_body_bytes: int = ...,
+    tracer_provider: object | None = ...,
 ) -> Endpoint: ...
 def effectus_endpoint(
     pool: AsyncPool | SqlitePool,
@@ -82,10 +85,14 @@ def effectus_endpoint(
     *,
     retention: timedelta = DEFAULT_RETENTION,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    tracer_provider: object | None = None,
 ) -> Endpoint:
     """A Starlette endpoint: verify the request, run ``mutation`` under the contract on a
     connection from ``pool``, answer the reply. Unexpected errors propagate, so the server
-    answers 500 without an outcome header: unknown, as it should be."""
+    answers 500 without an outcome header: unknown, as it should be.
+
+    With the ``otel`` extra installed, a verified request runs under a SERVER span that
+    continues the daemon's attempt span (``tracer_provider``, else the global one)."""
     if isinstance(pool, SqlitePool):
         _require_plain_function(mutation, "the mutation")
         answer = _sqlite_answer(pool, cast(SqliteMutation, mutation), retention)
@@ -103,9 +110,34 @@ def effectus_endpoint(
             parsed = parse_request(request.headers.raw, body)
         except ProtocolError as exc:
             return to_response(exc.reply(), echo)
-        return to_response(await answer(parsed), echo)
+        name = f"effectusd.destination {parsed.verb}"
+        attributes = _span_attributes(parsed)
+        with tracing.server_span(name, parsed.trace_headers, attributes, tracer_provider) as span:
+            reply = await answer(parsed)
+            if span is not None:
+                _answered(span, reply)
+        return to_response(reply, echo)
 
     return endpoint
+
+
+def _span_attributes(parsed: EffectusRequest) -> dict[str, str | int]:
+    """Ids and classes only, never the arguments."""
+    return {
+        "effectusd.saga_id": parsed.saga_id,
+        "effectusd.effect_id": parsed.effect_id,
+        "effectusd.direction": parsed.direction.value,
+        "effectusd.attempt": parsed.attempt,
+        "effectusd.verb": parsed.verb,
+        "effectusd.request_id": parsed.request_id,
+    }
+
+
+def _answered(span: tracing.Span, reply: Reply) -> None:
+    span.set({"http.response.status_code": reply.status, "effectusd.replayed": reply.replayed})
+    if reply.outcome is not None:
+        span.set({"effectusd.outcome": reply.outcome.value})
+        span.fail(reply.outcome.value)
 
 
 def _postgres_answer(pool: AsyncPool, mutation: AsyncMutation, retention: timedelta) -> _Answer:
@@ -143,6 +175,7 @@ def effectus_app(
     min_size: int = 1,
     max_size: int = 10,
     methods: tuple[str, ...] = ("POST",),
+    tracer_provider: object | None = None,
 ) -> Starlette:
     """An app serving each path with its mutation. At startup it installs the kit's tables,
     then runs ``setup(conn)`` (e.g. the application's own tables) in a transaction.
@@ -151,6 +184,7 @@ def effectus_app(
     URL. On PostgreSQL the routes and ``setup`` are coroutine functions and ``min_size`` /
     ``max_size`` bound the connection pool; on SQLite they are plain functions, run in
     ``max_size`` worker threads with a connection each (``min_size`` does not apply).
+    ``tracer_provider``: see ``effectus_endpoint``.
     """
     database = parse_database_url(database_url)
     if isinstance(database, SqliteDatabase):
@@ -162,7 +196,10 @@ def effectus_app(
         lifespan = _sqlite_lifespan(sqlite_pool, cast(SqliteSetup | None, setup))
         endpoints = {
             path: effectus_endpoint(
-                sqlite_pool, cast(SqliteMutation, mutation), retention=retention
+                sqlite_pool,
+                cast(SqliteMutation, mutation),
+                retention=retention,
+                tracer_provider=tracer_provider,
             )
             for path, mutation in routes.items()
         }
@@ -171,7 +208,12 @@ def effectus_app(
         pg_pool = service_pool(database.conninfo, min_size, max_size)
         lifespan = _postgres_lifespan(pg_pool, cast(Setup | None, setup))
         endpoints = {
-            path: effectus_endpoint(pg_pool, cast(AsyncMutation, mutation), retention=retention)
+            path: effectus_endpoint(
+                pg_pool,
+                cast(AsyncMutation, mutation),
+                retention=retention,
+                tracer_provider=tracer_provider,
+            )
             for path, mutation in routes.items()
         }
         pool = pg_pool

@@ -7,7 +7,8 @@ never the value, because values (fencing resources, the body) can carry argument
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from effectusd.core import wire
@@ -56,10 +57,13 @@ class ProtocolError(ValueError):
 class EffectusRequest(RequestIdentity):
     """One verified attempt. ``arguments`` is the parsed body; ``body`` the exact bytes.
 
-    The deadline is advisory (see ledger.handle)."""
+    The deadline is advisory (see ledger.handle). ``trace_headers``: the W3C trace context
+    the daemon sent (``traceparent``, ``tracestate``; empty while its tracing is off), for
+    ``effectusd.tracing.server_span``."""
 
     body: bytes
     arguments: Any
+    trace_headers: Mapping[str, str] = field(default_factory=dict)
 
 
 def parse_request(headers: HeaderSource, body: bytes) -> EffectusRequest:
@@ -70,6 +74,8 @@ def parse_request(headers: HeaderSource, body: bytes) -> EffectusRequest:
     fencing resource like ``account:müller``). Pass raw bytes when your framework decodes
     header bytes as latin-1, as ASGI frameworks do.
     """
+    if not isinstance(headers, Mapping):
+        headers = list(headers)  # read twice: the identity, then the trace context
     identity = wire.decode_request_headers(headers)
     if isinstance(identity, list):
         raise ProtocolError.of(identity[0])
@@ -81,7 +87,8 @@ def parse_request(headers: HeaderSource, body: bytes) -> EffectusRequest:
         # ValueError covers invalid UTF-8 too (UnicodeDecodeError is one).
         raise ProtocolError(BODY, "is not JSON") from None
     known = {field.name: getattr(identity, field.name) for field in fields(identity)}
-    return EffectusRequest(**known, body=body, arguments=arguments)
+    trace = wire.read_trace_headers(headers)
+    return EffectusRequest(**known, body=body, arguments=arguments, trace_headers=trace)
 
 
 def request_id_of(headers: HeaderSource) -> str | None:

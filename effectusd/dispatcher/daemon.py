@@ -29,6 +29,7 @@ from effectusd.fencing.protocol import FencingProvider
 from effectusd.fencing.store import StoreFencing
 from effectusd.store.dialects import open_dispatch_store
 from effectusd.store.dispatch import DispatchStore
+from effectusd.tracing import AttemptTracer
 
 log = logging.getLogger("effectusd.daemon")
 
@@ -72,8 +73,12 @@ class Daemon:
         *,
         executors: Mapping[str, Executor] | None = None,
         owner: str | None = None,
+        tracer_provider: object | None = None,
     ) -> None:
+        """``tracer_provider``: an OpenTelemetry TracerProvider for the attempt spans; by
+        default the global one, and tracing stays off while none is set."""
         self.config = config
+        self.tracer_provider = tracer_provider
         self.database_url = database_url
         self.owner = owner or new_owner_id()
         self.registry = registry_from_config(config)
@@ -129,6 +134,7 @@ class Daemon:
             self.wake,
             self.metrics,
             claim_batch=settings.batch_size,
+            tracer=AttemptTracer.configured(self.tracer_provider),
         )
         self.pipeline = pipeline
         _settle_heap()
@@ -156,6 +162,8 @@ class Daemon:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            if pipeline.spans is not None:
+                pipeline.spans.close()
             try:
                 async with asyncio.timeout(CLOSE_BOUND_S):
                     if server is not None:

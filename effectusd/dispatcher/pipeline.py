@@ -27,9 +27,11 @@ from effectusd.core.engine import Completion
 from effectusd.core.registry import Registry
 from effectusd.core.states import FencingStatus, OutcomeClass
 from effectusd.dispatcher.metrics import Metrics
+from effectusd.dispatcher.spans import AttemptSpans
 from effectusd.executors.protocol import CallResult, Executor, FencingGrant, Invocation
 from effectusd.store.dispatch import DispatchStore, RecordReport
 from effectusd.store.records import Claim, WriteAhead
+from effectusd.tracing import AttemptTracer
 
 log = logging.getLogger("effectusd.dispatcher")
 
@@ -85,8 +87,11 @@ class Pipeline:
         wake: asyncio.Event,
         metrics: Metrics,
         claim_batch: int = 64,
+        tracer: AttemptTracer | None = None,
     ) -> None:
         self.metrics = metrics
+        # None while tracing is off: then each stage below costs one ``is None``.
+        self.spans = None if tracer is None else AttemptSpans(tracer, store)
         self.claim_batch = claim_batch  # at most this many rows per destination per claim
         self.store = store
         self.executors = executors
@@ -146,6 +151,9 @@ class Pipeline:
 
     # -- 3 and 4: write-ahead, then call ----------------------------------------------------
     async def dispatch_batch(self, claims: list[Claim], claimed_at: float) -> None:
+        spans = self.spans
+        if spans is not None:
+            await spans.claimed(claims, claimed_at)
         sendable: list[Claim] = []
         for claim in claims:
             contract = self.registry.verbs.get(claim.verb)
@@ -173,8 +181,12 @@ class Pipeline:
             self.metrics.write_ahead_failures.inc(len(sendable))
             for claim in sendable:
                 self.capacity.give_back(claim.destination)
+            if spans is not None:
+                spans.abandoned(sendable, "write-ahead failed; left to the lease's reclaim")
             return
         faults.point("after_write_ahead")
+        if spans is not None:
+            spans.written_ahead(ready)
         self.metrics.fencing_acquisitions.inc(sum(len(w.grants) for w in ready))
         self.metrics.fencing_conflicts.inc(sum(1 for c in not_sent if c.fence_wait))
         self.metrics.write_ahead_failures.inc(sum(1 for c in not_sent if not c.fence_wait))
@@ -184,6 +196,8 @@ class Pipeline:
         for claim in sendable:
             if claim.dispatch_id not in marked:  # lease lost before the write-ahead: not ours
                 self.capacity.give_back(claim.destination)
+                if spans is not None:
+                    spans.abandoned([claim], "lease lost before the write-ahead")
         await asyncio.gather(*(self.call(w, claimed_at) for w in ready))
 
     async def call(self, ahead: WriteAhead, claimed_at: float) -> None:
@@ -193,6 +207,7 @@ class Pipeline:
             # Marked sent but never sent: recorded as known not committed, by us, with a reason.
             self._finish(claim, Completion.not_sent(claim, LEASE_TOO_SHORT))
             return
+        trace_headers, token = (None, None) if self.spans is None else self.spans.calling(claim)
         invocation = Invocation(
             request_id=claim.request_id,
             execution_id=claim.execution_id,
@@ -210,6 +225,7 @@ class Pipeline:
             fencing_grants=tuple(FencingGrant(r, t) for r, t in ahead.grants),
             deadline=claim.db_now + timedelta(seconds=timeout),
             timeout=timeout,
+            trace_headers=trace_headers,
         )
         in_flight = self.metrics.in_flight.labels(claim.destination)
         in_flight.inc()
@@ -218,6 +234,8 @@ class Pipeline:
             result = await self.executors[claim.destination].call(invocation)
         finally:
             in_flight.dec()
+        if self.spans is not None:
+            self.spans.called(claim, token, result)
         self.metrics.call_seconds.labels(claim.destination, claim.verb).observe(
             time.perf_counter() - started
         )
@@ -248,6 +266,8 @@ class Pipeline:
         faults.point("before_record")
         report = await self._record_isolating(batch)
         faults.point("after_record")
+        if self.spans is not None:
+            self.spans.recorded(batch, report)
         for completion in report.deferred:
             self.completions.put_nowait(completion)
         self._after_record(report)

@@ -123,7 +123,10 @@ class BaseHttpExecutor(Generic[Request, WireT]):
         try:
             if not contract.is_token(inv.method):
                 raise InvalidInvocation("method is not an HTTP token")
-            request = self._build(inv, contract.encode_request_headers(inv), total, wire)
+            headers = contract.encode_request_headers(inv)
+            if inv.trace_headers:  # made by our own propagator; config cannot set these
+                headers.update(inv.trace_headers)
+            request = self._build(inv, headers, total, wire)
         except Exception as exc:  # noqa: BLE001 - nothing was sent, whatever went wrong
             # Only our own messages are shown: others may quote the URL, i.e. argument values.
             ours = isinstance(exc, InvalidInvocation | contract.WireError)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -21,6 +22,8 @@ class Invocation(RequestIdentity):
     path: str  # rendered and percent-encoded, starts with "/"
     body: bytes  # exactly the canonical argument bytes
     timeout: float  # seconds for the whole call
+    # traceparent (and tracestate) of the attempt's span; None while tracing is off
+    trace_headers: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -314,6 +314,11 @@ class DispatchStore(WriteAheadStore):
     async def ping(self) -> None:
         await self._read(single("health_ping", {}))
 
+    async def trace_contexts(self, saga_ids: list[str]) -> dict[str, str]:
+        """The stored submit trace context of each saga that has one (tracing only)."""
+        rows = await self._read(single("select_trace_contexts", {"saga_ids": saga_ids}))
+        return {row["saga_id"]: row["trace_context"] for row in rows}
+
 
 def outbox_sample() -> Operation[OutboxSample]:
     """What the gauges show (and the console's overview), read in one transaction."""

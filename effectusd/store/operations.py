@@ -64,7 +64,7 @@ def event(
     )
 
 
-def _saga_params(rows: SubmitRows) -> dict[str, Any]:
+def _saga_params(rows: SubmitRows, trace_context: str | None) -> dict[str, Any]:
     return {
         "saga_id": rows.saga_id,
         "namespace": rows.namespace,
@@ -74,6 +74,7 @@ def _saga_params(rows: SubmitRows) -> dict[str, Any]:
         "plan": rows.plan,
         "facts": rows.facts,
         "facts_hash": rows.facts_hash,
+        "trace_context": trace_context,
     }
 
 
@@ -146,8 +147,11 @@ def _refuse_unless_same(rows: SubmitRows, found: Rows) -> None:
         raise SubmitConflict(reason)
 
 
-def submit(rows: SubmitRows, actor: str, not_before: datetime | None) -> Operation[SubmitResult]:
-    inserted = yield ("insert_saga", _saga_params(rows))
+def submit(
+    rows: SubmitRows, actor: str, not_before: datetime | None, trace_context: str | None = None
+) -> Operation[SubmitResult]:
+    """``trace_context``: the submitter's trace context (``effectusd.tracing.capture``)."""
+    inserted = yield ("insert_saga", _saga_params(rows, trace_context))
     if not inserted:
         found = yield ("select_saga_identity", {"saga_id": rows.saga_id})
         _refuse_unless_same(rows, found)
@@ -157,7 +161,10 @@ def submit(rows: SubmitRows, actor: str, not_before: datetime | None) -> Operati
 
 
 def submit_many(
-    batch: Sequence[SubmitRows], actor: str, not_before: datetime | None
+    batch: Sequence[SubmitRows],
+    actor: str,
+    not_before: datetime | None,
+    trace_context: str | None = None,
 ) -> Operation[list[SubmitResult]]:
     """Submit many sagas in one transaction and a fixed number of statements. All or nothing:
     one conflict (with a stored saga or within the batch) raises and writes nothing."""
@@ -179,7 +186,7 @@ def submit_many(
     if fresh:
         # A plain insert: a saga submitted concurrently by someone else between our read and
         # this write makes the whole batch fail (and write nothing) instead of half-apply.
-        yield ("insert_sagas", [_saga_params(rows) for rows in fresh])
+        yield ("insert_sagas", [_saga_params(rows, trace_context) for rows in fresh])
         yield from _submission_writes(fresh, actor, not_before)
     return results
 

@@ -129,6 +129,7 @@ def seed_saga(
             "plan": '{"plan_id":"checkout","steps":[]}',
             "facts": '{"order":"o-1"}',
             "facts_hash": hex64("facts"),
+            "trace_context": None,
         },
     )
     assert inserted == [{"saga_id": saga_id}]
@@ -551,6 +552,7 @@ def test_json_columns_refuse_text_that_is_not_json(conn: sqlite3.Connection) -> 
                 "plan": "{not json",
                 "facts": "{}",
                 "facts_hash": hex64("f"),
+                "trace_context": None,
             },
         )
     assert count(conn, "effectus_saga_instances") == 0
@@ -1041,6 +1043,7 @@ def test_saga_state_updates_and_the_compensation_reason(conn: sqlite3.Connection
             "plan": "{}",
             "facts": "{}",
             "facts_hash": hex64("facts"),
+            "trace_context": None,
         },
     )
     assert again == []  # the same identity inserts nothing
