@@ -197,3 +197,18 @@ class Transition:
     # Forward dispatches of other steps to cancel (parallel plans): each was not sent
     # (queued, or retry_wait with no uncertain attempt) when the facts were read under lock.
     cancel_dispatches: list[str] = field(default_factory=list)
+
+
+def fencing_after_call(
+    sent: FencingStatus, outcome: OutcomeClass, acknowledged: bool
+) -> FencingStatus:
+    """An attempt's fencing status once its answer is in: a stale-fence answer rejected the
+    grants; a destination that said so acknowledged durable ones (advisory ones stay
+    local_lock_only); a verb without fencing stays not_requested."""
+    if sent is FencingStatus.NOT_REQUESTED:
+        return sent
+    if outcome is OutcomeClass.STALE_FENCE:
+        return FencingStatus.STALE_REJECTED
+    if acknowledged and sent is FencingStatus.PROPAGATED:
+        return FencingStatus.ACKNOWLEDGED
+    return sent

@@ -25,7 +25,8 @@ from effectusd import faults
 from effectusd.backends.errors import TRANSIENT_ERRORS, failure_name
 from effectusd.core.engine import Completion
 from effectusd.core.registry import Registry
-from effectusd.core.states import FencingStatus, OutcomeClass
+from effectusd.core.states import FencingStatus
+from effectusd.core.transition import fencing_after_call
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.spans import AttemptSpans
 from effectusd.executors.protocol import CallResult, Executor, FencingGrant, Invocation
@@ -383,14 +384,6 @@ def _lease_covers_call(claim: Claim, claimed_at: float) -> bool:
 
 
 def _completion(claim: Claim, ahead: WriteAhead, result: CallResult) -> Completion:
-    fencing = FencingStatus(ahead.fencing_status)
-    if fencing is FencingStatus.NOT_REQUESTED:
-        pass
-    elif result.outcome is OutcomeClass.STALE_FENCE:
-        fencing = FencingStatus.STALE_REJECTED
-    elif result.fencing_acknowledged and fencing is FencingStatus.PROPAGATED:
-        # Only durable tokens can be acknowledged; advisory ones stay local_lock_only.
-        fencing = FencingStatus.ACKNOWLEDGED
     return Completion.of(
         claim,
         result.outcome,
@@ -398,7 +391,9 @@ def _completion(claim: Claim, ahead: WriteAhead, result: CallResult) -> Completi
         result=result.result,
         error=result.error,
         evidence=result.evidence,
-        fencing_status=fencing,
+        fencing_status=fencing_after_call(
+            FencingStatus(ahead.fencing_status), result.outcome, result.fencing_acknowledged
+        ),
     )
 
 

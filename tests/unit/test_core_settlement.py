@@ -24,12 +24,19 @@ from effectusd.core.states import (
     Delivery,
     Direction,
     DispatchState,
+    FencingStatus,
     OutcomeClass,
     SagaState,
     SettledBy,
     StepState,
 )
-from effectusd.core.transition import Completion, DispatchFacts, SagaFacts, StepFacts
+from effectusd.core.transition import (
+    Completion,
+    DispatchFacts,
+    SagaFacts,
+    StepFacts,
+    fencing_after_call,
+)
 
 TOKEN = "lease-1"
 BEGAN = "step 'second' failed: permanent failure: declined"
@@ -279,3 +286,25 @@ def test_a_not_sent_completion_is_a_guard_retry_of_the_held_attempt() -> None:
     assert held.outcome is OutcomeClass.RETRYABLE
     sent = held_completion(Completion.of(Held(), OutcomeClass.RETRYABLE), "boom")
     assert sent.outcome is OutcomeClass.UNKNOWN
+
+
+@pytest.mark.parametrize(
+    ("sent", "outcome", "acknowledged", "after"),
+    [
+        (FencingStatus.NOT_REQUESTED, OutcomeClass.STALE_FENCE, True, FencingStatus.NOT_REQUESTED),
+        (FencingStatus.PROPAGATED, OutcomeClass.STALE_FENCE, True, FencingStatus.STALE_REJECTED),
+        (FencingStatus.PROPAGATED, OutcomeClass.SUCCESS, True, FencingStatus.ACKNOWLEDGED),
+        (FencingStatus.PROPAGATED, OutcomeClass.SUCCESS, False, FencingStatus.PROPAGATED),
+        (FencingStatus.LOCAL_LOCK_ONLY, OutcomeClass.SUCCESS, True, FencingStatus.LOCAL_LOCK_ONLY),
+        (
+            FencingStatus.LOCAL_LOCK_ONLY,
+            OutcomeClass.STALE_FENCE,
+            False,
+            FencingStatus.STALE_REJECTED,
+        ),
+    ],
+)
+def test_the_fencing_status_after_a_call_follows_the_answer(
+    sent: FencingStatus, outcome: OutcomeClass, acknowledged: bool, after: FencingStatus
+) -> None:
+    assert fencing_after_call(sent, outcome, acknowledged) is after
