@@ -8,10 +8,13 @@ whatever the driver (this module sits below all of them: it imports nothing of e
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+Y = TypeVar("Y")  # what a generator yields: a step to perform
+S = TypeVar("S")  # what it is sent back: the step's answer
 Rows = list[dict[str, Any]]
 Params = Mapping[str, Any]
 # A list of parameter rows runs the statement once per row (executemany); it returns no rows.
@@ -40,3 +43,36 @@ def without_queries(value: T) -> Operation[T]:
     """An operation that needs no statement (an in-memory provider's): it just returns."""
     return value
     yield  # unreachable; makes this function a generator
+
+
+@dataclass(frozen=True, slots=True)
+class Done(Generic[T]):
+    """What a generator of steps returned, told apart from a step it yields."""
+
+    value: T
+
+
+def advance(steps: Generator[Y, S, T], answer: S | None = None) -> Y | Done[T]:
+    """The next step of ``steps``, sent ``answer`` for the last one (None: the first);
+    Done once they returned."""
+    try:
+        return next(steps) if answer is None else steps.send(answer)  # send(None) is next()
+    except StopIteration as stop:
+        return Done(stop.value)
+
+
+def drive(steps: Generator[Y, S, T], perform: Callable[[Y], S]) -> T:
+    """Run ``steps`` to what they return, answering each with ``perform``'s: how a backend
+    runs an operation, and the destination kit an exchange, whatever the driver."""
+    step = advance(steps)
+    while not isinstance(step, Done):
+        step = advance(steps, perform(step))
+    return step.value
+
+
+async def drive_async(steps: Generator[Y, S, T], perform: Callable[[Y], Awaitable[S]]) -> T:
+    """``drive`` with an asynchronous ``perform``."""
+    step = advance(steps)
+    while not isinstance(step, Done):
+        step = advance(steps, await perform(step))
+    return step.value

@@ -49,10 +49,7 @@ class Context:
             path = self.config_path
             if path is None and Path("effectusd.toml").exists():
                 path = "effectusd.toml"
-            try:
-                self._config = load_config(path)
-            except ConfigError as exc:
-                fail(str(exc), EXIT_INVALID)
+            self._config = load_config(path)  # a ConfigError exits 3 (EffectusGroup)
         return self._config
 
     @property
@@ -61,11 +58,8 @@ class Context:
 
     @property
     def backend(self) -> Backend:
-        url = self._database_url or self.config.database.url
-        try:
-            return backend_for(url)
-        except DatabaseURLError as exc:
-            fail(str(exc), EXIT_INVALID)
+        # a DatabaseURLError exits 3 (EffectusGroup)
+        return backend_for(self._database_url or self.config.database.url)
 
     def client(self) -> Client:
         return Client(self.config, database_url=self.database_url)
@@ -118,6 +112,13 @@ def report_check_error(source: str, error: PlanCheckError) -> NoReturn:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+log_level_option = click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
+    help="Lowest level of log line to print.",
+)
 
 
 if TYPE_CHECKING:
@@ -153,15 +154,18 @@ class Duration(_ParamType):
 
 
 class EffectusGroup(click.Group):
-    """Errors any command can meet, reported the same way by all of them."""
+    """Errors any command can meet, reported the same way by all of them: a command catches
+    only what it answers differently."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except SchemaNotReady as exc:
             fail(str(exc), EXIT_PENDING)
-        except DatabaseURLError as exc:
+        except (DatabaseURLError, ConfigError) as exc:
             fail(str(exc), EXIT_INVALID)
+        except UNAVAILABLE as exc:
+            fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
 
 
 @click.group(cls=EffectusGroup, context_settings={"help_option_names": ["-h", "--help"]})

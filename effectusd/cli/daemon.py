@@ -8,22 +8,18 @@ from collections.abc import Sequence
 
 import click
 
-from effectusd.backends.errors import UNAVAILABLE
 from effectusd.backends.migrations import MigrationError
 from effectusd.cli.app import (
     EXIT_CONFLICT,
-    EXIT_FAILURE,
     EXIT_INVALID,
-    EXIT_PENDING,
     Context,
     emit,
     fail,
     json_option,
+    log_level_option,
     main,
 )
-from effectusd.config import ConfigError
 from effectusd.core.database_url import (
-    DatabaseURLError,
     PostgresDatabase,
     SqliteDatabase,
     parse_database_url,
@@ -89,13 +85,7 @@ def auto_processes(sqlite: bool) -> int:
     help="Also serve the operator console and admin API on the --http-port server "
     "(as [console] enabled = true does).",
 )
-@click.option(
-    "--log-level",
-    default="INFO",
-    show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
-    help="Lowest level of log line to print.",
-)
+@log_level_option
 @click.option(
     "--processes",
     default="1",
@@ -143,23 +133,16 @@ def run(
     daemon = Daemon(config, obj.database_url)
     try:
         code = asyncio.run(daemon.run(until_idle=until_idle))
-    except ConfigError as exc:
-        fail(str(exc), EXIT_INVALID)
-    except SchemaNotReady as exc:
-        fail(str(exc), EXIT_PENDING)
+    except SchemaNotReady:
+        raise  # exits 6 (EffectusGroup): SchemaBehind too, though it is a MigrationError
     except MigrationError as exc:
         fail(str(exc), EXIT_CONFLICT)
-    except UNAVAILABLE as exc:
-        fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
     sys.exit(code)
 
 
 def require_postgres(url: str, what: str) -> None:
     """Exit 3 unless ``url`` names a PostgreSQL database; ``what`` says who needs it."""
-    try:
-        database = parse_database_url(url)
-    except DatabaseURLError as exc:
-        fail(str(exc), EXIT_INVALID)
+    database = parse_database_url(url)  # a DatabaseURLError exits 3 (EffectusGroup)
     if not isinstance(database, PostgresDatabase):
         fail(
             f"{what} needs PostgreSQL; the database URL names a {database.dialect} one",
@@ -299,19 +282,16 @@ def bench(
     def progress(message: str) -> None:
         click.echo(message, err=True)
 
-    try:
-        result = run_bench(
-            obj.database_url,
-            sagas,
-            steps,
-            concurrency,
-            destination,
-            progress,
-            transport,
-            backlog=backlog,
-            duration=duration,
-            processes=processes,
-        )
-    except UNAVAILABLE as exc:
-        fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
+    result = run_bench(
+        obj.database_url,
+        sagas,
+        steps,
+        concurrency,
+        destination,
+        progress,
+        transport,
+        backlog=backlog,
+        duration=duration,
+        processes=processes,
+    )
     emit(asdict(result), as_json, lambda _: format_result(result))

@@ -7,10 +7,8 @@ from typing import Any
 
 import click
 
-from effectusd.backends.errors import UNAVAILABLE
 from effectusd.cli.app import (
     EXIT_CONFLICT,
-    EXIT_FAILURE,
     EXIT_INVALID,
     EXIT_NOT_FOUND,
     Context,
@@ -47,8 +45,6 @@ def _operator_action(obj: Context, build: Callable[..., Any], as_json: bool) -> 
         if as_json:
             emit({"ok": False, "refused": exc.kind.value, "error": exc.message}, True, str)
         fail(exc.message, codes[exc.kind])
-    except UNAVAILABLE as exc:
-        fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
     emit(report.as_dict(), as_json, lambda _: report.summary())
 
 
@@ -241,10 +237,7 @@ def adopt_contract(
         if as_json:
             emit({"ok": False, "refused": exc.kind.value, "error": exc.message}, True, str)
         fail(exc.message, EXIT_INVALID if exc.kind is decide.RefusalKind.INVALID else EXIT_CONFLICT)
-    try:
-        report = _adopt_verb(obj, registry, verb, who, text)
-    except UNAVAILABLE as exc:
-        fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
+    report = _adopt_verb(obj, registry, verb, who, text)
     emit(report.as_dict(), as_json, lambda _: report.summary())
     if not report.ok:
         raise SystemExit(EXIT_CONFLICT)

@@ -9,10 +9,8 @@ from pathlib import Path
 
 import click
 
-from effectusd.backends.errors import UNAVAILABLE
 from effectusd.cli.app import (
     EXIT_CONFLICT,
-    EXIT_FAILURE,
     EXIT_INVALID,
     Context,
     emit,
@@ -105,8 +103,6 @@ def submit(
         fail(str(exc), EXIT_CONFLICT)
     except SubmitError as exc:
         fail(str(exc), EXIT_INVALID)
-    except UNAVAILABLE as exc:
-        fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
     emit(
         {"saga_id": result.saga_id, "created": result.created},
         as_json,

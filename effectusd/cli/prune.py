@@ -6,8 +6,7 @@ from datetime import timedelta
 
 import click
 
-from effectusd.backends.errors import UNAVAILABLE
-from effectusd.cli.app import EXIT_FAILURE, Context, Duration, emit, fail, json_option, main
+from effectusd.cli.app import Context, Duration, emit, json_option, main
 
 DEFAULT_KEEP_TOMBSTONES = "30d"  # longer than the destination kit keeps idempotency records (7d)
 
@@ -47,11 +46,6 @@ def prune(
     Each pruned saga leaves a tombstone of its identity."""
     from effectusd import operator
 
-    try:
-        with obj.connect() as conn:
-            report = operator.prune(
-                obj.backend, conn, older_than, batch_size, dry_run, keep_tombstones
-            )
-    except UNAVAILABLE as exc:
-        fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
+    with obj.connect() as conn:
+        report = operator.prune(obj.backend, conn, older_than, batch_size, dry_run, keep_tombstones)
     emit(report.as_dict(), as_json, lambda _: report.summary())

@@ -9,10 +9,8 @@ from typing import Any, NoReturn
 import click
 
 from effectusd.backends import Connection
-from effectusd.backends.errors import UNAVAILABLE
 from effectusd.cli import render
 from effectusd.cli.app import (
-    EXIT_FAILURE,
     EXIT_NOT_FOUND,
     EXIT_USAGE,
     Context,
@@ -53,10 +51,7 @@ def sagas_list(
     as_json: bool,
 ) -> None:
     """List sagas, newest first."""
-    try:
-        rows = obj.client().list(state=state, plan_id=plan_id, limit=limit, older_than=older_than)
-    except UNAVAILABLE as exc:
-        fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
+    rows = obj.client().list(state=state, plan_id=plan_id, limit=limit, older_than=older_than)
     emit(rows, as_json, render.saga_list)
 
 
@@ -85,14 +80,11 @@ def sagas_show(
         raise click.UsageError("name the saga by SAGA_ID (or a prefix) or by --execution-id")
     if plan_id is not None and execution_id is None:
         raise click.UsageError("--plan goes with --execution-id")
-    try:
-        with obj.connect() as conn:
-            found, missing = _find(obj, conn, saga_id, execution_id, plan_id)
-            view = obj.backend.run(conn, operations.load_saga(found))
-            if view is None:
-                _not_found(obj, conn, found, missing)
-    except UNAVAILABLE as exc:
-        fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
+    with obj.connect() as conn:
+        found, missing = _find(obj, conn, saga_id, execution_id, plan_id)
+        view = obj.backend.run(conn, operations.load_saga(found))
+        if view is None:
+            _not_found(obj, conn, found, missing)
     emit(view, as_json, render.saga_detail)
 
 

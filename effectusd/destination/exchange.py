@@ -21,15 +21,16 @@ must treat as unknown, and it is: a failed COMMIT may or may not have committed.
 The deadline header is not enforced: it is another machine's clock, and late work is harmless
 here because a retry replays it instead of repeating it.
 
-``Exchange.steps`` is a generator of named SQL steps; ``drive`` (or ``drive_async``) sends
-each step to a ``perform`` of the database's (ledger.py for PostgreSQL, sqlite.py for SQLite)
-and the answer back, and ``Exchange.settle`` turns what ended the transaction into the reply,
-so the two backends cannot drift apart in what they decide.
+``Exchange.steps`` is a generator of named SQL steps; ``drive`` (or ``drive_async``: the
+store's operations run with the same, effectusd.backends.operation) sends each step to a
+``perform`` of the database's (ledger.py for PostgreSQL, sqlite.py for SQLite) and the answer
+back, and ``Exchange.settle`` turns what ended the transaction into the reply, so the two
+backends cannot drift apart in what they decide.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -199,33 +200,6 @@ class Exchange:
         of this exchange ran, so nothing was committed (and no fence was checked)."""
         message = "database connection failed before the transaction began; nothing was done"
         return error_reply(503, OutcomeClass.RETRYABLE, message)
-
-
-def _advance(steps: Generator[Step, Any, Reply], answer: Any) -> Step | Reply:
-    """The next step, sent ``answer`` for the last one; or the reply once there is none."""
-    try:
-        return steps.send(answer)
-    except StopIteration as done:
-        reply: Reply = done.value
-        return reply
-
-
-def drive(steps: Generator[Step, Any, Reply], perform: Callable[[Step], Any]) -> Reply:
-    """Run ``steps`` to their reply, sending each step's answer from ``perform``."""
-    step = _advance(steps, None)
-    while not isinstance(step, Reply):
-        step = _advance(steps, perform(step))
-    return step
-
-
-async def drive_async(
-    steps: Generator[Step, Any, Reply], perform: Callable[[Step], Awaitable[Any]]
-) -> Reply:
-    """``drive`` with an asynchronous ``perform``."""
-    step = _advance(steps, None)
-    while not isinstance(step, Reply):
-        step = _advance(steps, await perform(step))
-    return step
 
 
 def _stored(reply: Reply) -> dict[str, Any]:

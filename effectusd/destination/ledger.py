@@ -22,6 +22,7 @@ from effectusd.backends.connections import (
     PostgresConnection,
     PostgresCursor,
 )
+from effectusd.backends.operation import drive, drive_async
 from effectusd.backends.postgres.runner import connection_state
 from effectusd.destination.exchange import (
     DEFAULT_RETENTION,
@@ -30,8 +31,6 @@ from effectusd.destination.exchange import (
     Query,
     Refused,
     Step,
-    drive,
-    drive_async,
 )
 from effectusd.destination.protocol import EffectusRequest
 from effectusd.destination.queries import sql

@@ -27,6 +27,7 @@ from typing import Any
 from effectusd.backends import sqlite as backend
 from effectusd.backends.connections import SqliteConnection
 from effectusd.backends.errors import is_busy
+from effectusd.backends.operation import drive
 from effectusd.backends.sqlite.connection import open_connection
 from effectusd.backends.sqlite.runner import adapted
 from effectusd.core.database_url import PostgresDatabase, parse_database_url
@@ -38,7 +39,6 @@ from effectusd.destination.exchange import (
     Query,
     Refused,
     Step,
-    drive,
 )
 from effectusd.destination.protocol import EffectusRequest
 from effectusd.destination.queries import sqlite_sql

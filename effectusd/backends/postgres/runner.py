@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
 from datetime import datetime
-from functools import cache
+from functools import cache, partial
 from typing import Any, TypeVar
 
 import psycopg
@@ -16,7 +16,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg.sql import SQL as SQL  # re-exported: the type of a named statement
 
-from effectusd.backends.operation import Operation, Params, Rows
+from effectusd.backends.operation import Operation, Query, Rows, drive, drive_async
 from effectusd.backends.statements import Statements
 
 T = TypeVar("T")
@@ -65,23 +65,7 @@ async def join_transaction_async(
 
 def run(conn: psycopg.Connection[Any], operation: Operation[T], statements: Statements) -> T:
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cursor:
-        try:
-            name, params = next(operation)
-            while True:
-                rows: Rows = []
-                if not isinstance(params, Mapping):  # parameter rows: once per row
-                    if params:
-                        many = set_based(statements, name, params)
-                        if many is None:
-                            cursor.executemany(sql(statements, name), params)
-                        else:
-                            cursor.execute(*many)
-                else:
-                    cursor.execute(sql(statements, name), params)
-                    rows = cursor.fetchall() if cursor.description else []
-                name, params = operation.send(rows)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+        return drive(operation, partial(_execute, cursor, statements))
 
 
 async def run_async(
@@ -97,30 +81,39 @@ async def run_async(
         if transaction:
             await stack.enter_async_context(conn.transaction())
         cursor = await stack.enter_async_context(conn.cursor(row_factory=dict_row))
-        try:
-            name, params = next(operation)
-            while True:
-                rows: Rows = []
-                if not isinstance(params, Mapping):  # parameter rows: once per row
-                    if params:
-                        await _execute_rows(cursor, statements, name, params)
-                else:
-                    await cursor.execute(sql(statements, name), params)
-                    rows = await cursor.fetchall() if cursor.description else []
-                name, params = operation.send(rows)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+        return await drive_async(operation, partial(_execute_async, cursor, statements))
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def _execute_rows(
-    cursor: psycopg.AsyncCursor[Any], statements: Statements, name: str, params: Sequence[Params]
-) -> None:
+def _execute(cursor: psycopg.Cursor[Any], statements: Statements, query: Query) -> Rows:
+    """One step of an operation: the named statement once (its rows), or over parameter rows
+    (no rows back), set-based where it can be, else once per row (pipelined by psycopg)."""
+    name, params = query
+    if isinstance(params, Mapping):
+        cursor.execute(sql(statements, name), params)
+        return cursor.fetchall() if cursor.description else []
     many = set_based(statements, name, params)
-    if many is None:  # pipelined by psycopg: one round trip
-        await cursor.executemany(sql(statements, name), params)
-    else:
+    if many is not None:
+        cursor.execute(*many)
+    elif params:
+        cursor.executemany(sql(statements, name), params)
+    return []
+
+
+async def _execute_async(
+    cursor: psycopg.AsyncCursor[Any], statements: Statements, query: Query
+) -> Rows:
+    """``_execute`` on an asynchronous cursor."""
+    name, params = query
+    if isinstance(params, Mapping):
+        await cursor.execute(sql(statements, name), params)
+        return await cursor.fetchall() if cursor.description else []
+    many = set_based(statements, name, params)
+    if many is not None:
         await cursor.execute(*many)
+    elif params:
+        await cursor.executemany(sql(statements, name), params)
+    return []
 
 
 def connection_state(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> str:

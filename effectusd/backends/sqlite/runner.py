@@ -7,9 +7,10 @@ import json
 import sqlite3
 from collections.abc import Mapping
 from datetime import timedelta
+from functools import partial
 from typing import Any, TypeVar
 
-from effectusd.backends.operation import Operation, Rows
+from effectusd.backends.operation import Operation, Query, Rows, drive
 from effectusd.backends.sqlite.transaction import atomic, read_transaction
 from effectusd.backends.statements import Statements
 
@@ -38,8 +39,9 @@ def adapted(params: Mapping[str, Any]) -> dict[str, Any]:
     return {key: adapt(value) for key, value in params.items()}
 
 
-def execute(conn: sqlite3.Connection, statements: Statements, name: str, params: Any) -> Rows:
+def execute(conn: sqlite3.Connection, statements: Statements, query: Query) -> Rows:
     """One step of an operation: the named statement once, or once per parameter row."""
+    name, params = query
     cursor = conn.cursor()
     try:
         if not isinstance(params, Mapping):  # parameter rows: once per row
@@ -55,22 +57,12 @@ def execute(conn: sqlite3.Connection, statements: Statements, name: str, params:
         cursor.close()
 
 
-def drive(conn: sqlite3.Connection, operation: Operation[T], statements: Statements) -> T:
-    """Run ``operation``'s statements on ``conn`` as they come, in whatever transaction is open."""
-    try:
-        name, params = next(operation)
-        while True:
-            name, params = operation.send(execute(conn, statements, name, params))
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-
-
 def run(conn: sqlite3.Connection, operation: Operation[T], statements: Statements) -> T:
     with atomic(conn, _SAVEPOINT):
-        return drive(conn, operation, statements)
+        return drive(operation, partial(execute, conn, statements))
 
 
 def run_read(conn: sqlite3.Connection, operation: Operation[T], statements: Statements) -> T:
     """A read-only operation: a deferred transaction, so readers never wait for the writer."""
     with read_transaction(conn):
-        return drive(conn, operation, statements)
+        return drive(operation, partial(execute, conn, statements))

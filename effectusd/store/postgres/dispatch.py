@@ -4,33 +4,20 @@ LOCKED, lease, attempt row and timeline event in one round trip)."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
-from effectusd.backends.operation import Operation, Rows
+from effectusd.backends.operation import single
 from effectusd.store.dispatch import DispatchStore, claim_from_row
 from effectusd.store.records import Claim
-
-T = TypeVar("T")
 
 
 class PostgresDispatchStore(DispatchStore):
     async def _claim(self, wanted: list[tuple[str, int]], total: int) -> list[Claim]:
-        rows = await self._read(
-            _claim_ready(
-                wanted, total, self.owner, self.lease_margin_s, self.registry.live_limits()
-            )
+        params = claim_ready_params(
+            wanted, total, self.owner, self.lease_margin_s, self.registry.live_limits()
         )
+        rows = await self._read(single("claim_ready", params))
         return [claim_from_row(row) for row in rows]
-
-
-def _claim_ready(
-    wanted: list[tuple[str, int]],
-    total: int,
-    owner: str,
-    margin_s: float,
-    live: dict[str, tuple[int, int]],
-) -> Operation[Rows]:
-    return (yield ("claim_ready", claim_ready_params(wanted, total, owner, margin_s, live)))
 
 
 def claim_ready_params(
