@@ -174,6 +174,24 @@ class _ClientBase:
         checked = ensure_checked(plan, self.registry)
         return prepare_submission(checked, self.registry, self.namespace, execution_id, facts or {})
 
+    def _submit(
+        self,
+        plan: PlanInput,
+        execution_id: str,
+        facts: Mapping[str, JsonValue] | None,
+        actor: str,
+        not_before: datetime | None,
+    ) -> Operation[SubmitResult]:
+        """The one submit both clients run: checked and resolved here, with the caller's trace."""
+        rows = self._prepare(plan, execution_id, facts)
+        return operations.submit(rows, actor, not_before, tracing.capture())
+
+    def _submit_many(
+        self, submissions: Iterable[Submission], actor: str, not_before: datetime | None
+    ) -> Operation[list[SubmitResult]]:
+        prepared = [self._prepare(s.plan, s.execution_id, s.facts) for s in submissions]
+        return operations.submit_many(prepared, actor, not_before, tracing.capture())
+
     def _lookup(
         self, saga_id: str | None, execution_id: str | None, plan_id: str | None
     ) -> Operation[SagaView | None]:
@@ -219,9 +237,7 @@ class Client(_ClientBase):
         not_before: datetime | None = None,
         actor: str = "client",
     ) -> SubmitResult:
-        rows = self._prepare(plan, execution_id, facts)
-        operation = operations.submit(rows, actor, not_before, tracing.capture())
-        return self._write(operation, conn)
+        return self._write(self._submit(plan, execution_id, facts, actor, not_before), conn)
 
     def submit_many(
         self,
@@ -234,8 +250,7 @@ class Client(_ClientBase):
         """Submit many sagas at once: one transaction and a fixed number of statements for the
         whole batch, whatever its size. All or nothing: a plan that fails its check or a
         conflict with an existing saga raises and writes nothing. Results come in order."""
-        batch = [self._prepare(s.plan, s.execution_id, s.facts) for s in submissions]
-        operation = operations.submit_many(batch, actor, not_before, tracing.capture())
+        operation = self._submit_many(submissions, actor, not_before)
         return self._write(operation, conn)
 
     def _write(self, operation: Operation[T], conn: object | None) -> T:
@@ -319,8 +334,7 @@ class AsyncClient(_ClientBase):
         not_before: datetime | None = None,
         actor: str = "client",
     ) -> SubmitResult:
-        rows = self._prepare(plan, execution_id, facts)
-        operation = operations.submit(rows, actor, not_before, tracing.capture())
+        operation = self._submit(plan, execution_id, facts, actor, not_before)
         return await self._write(operation, conn)
 
     async def submit_many(
@@ -332,8 +346,7 @@ class AsyncClient(_ClientBase):
         actor: str = "client",
     ) -> list[SubmitResult]:
         """``Client.submit_many``, asynchronously."""
-        prepared = [self._prepare(s.plan, s.execution_id, s.facts) for s in submissions]
-        operation = operations.submit_many(prepared, actor, not_before, tracing.capture())
+        operation = self._submit_many(submissions, actor, not_before)
         return await self._write(operation, conn)
 
     async def _write(self, operation: Operation[T], conn: object | None) -> T:
