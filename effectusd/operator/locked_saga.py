@@ -1,6 +1,6 @@
 """The saga an operator action holds locked, and how its transition is written.
 
-Lock order is the recorder's: the saga row (FOR NO KEY UPDATE, see op_lock_saga.sql), then
+Lock order is the recorder's: the saga row (FOR NO KEY UPDATE, see lock_sagas.sql), then
 its dispatch rows in dispatch_id order. Two operators racing on one saga serialise on the saga
 row; the second then reads what the first committed and is refused by name.
 """
@@ -42,7 +42,7 @@ class Locked:
 
 
 def lock_saga(saga_id: str) -> Operation[Locked]:
-    rows = yield ("op_lock_saga", {"saga_id": saga_id})
+    rows = yield ("lock_sagas", {"saga_ids": [saga_id], "dispatch_ids": [], "known_plans": []})
     if not rows:
         raise Refused(RefusalKind.NOT_FOUND, f"saga {saga_id} not found")
     row = rows[0]

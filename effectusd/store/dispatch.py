@@ -236,8 +236,8 @@ class DispatchStore(WriteAheadStore):
         ids = sorted({c.dispatch_id for c in completions})
         # Lock order: sagas, then their dispatches (the operator actions take the same order).
         saga_rows = yield (
-            "lock_sagas_of_dispatches",
-            {"dispatch_ids": ids, "known_plans": list(self._plans)},
+            "lock_sagas",
+            {"saga_ids": [], "dispatch_ids": ids, "known_plans": list(self._plans)},
         )
         sagas = {row["saga_id"]: row for row in saga_rows}
         # With the dispatches, their sagas' forward ones not yet sent (see lock_dispatches):

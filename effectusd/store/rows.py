@@ -239,7 +239,7 @@ def saga_facts(
     steps: Mapping[str, StepFacts],
     plans: MutableMapping[str, CheckedPlan] | None = None,
 ) -> SagaFacts:
-    """A locked saga row (lock_sagas_of_dispatches, op_lock_saga) as the engine's facts;
+    """A locked saga row (lock_sagas.sql) as the engine's facts;
     ``plans`` caches checked plans by digest."""
     plan = None if plans is None else plans.get(row["plan_digest"])
     if plan is None:

@@ -830,9 +830,11 @@ def test_lock_statements_give_booleans_and_json(conn: sqlite3.Connection) -> Non
     saga_id, dispatch_id = seed_saga(conn)
     claim(conn, "payments", margin_s=-10.0)  # a lease that has already run out
 
-    [saga] = q(conn, "lock_sagas_of_dispatches", {"dispatch_ids": [dispatch_id], "known_plans": []})
+    [saga] = q(
+        conn, "lock_sagas", {"saga_ids": [], "dispatch_ids": [dispatch_id], "known_plans": []}
+    )
     [dispatch] = q(conn, "lock_dispatches", {"dispatch_ids": [dispatch_id]})
-    [locked] = q(conn, "op_lock_saga", {"saga_id": saga_id})
+    [locked] = q(conn, "lock_sagas", {"saga_ids": [saga_id], "dispatch_ids": [], "known_plans": []})
 
     assert saga["cancel_requested"] is False and locked["cancel_requested"] is False
     assert saga["plan"] == {"plan_id": "checkout", "steps": []}
@@ -1063,7 +1065,9 @@ def test_saga_state_updates_and_the_compensation_reason(conn: sqlite3.Connection
         }
 
     def compensation_reason() -> Any:
-        [locked] = q(conn, "op_lock_saga", {"saga_id": saga_id})
+        [locked] = q(
+            conn, "lock_sagas", {"saga_ids": [saga_id], "dispatch_ids": [], "known_plans": []}
+        )
         return locked["compensation_reason"]
 
     q(

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 BUSY_TIMEOUT_MS = 10_000  # writers queue on the file lock; a daemon batch holds it briefly
-# RETURNING, UPDATE ... FROM and the ->> operator (op_lock_saga.sql) need 3.38.
+# RETURNING, UPDATE ... FROM and the ->> operator (lock_sagas.sql) need 3.38.
 MINIMUM_SQLITE = (3, 38, 0)
 
 

@@ -1,7 +1,10 @@
--- Outcome recording locks sagas first (in id order), then their dispatches: the same order
--- operator actions use, so the two never deadlock. NO KEY UPDATE: the saga's key never
--- changes, and a claim's event insert (a foreign-key share lock) must not wait on us.
-SELECT s.saga_id, s.namespace, s.execution_id, s.state, s.plan_digest, s.facts,
+-- Every settlement starts here, the recorder's (the sagas of the dispatches it settles) and
+-- every operator action's (one saga): saga rows first, in id order, then their dispatches, so
+-- the two never deadlock. A second operator, or the recorder, waits here and then sees what the
+-- first committed. NO KEY UPDATE: the saga's key never changes, and a claim's event insert (a
+-- foreign-key share lock) must not wait on us, nor we on it.
+SELECT s.saga_id, s.namespace, s.execution_id, s.plan_id, s.state, s.stop_reason,
+       s.plan_digest, s.facts, s.cancel_requested_at, s.cancel_requested_by,
        -- The recorder keeps checked plans by digest: a plan it has is neither sent nor parsed.
        CASE WHEN s.plan_digest = ANY(%(known_plans)s::text[]) THEN NULL ELSE s.plan END AS plan,
        s.cancel_requested_at IS NOT NULL AS cancel_requested,
@@ -16,7 +19,10 @@ SELECT s.saga_id, s.namespace, s.execution_id, s.state, s.plan_digest, s.facts,
            ORDER BY e.event_id DESC LIMIT 1
        ) END AS compensation_reason
 FROM effectus_saga_instances s
+-- One list or the other (the other empty); a UNION keeps both primary-key lookups.
 WHERE s.saga_id IN (
+    SELECT unnest(%(saga_ids)s::text[])
+    UNION ALL
     SELECT saga_id FROM effectus_saga_outbox WHERE dispatch_id = ANY(%(dispatch_ids)s::bigint[])
 )
 ORDER BY s.saga_id
