@@ -24,21 +24,25 @@ from effectusd.operator.report import ActionReport, enqueued, saga_after
 from effectusd.store.operations import event
 
 
+def _live_forward(dispatches: list[DispatchFacts]) -> DispatchFacts | None:
+    """The forward dispatch a cancel acts on. With parallel steps several may be live: one not
+    sent yet is canceled now (the engine cancels the other unsent ones and waits for the rest)."""
+    live = [
+        d
+        for d in dispatches
+        if d.direction is Direction.FORWARD
+        and d.state in (DispatchState.QUEUED, DispatchState.RETRY_WAIT, DispatchState.IN_FLIGHT)
+    ]
+    return max(live, key=lambda d: (_not_sent(d), d.dispatch_id)) if live else None
+
+
 def cancel(
     saga_id: str, *, registry: Registry, actor: str, evidence: str | None
 ) -> Operation[ActionReport]:
     """Record the cancel request; cancel the forward dispatch and compensate now when it
     cannot have taken effect, else leave that to the engine when its outcome arrives."""
     locked = yield from lock_saga(saga_id)
-    live = [
-        d
-        for d in locked.dispatches
-        if d.direction is Direction.FORWARD
-        and d.state in (DispatchState.QUEUED, DispatchState.RETRY_WAIT, DispatchState.IN_FLIGHT)
-    ]
-    # With parallel steps several forward dispatches may be live: one not sent yet is
-    # canceled now (the engine cancels the other unsent ones and waits for the rest).
-    forward = max(live, key=lambda d: (_not_sent(d), d.dispatch_id)) if live else None
+    forward = _live_forward(locked.dispatches)
     effect = cancel_effect(saga_id, locked.state, locked.row["cancel_requested_by"], forward)
     if locked.row["cancel_requested_at"] is None:
         yield ("op_request_cancel", {"saga_id": saga_id, "actor": actor})
