@@ -68,11 +68,17 @@ def is_busy(exc: BaseException) -> bool:
     )
 
 
+_SQLITE_MISSING = ("no such table", "no such column")
+
+
 def schema_missing(exc: BaseException) -> SchemaNotReady | None:
-    """The SchemaNotReady a store error means, if it is a table the migrations create."""
-    if isinstance(exc, pg_errors.UndefinedTable):
-        detail = exc.diag.message_primary or "a table is missing"
-    elif isinstance(exc, sqlite3.OperationalError) and str(exc).startswith("no such table"):
+    """The SchemaNotReady a store error means, if it is a table or column the migrations
+    create (a later migration not applied yet)."""
+    if isinstance(exc, pg_errors.UndefinedTable | pg_errors.UndefinedColumn):
+        detail = exc.diag.message_primary or "a table or column is missing"
+    elif isinstance(exc, sqlite3.OperationalError) and (
+        str(exc).startswith(_SQLITE_MISSING) or " has no column named " in str(exc)
+    ):
         detail = str(exc)
     else:
         return None
@@ -83,10 +89,11 @@ def schema_missing(exc: BaseException) -> SchemaNotReady | None:
 
 @contextmanager
 def schema_checked() -> Iterator[None]:
-    """Turn "no such table" into SchemaNotReady, which tells the reader to migrate."""
+    """Turn "no such table" (or column) into SchemaNotReady, which tells the reader to
+    migrate."""
     try:
         yield
-    except (pg_errors.UndefinedTable, sqlite3.OperationalError) as exc:
+    except (pg_errors.UndefinedTable, pg_errors.UndefinedColumn, sqlite3.OperationalError) as exc:
         missing = schema_missing(exc)
         if missing is None:
             raise

@@ -134,7 +134,8 @@ def test_a_schema_missing_a_later_migration_asks_for_migrate(empty_database: str
         before = [m for m in pg_migrations.known_migrations() if m.version < 10005]
         pg_migrations.migrate(conn, before)
     client = Client(CONFIG, database_url=empty_database)
-    with pytest.raises(SchemaNotReady, match=r"effectus_saga_tombstones.*effectusd migrate"):
+    # The first thing missing that the submit touches: a later migration's column or table.
+    with pytest.raises(SchemaNotReady, match=r"(trace_context|tombstones).*effectusd migrate"):
         client.submit(PLAN, execution_id="o-1")
     assert sagas_in(empty_database) == 0
 
@@ -144,3 +145,16 @@ def test_a_database_url_no_store_understands_is_refused_up_front(url: str) -> No
     with pytest.raises(DatabaseURLError) as refused:
         Client(CONFIG, database_url=url or " ")
     assert "hunter2" not in str(refused.value) and "expected" in str(refused.value)
+
+
+def test_a_sqlite_schema_missing_a_later_column_asks_for_migrate(tmp_path: Path) -> None:
+    from effectusd.backends.sqlite import STORE_MIGRATIONS
+    from effectusd.backends.sqlite import migrations as sqlite_store_migrations
+
+    lite = f"sqlite:///{tmp_path / 'old.db'}"
+    with backends.connection(lite, create=True) as conn:
+        older = [m for m in STORE_MIGRATIONS.known() if m.version < 10009]
+        sqlite_store_migrations.migrate(conn, STORE_MIGRATIONS, older)
+    with pytest.raises(SchemaNotReady, match=r"trace_context.*effectusd migrate"):
+        Client(CONFIG, database_url=lite).submit(PLAN, execution_id="o-1")
+    assert sagas_in(lite) == 0
