@@ -138,14 +138,7 @@ class Daemon:
         )
         self.pipeline = pipeline
         _settle_heap()
-        loops = [
-            Loop("recorder", pipeline.record_round, self.metrics),
-            Loop("reclaimer", self._reclaim_round(pipeline), self.metrics),
-            Loop("sampler", self._sample_round(store), self.metrics),
-        ]
-        if self.backend.notifies:  # else (SQLite) the claimer polls
-            loops.append(Loop("listener", self._listen_round, self.metrics))
-        background = self._background = [loop.start() for loop in loops]
+        background = self._background = [loop.start() for loop in self._loops(pipeline, store)]
         observability = self.config.observability
         server = None
         if observability.http_port is not None:
@@ -176,6 +169,17 @@ class Daemon:
                 log.warning("closing connections took over %.0fs; exiting anyway", CLOSE_BOUND_S)
             log.info("daemon %s stopped", self.owner)
         return 0
+
+    def _loops(self, pipeline: Pipeline, store: DispatchStore) -> list[Loop]:
+        """The background actors beside the claimer."""
+        loops = [
+            Loop("recorder", pipeline.record_round, self.metrics),
+            Loop("reclaimer", self._reclaim_round(pipeline), self.metrics),
+            Loop("sampler", self._sample_round(store), self.metrics),
+        ]
+        if self.backend.notifies:  # else (SQLite) the claimer polls
+            loops.append(Loop("listener", self._listen_round, self.metrics))
+        return loops
 
     def _console(self) -> Console | None:
         """The console on the observability port, when enabled (ConfigError if its tokens
