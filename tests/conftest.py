@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from tests.support import backends
+from tests.support.required import missing
 
 ADMIN_URL = os.environ.get(
     "EFFECTUSD_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -42,9 +43,7 @@ def create_database(prefix: str = "effectusd_test") -> str:
         with psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=5) as admin:
             admin.execute(f'CREATE DATABASE "{name}"')
     except psycopg.OperationalError as exc:
-        if os.environ.get("EFFECTUSD_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL is required but unreachable at {ADMIN_URL}: {exc}")
-        pytest.skip(f"PostgreSQL unreachable at {ADMIN_URL}")
+        missing(f"PostgreSQL unreachable at {ADMIN_URL}: {exc}")
     return _url_for(name)
 
 

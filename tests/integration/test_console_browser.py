@@ -8,7 +8,6 @@ installs it: .ci/run) it fails instead, as a missing PostgreSQL does.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.integration.test_operator import UNKNOWN, answer, events
+from tests.support import required
 from tests.support.console import TOKEN_ENV, TOKENS, WRITE_TOKEN, with_console
 from tests.support.destination import running
 from tests.support.harness import client_for, daemon_running, make_config
@@ -33,9 +33,7 @@ def browser() -> Iterator[Any]:
     if missing:
         message = f"the browser test needs {' and '.join(missing)} (apt-get install chromium "
         message += "chromium-driver)"
-        if os.environ.get("EFFECTUSD_REQUIRE_POSTGRES") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+        required.missing(message)
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

@@ -10,7 +10,6 @@ the Containerfile is checked as text.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -29,6 +28,7 @@ from effectusd.config import Config, DispatcherConfig, load_config
 from effectusd.core.database_url import PostgresDatabase, parse_database_url
 from effectusd.core.durations import parse_duration
 from effectusd.dispatcher.daemon import CLOSE_BOUND_S, LOOP_STOP_S, RECORD_DRAIN_S
+from tests.support import required
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRIB = ROOT / "contrib"
@@ -44,13 +44,10 @@ DRAIN_OVERHEAD = timedelta(seconds=LOOP_STOP_S + RECORD_DRAIN_S + CLOSE_BOUND_S)
 
 
 def systemd_analyze() -> str:
-    """The systemd-analyze binary; like a missing PostgreSQL (tests/conftest.py), its absence
-    skips locally and fails the run in CI (EFFECTUSD_REQUIRE_POSTGRES=1)."""
+    """The systemd-analyze binary (tests.support.required: skips locally, fails in CI)."""
     found = shutil.which("systemd-analyze")
     if found is None:
-        if os.environ.get("EFFECTUSD_REQUIRE_POSTGRES") == "1":
-            pytest.fail("systemd-analyze is required in CI to verify contrib/systemd")
-        pytest.skip("systemd-analyze not installed")
+        required.missing("systemd-analyze is needed to verify contrib/systemd")
     return found
 
 
