@@ -36,7 +36,7 @@ from effectusd.bench.harness import (
     start_sink,
     with_executors,
 )
-from effectusd.bench.measures import RssSampler, daemon_rss_mb, percentile
+from effectusd.bench.measures import RssSampler, daemon_rss_mb, percentile, server_cpu_seconds
 from effectusd.bench.soak import run_soak
 from effectusd.client import Client
 from effectusd.config import Config, parse_config
@@ -69,6 +69,9 @@ class BenchResult:
     # and the bare loop's per call: unlike rates, these hardly move when the machine is busy
     cpu_us_per_step: float
     bare_cpu_us_per_call: float
+    # CPU the PostgreSQL server spent per step over the drain, when it runs on this machine
+    # (None: it does not); on a machine shared with it, its CPU is taken from the daemon's
+    db_cpu_us_per_step: float | None
     # what the database took: where PostgreSQL binds as daemons are added (docs/performance.md)
     commits_per_s: float
     wal_bytes_per_s: float
@@ -175,7 +178,9 @@ def _throughput(
         f"dispatching {sagas * steps} step(s) at concurrency {concurrency} ({chosen})"
         + (f" in {processes} processes…" if processes > 1 else "…")
     )
+    server_cpu_before = server_cpu_seconds()
     seconds, cpu_seconds, drain_rss = _dispatch_all(config, url, processes)
+    server_cpu_after = server_cpu_seconds()
     wal_bytes = scalar(url, "wal_position") - wal_before
     rss_mb = daemon_rss_mb()
     with connect(url) as conn:
@@ -205,6 +210,11 @@ def _throughput(
         rss_mb=round(rss_mb, 1),
         cpu_us_per_step=round(cpu_seconds / total * 1e6, 1),
         bare_cpu_us_per_call=round(bare_cpu_us, 1),
+        db_cpu_us_per_step=(
+            None
+            if server_cpu_before is None or server_cpu_after is None
+            else round((server_cpu_after - server_cpu_before) / total * 1e6, 1)
+        ),
         commits_per_s=round(commits / seconds, 1),
         wal_bytes_per_s=round(wal_bytes / seconds),
         drain_rss_mb_start=round(drain_rss[0], 1) if drain_rss else None,

@@ -1,7 +1,9 @@
-"""Figures the bench reports that need no database: percentiles and the process's memory."""
+"""Figures the bench reports that need no database: percentiles, the process's memory and
+the CPU a PostgreSQL server on this machine spent."""
 
 from __future__ import annotations
 
+import os
 import resource
 import threading
 
@@ -48,3 +50,27 @@ class RssSampler:
     def _sample(self) -> None:
         while not self._stop.wait(self.interval):
             self.samples.append(daemon_rss_mb())
+
+
+def server_cpu_seconds() -> float | None:
+    """CPU seconds spent so far by the PostgreSQL server processes this machine can see
+    (backends, background workers and, through the postmaster's children's times, backends
+    that have exited), or None when there are none: the database is elsewhere. Like WAL, it
+    is the whole server's: other work on it counts too."""
+    ticks, found = 0, False
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as stat:
+                line = stat.read()
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        name_end = line.rfind(")")
+        if not line[line.find("(") + 1 : name_end].startswith("postgres"):
+            continue
+        fields = line[name_end + 2 :].split()
+        # utime, stime, cutime, cstime: fields 14-17 of proc(5), 11-14 after the name
+        ticks += sum(int(value) for value in fields[11:15])
+        found = True
+    return ticks / os.sysconf("SC_CLK_TCK") if found else None

@@ -28,6 +28,7 @@ from effectusd.backends.postgres import connection_keywords
 from effectusd.bench import BenchResult, run_bench
 from effectusd.bench.database import drop_database, scratch_database
 from effectusd.bench.harness import start_sink
+from effectusd.bench.measures import server_cpu_seconds
 
 BODY = b'{"i":0}'  # the canonical arguments of the bench plan's first step, byte for byte
 ENQUEUE_BATCH = 1_000
@@ -40,6 +41,7 @@ class PeerResult:
     seconds: float
     jobs_per_s: float
     cpu_us_per_job: float  # CPU of the process running pgqueuer and its handler, per job
+    db_cpu_us_per_job: float | None  # the PostgreSQL server's, when it runs on this machine
 
 
 async def _drain_pgqueuer(url: str, sink: str, jobs: int, concurrency: int) -> PeerResult:
@@ -74,6 +76,7 @@ async def _drain_pgqueuer(url: str, sink: str, jobs: int, concurrency: int) -> P
             called += 1
 
         manager.entrypoint("post")(post)
+        server_started = server_cpu_seconds()
         started, cpu_started = time.perf_counter(), time.process_time()
         # pgqueuer wants its task cap at least twice the batch it dequeues at once.
         await manager.run(
@@ -84,11 +87,17 @@ async def _drain_pgqueuer(url: str, sink: str, jobs: int, concurrency: int) -> P
         )
         seconds = time.perf_counter() - started
         cpu_us = (time.process_time() - cpu_started) / jobs * 1e6
+        server_ended = server_cpu_seconds()
     await connection.close()
     if called != jobs:
         raise RuntimeError(f"pgqueuer drained {called} of {jobs} job(s): the run is not comparable")
+    db_us = (
+        None
+        if server_started is None or server_ended is None
+        else round((server_ended - server_started) / jobs * 1e6, 1)
+    )
     return PeerResult(
-        jobs, concurrency, round(seconds, 3), round(jobs / seconds, 1), round(cpu_us, 1)
+        jobs, concurrency, round(seconds, 3), round(jobs / seconds, 1), round(cpu_us, 1), db_us
     )
 
 
@@ -108,6 +117,7 @@ class Comparison:
     pgqueuer_jobs_per_s: float  # the mean of the run before and the run after effectusd
     pgqueuer_runs: list[float]
     pgqueuer_cpu_us_per_job: float
+    pgqueuer_db_cpu_us_per_job: float | None
     effectusd: dict[int, BenchResult]  # steps per saga → result
 
     def ratio(self, steps: int) -> float:
@@ -117,15 +127,16 @@ class Comparison:
         runs = " / ".join(f"{rate:.0f}" for rate in self.pgqueuer_runs)
         lines = [
             f"concurrency {self.concurrency}, one no-op HTTP sink, aiohttp on both sides",
-            f"{'what':<34}{'rate/s':>10}{'ratio':>8}{'CPU µs':>9}  notes",
+            f"{'what':<34}{'rate/s':>10}{'ratio':>8}{'CPU µs':>9}{'DB µs':>8}  notes",
             f"{'pgqueuer + aiohttp POST per job':<34}{self.pgqueuer_jobs_per_s:>10.0f}"
-            f"{1.0:>8.2f}{self.pgqueuer_cpu_us_per_job:>9.0f}  runs {runs}",
+            f"{1.0:>8.2f}{self.pgqueuer_cpu_us_per_job:>9.0f}"
+            f"{_us(self.pgqueuer_db_cpu_us_per_job):>8}  runs {runs}",
         ]
         for steps, result in sorted(self.effectusd.items(), reverse=True):
             label = f"effectusd, {steps}-step sagas"
             lines.append(
                 f"{label:<34}{result.steps_per_s:>10.0f}{self.ratio(steps):>8.2f}"
-                f"{result.cpu_us_per_step:>9.0f}  "
+                f"{result.cpu_us_per_step:>9.0f}{_us(result.db_cpu_us_per_step):>8}  "
                 f"efficiency {result.efficiency}, idle p50 "
                 f"{result.idle_enqueue_to_dispatch_p50_ms} ms, "
                 f"{result.commits_per_step} commits/step"
@@ -138,6 +149,7 @@ class Comparison:
             "pgqueuer_jobs_per_s": self.pgqueuer_jobs_per_s,
             "pgqueuer_runs": self.pgqueuer_runs,
             "pgqueuer_cpu_us_per_job": self.pgqueuer_cpu_us_per_job,
+            "pgqueuer_db_cpu_us_per_job": self.pgqueuer_db_cpu_us_per_job,
             "effectusd": {str(steps): asdict(result) for steps, result in self.effectusd.items()},
             "ratios": {str(steps): self.ratio(steps) for steps in self.effectusd},
         }
@@ -174,7 +186,15 @@ def compare(
         after = run_pgqueuer(server_url, sink, jobs, concurrency)
     runs = [before.jobs_per_s, after.jobs_per_s]
     cpu = round(statistics.mean([before.cpu_us_per_job, after.cpu_us_per_job]), 1)
-    return Comparison(concurrency, round(statistics.mean(runs), 1), runs, cpu, results)
+    db_runs = [
+        run.db_cpu_us_per_job for run in (before, after) if run.db_cpu_us_per_job is not None
+    ]
+    db = round(statistics.mean(db_runs), 1) if len(db_runs) == 2 else None
+    return Comparison(concurrency, round(statistics.mean(runs), 1), runs, cpu, db, results)
+
+
+def _us(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
 
 
 def _say(message: str) -> None:
