@@ -13,3 +13,10 @@ ALTER TABLE effectus_saga_instances SET (fillfactor = 70);
 -- repeated the leading column of UNIQUE (saga_id, effect_id, direction), which serves every
 -- lookup by saga as well.
 DROP INDEX effectus_saga_outbox_saga;
+
+-- Nor on the idempotency key: it is H(namespace, saga_id, effect_id, direction) (docs/design.md,
+-- identities) and a saga id fixes its namespace, so UNIQUE (saga_id, effect_id, direction)
+-- already makes it unique; no statement looks a dispatch up by its key. Its own unique index
+-- cost every outbox write (three per step) an entry and a uniqueness probe. The CHECK on its
+-- form stays.
+ALTER TABLE effectus_saga_outbox DROP CONSTRAINT effectus_saga_outbox_idempotency_key_key;
