@@ -15,8 +15,8 @@ from effectusd.bench.database import drop_database, scratch_database
 from effectusd.bench.measures import percentile
 from effectusd.client import registry_from_config
 from effectusd.config import Config
+from effectusd.dispatcher.capacity import Capacity
 from effectusd.dispatcher.daemon import new_owner_id
-from effectusd.dispatcher.pipeline import Capacity
 from effectusd.store.postgres.dispatch import claim_ready_params
 
 CLAIM_SAMPLES = 300

@@ -18,10 +18,11 @@ from effectusd.backends.errors import DATABASE_ERRORS, LISTEN_LOST, failure_name
 from effectusd.client import registry_from_config
 from effectusd.config import Config, ConfigError
 from effectusd.console import Console
+from effectusd.dispatcher.capacity import Capacity
 from effectusd.dispatcher.loops import Loop, Round
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.observability import ObservabilityServer
-from effectusd.dispatcher.pipeline import Capacity, Pipeline
+from effectusd.dispatcher.pipeline import Pipeline
 from effectusd.executors.factory import executor_for
 from effectusd.executors.protocol import Executor
 from effectusd.fencing.memory import MemoryFencing
@@ -267,13 +268,26 @@ class Daemon:
         """Stop claiming; let in-flight calls finish within the grace period; record them.
         Bounded whatever is stuck: what is not recorded by then is left to its lease, whose
         reclaim by the next daemon settles it from what the database says."""
+        pipeline.claiming = False  # the recorder claims nothing more either
         grace = self.config.dispatcher.shutdown_grace.total_seconds()
         deadline = time.monotonic() + grace
         if pipeline.calls:
             log.info("draining %d in-flight batch(es) for up to %.0fs", len(pipeline.calls), grace)
-            _done, pending = await asyncio.wait(list(pipeline.calls), timeout=grace)
-            for task in pending:
-                task.cancel()  # their leases expire; the next daemon settles them
+        # A record that decided before claiming stopped still starts what it claimed when it
+        # commits: its calls are drained in the next pass.
+        while True:
+            if pipeline.calls:
+                _done, pending = await asyncio.wait(
+                    list(pipeline.calls), timeout=max(deadline - time.monotonic(), 0.0)
+                )
+                for task in pending:
+                    task.cancel()  # their leases expire; the next daemon settles them
+            if not await self._record_drained(pipeline, deadline) or not pipeline.calls:
+                return
+
+    @staticmethod
+    async def _record_drained(pipeline: Pipeline, deadline: float) -> bool:
+        """Wait until every outcome in hand is recorded (False: not by the deadline)."""
         recording = max(deadline - time.monotonic(), 0.0) + RECORD_DRAIN_S
         try:
             async with asyncio.timeout(recording):
@@ -284,6 +298,8 @@ class Daemon:
                 "the reclaim",
                 pipeline.completions.qsize(),
             )
+            return False
+        return True
 
     def _sample_round(self, store: DispatchStore) -> Round:
         seen: set[str] = set()

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -27,6 +27,7 @@ from effectusd.core.engine import Completion
 from effectusd.core.registry import Registry
 from effectusd.core.states import FencingStatus
 from effectusd.core.transition import fencing_after_call
+from effectusd.dispatcher.capacity import Capacity, RecordSlots
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.spans import AttemptSpans
 from effectusd.executors.protocol import CallResult, Executor, FencingGrant, Invocation
@@ -40,42 +41,6 @@ log = logging.getLogger("effectusd.dispatcher")
 LEASE_SLACK_S = 0.05
 LEASE_TOO_SHORT = "lease too short to finish the call; not sent"
 RECORD_BATCH = 256
-
-
-@dataclass
-class Capacity:
-    """In-flight calls per destination and overall; a claim only takes free slots.
-
-    Every destination with room under its own limit may claim up to that room (never more
-    than the overall room); the claim deals the overall room among the destinations that
-    have due rows (``DispatchStore.claim``), so an idle destination holds no slot."""
-
-    limits: Mapping[str, int]
-    total_limit: int
-    in_flight: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def room(self) -> int:
-        return max(self.total_limit - self.busy, 0)
-
-    def free(self) -> dict[str, int]:
-        room = self.room
-        free: dict[str, int] = {}
-        for destination, limit in self.limits.items():
-            slots = min(limit - self.in_flight.get(destination, 0), room)
-            if slots > 0:
-                free[destination] = slots
-        return free
-
-    def take(self, destination: str) -> None:
-        self.in_flight[destination] = self.in_flight.get(destination, 0) + 1
-
-    def give_back(self, destination: str) -> None:
-        self.in_flight[destination] -= 1
-
-    @property
-    def busy(self) -> int:
-        return sum(self.in_flight.values())
 
 
 class Pipeline:
@@ -99,12 +64,16 @@ class Pipeline:
         self.registry = registry
         self.capacity = capacity
         self.wake = wake
-        self.completions: asyncio.Queue[Completion] = asyncio.Queue()
+        # each outcome with the destination whose slot it holds (None: it holds none)
+        self.completions: asyncio.Queue[tuple[Completion, str | None]] = asyncio.Queue()
         self.calls: set[asyncio.Task[None]] = set()
         self.recorder_failing_since: float | None = None  # monotonic; None while recording works
         self.recording_since: float | None = None  # monotonic start of the batch being recorded
         self.reports: list[RecordReport] = []  # kept only while a test or bench asks for them
         self.keep_reports = False
+        # While true, the recorder claims the next dispatches it writes where a slot is free
+        # (the daemon turns it off when it stops claiming, before it drains)
+        self.claiming = True
 
     # -- 1. claim ------------------------------------------------------------------------
     async def claim_once(self) -> int:
@@ -112,20 +81,29 @@ class Pipeline:
         free = {dest: min(slots, self.claim_batch) for dest, slots in self.capacity.free().items()}
         if not free:
             return 0
+        room = self.capacity.room
         started = time.monotonic()  # before the claim: our local view of the lease is early
-        claims = await self.store.claim(free, self.capacity.room)
+        self.capacity.reserve(free)  # the recorder may take slots while the claim runs
+        claims: list[Claim] = []
+        try:
+            claims = await self.store.claim(free, room)
+        finally:
+            self.capacity.keep(free, (claim.destination for claim in claims))
         if not claims:
             return 0
+        self._start(claims, started)
+        return len(claims)
+
+    def _start(self, claims: list[Claim], claimed_at: float) -> None:
+        """Send claimed rows (their slots taken) on their way: write-ahead, then call."""
         faults.point("after_claim")
         for claim in claims:
-            self.capacity.take(claim.destination)
             self.metrics.enqueue_to_dispatch_seconds.labels(claim.destination).observe(
                 max((claim.db_now - claim.created_at).total_seconds(), 0.0)
             )
-        task = asyncio.create_task(self.dispatch_batch(claims, started))
+        task = asyncio.create_task(self.dispatch_batch(claims, claimed_at))
         self.calls.add(task)
         task.add_done_callback(self.calls.discard)
-        return len(claims)
 
     # -- 2. reclaim ----------------------------------------------------------------------
     async def reclaim_once(self) -> int:
@@ -137,13 +115,15 @@ class Pipeline:
             # One expired row the store cannot settle must not stall the reclaim of all the
             # others: settle them through the recorder, which isolates the poison.
             log.warning("reclaim batch failed (%s); settling one by one", failure_name(exc))
-            report = await self._record_isolating(await self.store.expired_completions())
+            report = await self._record_isolating(
+                await self.store.expired_completions(), self._slots()
+            )
         # Siblings of one parallel saga expire together (a daemon died holding both); the
         # store settles one per saga per batch and defers the rest: settle them now, not a
         # reclaim interval later.
         while report.deferred:
             deferred, report.deferred = report.deferred, []
-            report = report.merge(await self._record_isolating(deferred))
+            report = report.merge(await self._record_isolating(deferred, self._slots()))
         self.metrics.reclaims.inc(report.applied)
         self._after_record(report)
         if report.applied:
@@ -182,6 +162,7 @@ class Pipeline:
             self.metrics.write_ahead_failures.inc(len(sendable))
             for claim in sendable:
                 self.capacity.give_back(claim.destination)
+            self.wake.set()
             if spans is not None:
                 spans.abandoned(sendable, "write-ahead failed; left to the lease's reclaim")
             return
@@ -197,6 +178,7 @@ class Pipeline:
         for claim in sendable:
             if claim.dispatch_id not in marked:  # lease lost before the write-ahead: not ours
                 self.capacity.give_back(claim.destination)
+                self.wake.set()
                 if spans is not None:
                     spans.abandoned([claim], "lease lost before the write-ahead")
         await asyncio.gather(*(self.call(w, claimed_at) for w in ready))
@@ -244,41 +226,49 @@ class Pipeline:
         self._finish(claim, _completion(claim, ahead, result))
 
     def _finish(self, claim: Claim, completion: Completion) -> None:
-        self.capacity.give_back(claim.destination)
-        self.completions.put_nowait(completion)
-        self.wake.set()  # a slot is free again
+        """The outcome goes to the recorder holding its slot (see ``RecordSlots``)."""
+        self.completions.put_nowait((completion, claim.destination))
 
     # -- 5. record -------------------------------------------------------------------------
     async def record_round(self) -> float:
         """Group commit: take everything that finished meanwhile and record it in one go."""
-        batch = [await self.completions.get()]
-        while not self.completions.empty() and len(batch) < RECORD_BATCH:
-            batch.append(self.completions.get_nowait())
+        items = [await self.completions.get()]
+        while not self.completions.empty() and len(items) < RECORD_BATCH:
+            items.append(self.completions.get_nowait())
         self.recording_since = time.monotonic()
         try:
-            await self.record(batch)
+            held = Counter(destination for _, destination in items if destination is not None)
+            await self.record([completion for completion, _ in items], held)
         finally:
             self.recording_since = None
-            for _ in batch:
+            for _ in items:
                 self.completions.task_done()
         return 0.0
 
-    async def record(self, batch: list[Completion]) -> None:
+    async def record(self, batch: list[Completion], held: Counter[str] | None = None) -> None:
+        """Record ``batch``, whose outcomes hold ``held`` slots (destination: how many)."""
         faults.point("before_record")
-        report = await self._record_isolating(batch)
+        slots = self._slots(held)
+        try:
+            report = await self._record_isolating(batch, slots)
+        finally:
+            slots.decided()
         faults.point("after_record")
         if self.spans is not None:
             self.spans.recorded(batch, report)
         for completion in report.deferred:
-            self.completions.put_nowait(completion)
+            self.completions.put_nowait((completion, None))  # its slot was given back
         self._after_record(report)
 
-    async def _record_isolating(self, batch: list[Completion]) -> RecordReport:
+    def _slots(self, held: Counter[str] | None = None) -> RecordSlots:
+        return RecordSlots(self.capacity, held or Counter(), lambda: self.claiming, self.wake.set)
+
+    async def _record_isolating(self, batch: list[Completion], slots: RecordSlots) -> RecordReport:
         """Record ``batch``; a batch that fails deterministically is split in halves until
         the one completion that cannot be recorded is found. That one is quarantined alone
         (its saga blocks with the error as evidence); the rest of the batch commits."""
         try:
-            return await self._retrying_transient(self.store.record, batch)
+            return await self._retrying_transient(self._record_claiming, batch, slots)
         except Exception as exc:  # noqa: BLE001 - whatever one row raises, it is isolated
             self.metrics.recorder_failures.labels("deterministic").inc()
             if len(batch) == 1:
@@ -289,8 +279,26 @@ class Pipeline:
                 type(exc).__name__,
             )
             middle = len(batch) // 2
-            first = await self._record_isolating(batch[:middle])
-            return first.merge(await self._record_isolating(batch[middle:]))
+            first = await self._record_isolating(batch[:middle], slots)
+            return first.merge(await self._record_isolating(batch[middle:], slots))
+
+    async def _record_claiming(self, batch: list[Completion], slots: RecordSlots) -> RecordReport:
+        """Record ``batch``; the next dispatches it enqueues that get a slot (``slots``) are
+        written claimed, in the same transaction, and started at once: no claim statement,
+        no notification, no wait for the claim loop. Slots are taken while the recorder
+        decides (no await between a check and its take); if the transaction does not commit,
+        every slot it took is given back."""
+        started = time.monotonic()  # before the transaction: our view of the lease is early
+        try:
+            report = await self.store.record(batch, slots)
+        except BaseException:
+            slots.undo()
+            raise
+        slots.decided()
+        slots.committed()
+        if report.claimed:
+            self._start(report.claimed, started)
+        return report
 
     async def _quarantine(self, completion: Completion, exc: Exception) -> RecordReport:
         failure = failure_name(exc)
@@ -367,14 +375,18 @@ class Pipeline:
                 f" (saga {transition.saga.state.value})" if transition.saga else "",
                 extra=fields,
             )
-        if report.notified or report.applied:
-            self.wake.set()
+        self.wake.set()  # slots came back, or rows became due
         if self.keep_reports:
             self.reports.append(report)
 
     @property
     def idle(self) -> bool:
-        return not self.calls and self.completions.empty() and self.capacity.busy == 0
+        return (
+            not self.calls
+            and self.completions.empty()
+            and self.capacity.busy == 0
+            and self.recording_since is None
+        )
 
 
 def _lease_covers_call(claim: Claim, claimed_at: float) -> bool:

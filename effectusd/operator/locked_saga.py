@@ -79,7 +79,7 @@ def write_transition(
         attempt=False,
         dispatch=dispatch_row is not None,
     )
-    writes.destinations.update(notify)
+    writes.woken.update(notify)
     yield from write_rows(writes)
     yield from notify_rows(writes)
 

@@ -13,7 +13,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from effectusd import faults
 from effectusd.backends import Session
@@ -48,6 +48,16 @@ T = TypeVar("T")
 log = logging.getLogger("effectusd.store")
 
 
+class ClaimSlots(Protocol):
+    """The daemon's slots, as the recorder claims into them (the dispatcher's RecordSlots)."""
+
+    def take(self, destination: str) -> bool:
+        """Take a slot for a new dispatch to ``destination`` (True), or say there is none."""
+
+    def decided(self) -> None:
+        """No more slots will be taken in this transaction."""
+
+
 @dataclass
 class RecordReport:
     applied: int = 0
@@ -58,6 +68,8 @@ class RecordReport:
     # (completion, transition, the dispatch row it applied to)
     transitions: list[tuple[Completion, Transition, dict[str, Any]]] = field(default_factory=list)
     notified: set[str] = field(default_factory=set)
+    # new dispatches written claimed by this daemon (``record``'s ``take_slot``): to call now
+    claimed: list[Claim] = field(default_factory=list)
 
     def merge(self, other: RecordReport) -> RecordReport:
         return RecordReport(
@@ -68,6 +80,7 @@ class RecordReport:
             deferred=self.deferred + other.deferred,
             transitions=self.transitions + other.transitions,
             notified=self.notified | other.notified,
+            claimed=self.claimed + other.claimed,
         )
 
 
@@ -127,6 +140,12 @@ class DispatchStore(WriteAheadStore):
     async def _claim(self, wanted: list[tuple[str, int]], total: int) -> list[Claim]:
         raise NotImplementedError
 
+    # A store that can write a new dispatch already claimed, in the record transaction.
+    claims_in_record = False
+
+    def _insert_claimed(self, rows: list[dict[str, Any]]) -> Operation[list[Claim]]:
+        raise NotImplementedError
+
     async def close(self) -> None:
         """Give back connections and threads."""
         await self.session.close()
@@ -183,11 +202,20 @@ class DispatchStore(WriteAheadStore):
         ]
 
     # -- 5. record outcomes (group commit) ---------------------------------------------------
-    async def record(self, completions: Sequence[Completion]) -> RecordReport:
-        return await self._write(self._record(completions, crash_point=True))
+    async def record(
+        self, completions: Sequence[Completion], slots: ClaimSlots | None = None
+    ) -> RecordReport:
+        """``slots``: where this store can (``claims_in_record``), each new dispatch that
+        ``slots`` has a slot for is written claimed by this daemon and comes back in
+        ``claimed``, to be called at once."""
+        taker = slots if self.claims_in_record else None
+        return await self._write(self._record(completions, crash_point=True, slots=taker))
 
     def _record(
-        self, completions: Sequence[Completion], crash_point: bool = False
+        self,
+        completions: Sequence[Completion],
+        crash_point: bool = False,
+        slots: ClaimSlots | None = None,
     ) -> Operation[RecordReport]:
         """Load the facts under lock, ask ``settle_completion`` for each completion (one
         transition per saga per batch; the rest are deferred), write what it says."""
@@ -224,7 +252,13 @@ class DispatchStore(WriteAheadStore):
                 writes.apply(completion, drow, settlement.transition)
                 report.applied += 1
                 report.transitions.append((completion, settlement.transition, drow))
+        claimed: list[dict[str, Any]] = []
+        if slots is not None:
+            claimed = writes.claim_new(slots.take, self.registry.live_limits())
+            slots.decided()  # the slots no next step took go back before the writes
         yield from write_rows(writes)
+        if claimed:
+            report.claimed = yield from self._insert_claimed(claimed)
         yield from self.fencing.release(writes.released)
         yield from notify_rows(writes)
         report.notified = writes.destinations

@@ -7,7 +7,7 @@ writes here, and each store executes the named statements in its own dialect.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
 from effectusd.backends.operation import Operation
@@ -48,7 +48,7 @@ class TransitionRows:
         self.released: list[tuple[int, str]] = []
         # (saga_id, forward dispatches of its parallel steps to cancel): each must be canceled
         self.cancels: list[tuple[str, list[str]]] = []
-        self.destinations: set[str] = set()
+        self.woken: set[str] = set()  # destinations to wake besides those of new dispatches
         self._step_at: dict[tuple[str, str], dict[str, Any]] = {}
         self._late_at: dict[tuple[int, int], dict[str, Any]] = {}
 
@@ -153,9 +153,35 @@ class TransitionRows:
             params["fencing_resources"] = canonical_text(spec.fencing_resources)
             params["not_before"] = None
             self.inserts.append(params)
-            self.destinations.add(spec.destination)
         for event in transition.events:
             self.events.append(event_params(saga_id, event))
+
+    def claim_new(
+        self, take_slot: Callable[[str], bool], live: Mapping[str, tuple[int, int]]
+    ) -> list[dict[str, Any]]:
+        """Move the new dispatches this daemon has a free slot for (``take_slot`` takes one
+        for a destination, or says there is none) out of ``inserts``: they are written
+        claimed (``insert_dispatch_claimed``), with the verb's live call timeout and retry
+        budget, as a claim would bring them up to date."""
+        claimed: list[dict[str, Any]] = []
+        kept: list[dict[str, Any]] = []
+        for params in self.inserts:
+            if params["not_before"] is None and take_slot(params["destination"]):
+                limits = live.get(params["verb"])
+                if limits is not None:
+                    params["timeout_ms"], params["max_attempts"] = limits
+                del params["not_before"]
+                claimed.append(params)
+            else:
+                kept.append(params)
+        self.inserts = kept
+        return claimed
+
+    @property
+    def destinations(self) -> set[str]:
+        """Destinations that get a new queued dispatch, and the ``woken``: each is woken once
+        at commit."""
+        return {params["destination"] for params in self.inserts} | self.woken
 
 
 def outcome_params(completion: Completion) -> dict[str, Any]:

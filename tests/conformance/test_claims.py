@@ -12,7 +12,7 @@ import pytest
 
 from effectusd.core.identity import argument_hash, idempotency_key
 from effectusd.core.states import Delivery, Direction, OutcomeClass
-from effectusd.dispatcher.pipeline import Capacity
+from effectusd.dispatcher.capacity import Capacity
 from effectusd.store.dispatch import DispatchStore
 from effectusd.store.records import Claim
 from tests.conformance.support import (

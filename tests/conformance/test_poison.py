@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from typing import Any
 
 from effectusd.core.states import OutcomeClass
+from effectusd.dispatcher.capacity import Capacity
 from effectusd.dispatcher.metrics import Metrics
-from effectusd.dispatcher.pipeline import Capacity, Pipeline
+from effectusd.dispatcher.pipeline import Pipeline
 from effectusd.executors.factory import executor_for
 from effectusd.operator import Resolution, resolve
 from effectusd.store.dispatch import DispatchStore
@@ -27,7 +29,7 @@ from tests.support.harness import serial_plan
 def pipeline_on(
     store: DispatchStore, under_test: StoreUnderTest, executors: dict[str, Any] | None = None
 ) -> Pipeline:
-    return Pipeline(
+    pipeline = Pipeline(
         store,
         executors or {},
         under_test.registry,
@@ -35,6 +37,10 @@ def pipeline_on(
         asyncio.Event(),
         Metrics(),
     )
+    # These tests record by hand and read what the records left queued: nothing here calls
+    # what the recorder would otherwise claim for itself.
+    pipeline.claiming = False
+    return pipeline
 
 
 async def test_one_unstorable_result_is_quarantined_and_the_batch_commits(
@@ -76,6 +82,51 @@ async def test_one_unstorable_result_is_quarantined_and_the_batch_commits(
             assert dispatch_in(view, "s1")["state"] == "succeeded"
             assert dispatch_in(view, "s2")["state"] == "queued"
     assert pipeline.metrics.poison_isolated._value.get() == 1
+
+
+async def test_a_batch_that_does_not_commit_gives_back_every_slot_its_recorder_took(
+    store: StoreUnderTest,
+) -> None:
+    """With the recorder claiming next steps (where the store can): the batch's first
+    transaction takes a slot for each next step, then fails on the poison; its parts commit
+    and claim again. Once their calls end, no slot is left taken, and each healthy saga's
+    next step was called once."""
+    sagas = [store.submit(serial_plan("p", ["pay", "pay"]), f"x-{i}") for i in range(7)]
+    daemon = await store.dispatch_store()
+    claims = await daemon.claim({"dest": 16})
+    for claim in claims:
+        await send(daemon, claim)
+    poison = claims[3]
+    batch = [
+        completion(claim, OutcomeClass.SUCCESS, result=[float("nan")] if claim is poison else 1)
+        for claim in claims
+    ]
+    with running() as dest:
+        config = store.config.destinations["dest"].model_copy(update={"base_url": dest.base_url})
+        executor = executor_for("dest", config)
+        try:
+            pipeline = pipeline_on(daemon, store, {"dest": executor})
+            pipeline.claiming = True
+            for claim in claims:  # as the claim loop took them; each outcome holds its slot
+                pipeline.capacity.take(claim.destination)
+            held = Counter(claim.destination for claim in claims)
+            await asyncio.wait_for(pipeline.record(batch, held), timeout=60)
+            await asyncio.wait_for(asyncio.gather(*pipeline.calls), timeout=60)
+            healthy = [saga for saga in sagas if saga != poison.saga_id]
+            called = sorted(r.headers["x-effectus-saga-id"] for r in dest.requests)
+            assert called == (sorted(healthy) if daemon.claims_in_record else [])
+            # only the outcomes of what was called still hold a slot, one each
+            assert pipeline.capacity.busy == pipeline.completions.qsize() == len(called)
+            pipeline.claiming = False
+            while not pipeline.completions.empty():
+                await pipeline.record_round()
+        finally:
+            await executor.aclose()
+
+    assert pipeline.capacity.in_flight == {"dest": 0}
+    assert store.view(poison.saga_id)["state"] == "blocked_unknown"
+    if daemon.claims_in_record:
+        assert all(store.view(saga)["state"] == "completed" for saga in healthy)
 
 
 async def test_a_quarantined_saga_is_resolved_by_the_operator_with_evidence(
@@ -126,4 +177,5 @@ async def test_a_failed_write_ahead_is_counted_and_the_batch_is_called(
     )
     assert pipeline.metrics.write_ahead_failures._value.get() == 1
     assert pipeline.metrics.fencing_conflicts._value.get() == 0
-    assert pipeline.completions.qsize() == 3 and pipeline.capacity.busy == 0
+    # the three outcomes hold their slots until they are recorded; the failed one gave its back
+    assert pipeline.completions.qsize() == 3 and pipeline.capacity.busy == 3

@@ -1,12 +1,14 @@
 """The dispatch side of the PostgreSQL store: the backend's connection pool runs the shared
 operations (``effectusd.store.dispatch``); the claim is one statement (claim_ready.sql: SKIP
-LOCKED, lease, attempt row and timeline event in one round trip)."""
+LOCKED, lease, attempt row and timeline event in one round trip), and the recorder writes the
+next dispatches it has slots for already claimed (insert_dispatch_claimed.sql)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from effectusd.backends.operation import single
+from effectusd.backends.operation import Operation, single
 from effectusd.store.dispatch import DispatchStore, claim_from_row
 from effectusd.store.records import Claim
 
@@ -18,6 +20,15 @@ class PostgresDispatchStore(DispatchStore):
         )
         rows = await self._read(single("claim_ready", params))
         return [claim_from_row(row) for row in rows]
+
+    claims_in_record = True
+
+    def _insert_claimed(self, rows: list[dict[str, Any]]) -> Operation[list[Claim]]:
+        claimed = yield (
+            "insert_dispatch_claimed",
+            {"rows": json.dumps(rows), "owner": self.owner, "margin_s": self.lease_margin_s},
+        )
+        return [claim_from_row(row) for row in claimed]
 
 
 def claim_ready_params(

@@ -1,0 +1,53 @@
+-- New dispatches born leased to the daemon recording the outcome that enqueued them (a JSON
+-- array of rows, as insert_dispatch_many takes, with the live call timeout and retry budget
+-- already applied): in the record transaction, for a destination where that daemon has a
+-- free slot, the next step is claimed where it is written. The row is inserted in_flight,
+-- attempt 1, with its lease and attempt row, exactly as claim_ready.sql would leave it, so
+-- nothing downstream can tell the two apart; it skips the claim's second version of the row
+-- and its round trip. Runs after the transaction's other writes, so its timeline event
+-- follows theirs. Delivered to no one else: no NOTIFY.
+WITH d AS (
+    SELECT *
+    FROM jsonb_to_recordset(%(rows)s::jsonb) AS d(
+            saga_id text, effect_id text, direction text, namespace text,
+            execution_id text, destination text, verb text, contract_hash text,
+            delivery text, method text, path text, args_canonical text, args_hash text,
+            idempotency_key text, fencing_resources text, timeout_ms int, max_attempts int
+         )
+),
+claimed AS (
+    INSERT INTO effectus_saga_outbox
+        (saga_id, effect_id, direction, namespace, execution_id, destination, verb,
+         contract_hash, delivery, method, path, args_canonical, args_hash, idempotency_key,
+         fencing_resources, timeout_ms, max_attempts, next_attempt_at, created_at,
+         state, attempt, lease_owner, lease_token, lease_expires_at)
+    SELECT saga_id, effect_id, direction, namespace, execution_id, destination, verb,
+           contract_hash, delivery, method, path, args_canonical, args_hash, idempotency_key,
+           fencing_resources::jsonb, timeout_ms, max_attempts, now(), clock_timestamp(),
+           'in_flight', 1, %(owner)s, gen_random_uuid(),
+           now() + make_interval(secs => timeout_ms / 1000.0 + %(margin_s)s)
+    FROM d
+    RETURNING dispatch_id, saga_id, effect_id, direction, execution_id, destination, verb,
+              contract_hash, delivery, method, path, args_canonical, args_hash,
+              idempotency_key, fencing_resources, timeout_ms, max_attempts, fence_waits,
+              attempt, lease_token, lease_expires_at, created_at
+),
+opened AS (
+    INSERT INTO effectus_saga_attempts
+        (dispatch_id, attempt, request_id, lease_owner, lease_token, lease_expires_at,
+         claimed_at)
+    SELECT dispatch_id, attempt, gen_random_uuid(), %(owner)s, lease_token, lease_expires_at,
+           clock_timestamp()
+    FROM claimed
+    RETURNING dispatch_id, request_id
+),
+logged AS (
+    INSERT INTO effectus_saga_events
+        (saga_id, effect_id, direction, attempt, kind, from_state, to_state, actor, detail)
+    SELECT saga_id, effect_id, direction, attempt, 'dispatch_claimed', 'queued', 'in_flight',
+           %(owner)s, jsonb_build_object('lease_expires_at', lease_expires_at)
+    FROM claimed
+)
+SELECT c.*, opened.request_id, now() AS db_now
+FROM claimed c
+JOIN opened USING (dispatch_id)

@@ -1,0 +1,100 @@
+"""The recorder claims the next step where it writes it (PostgreSQL): in the transaction that
+records the step before, and only into a free slot of this daemon's. (A record that does not
+commit gives back every slot it took: tests/conformance/test_poison.py.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from effectusd.config import parse_config
+from effectusd.dispatcher import daemon as daemon_module
+from effectusd.dispatcher.capacity import Capacity
+from tests.support.destination import running
+from tests.support.harness import client_for, fetch, make_config, run_until_idle, serial_plan
+
+pytestmark = pytest.mark.postgres
+
+
+async def test_each_next_step_is_claimed_in_the_transaction_that_records_the_one_before(
+    db: str,
+) -> None:
+    with running() as dest:
+        config = make_config(dest.base_url, {"work": {}})
+        client = client_for(config, db)
+        saga = client.submit(serial_plan("three", ["work"] * 3), execution_id="x-1").saga_id
+        await run_until_idle(config, db)
+
+    assert [r.effect for r in dest.requests] == ["s1", "s2", "s3"]
+    events = fetch(
+        db,
+        "SELECT effect_id, kind, xmin::text AS tx FROM effectus_saga_events "
+        "WHERE saga_id = %s ORDER BY event_id",
+        saga,
+    )
+    claimed = {e["effect_id"]: e["tx"] for e in events if e["kind"] == "dispatch_claimed"}
+    settled = {e["effect_id"]: e["tx"] for e in events if e["kind"] == "attempt_settled"}
+    assert claimed["s2"] == settled["s1"] and claimed["s3"] == settled["s2"]
+    assert claimed["s1"] != settled["s1"]  # the first step is claimed by the claim loop
+    # and the timeline still reads in order: the claim follows what enqueued it
+    kinds = [(e["effect_id"], e["kind"]) for e in events]
+    assert kinds.index(("s1", "attempt_settled")) < kinds.index(("s2", "dispatch_claimed"))
+    for effect in ("s2", "s3"):
+        [dispatch] = fetch(
+            db,
+            "SELECT o.state, o.attempt, o.lease_owner, a.sent_at IS NOT NULL AS sent, a.outcome "
+            "FROM effectus_saga_outbox o JOIN effectus_saga_attempts a USING (dispatch_id) "
+            "WHERE o.saga_id = %s AND o.effect_id = %s",
+            saga,
+            effect,
+        )
+        assert dispatch == {
+            "state": "succeeded",
+            "attempt": 1,
+            "lease_owner": None,
+            "sent": True,
+            "outcome": "success",
+        }
+
+
+async def test_the_recorder_takes_no_slot_a_destination_does_not_have(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two destinations, one of them limited to one call at a time: whoever takes the slot,
+    claim loop or recorder, no destination ever has more in flight than its limit."""
+    most: dict[str, int] = {}
+
+    class Watched(dict[str, int]):
+        def __setitem__(self, destination: str, slots: int) -> None:
+            super().__setitem__(destination, slots)
+            most[destination] = max(most.get(destination, 0), slots)
+
+    def watched_capacity(**kwargs: Any) -> Capacity:
+        return Capacity(**kwargs, in_flight=Watched())
+
+    monkeypatch.setattr(daemon_module, "Capacity", watched_capacity)
+    with running() as narrow, running() as wide:
+        config = parse_config(
+            {
+                "destinations": {
+                    "narrow": {"base_url": narrow.base_url, "max_concurrency": 1},
+                    "wide": {"base_url": wide.base_url, "max_concurrency": 3},
+                },
+                "dispatcher": {"concurrency": 4, "poll_interval": "50ms"},
+                "verbs": {
+                    "n": {"destination": "narrow", "path": "/n"},
+                    "w": {"destination": "wide", "path": "/w"},
+                },
+            }
+        )
+        client = client_for(config, db)
+        sagas = [
+            client.submit(serial_plan("mixed", ["w", "n", "w", "n"]), execution_id=f"x-{i}")
+            for i in range(12)
+        ]
+        await run_until_idle(config, db)
+
+    assert all(client.get(s.saga_id).state == "completed" for s in sagas)  # type: ignore[union-attr]
+    assert len(narrow.requests) == 24 and len(wide.requests) == 24
+    assert most == {"narrow": 1, "wide": 3}
