@@ -1,10 +1,9 @@
 """Slots: how many calls the pipeline has in flight, per destination and overall.
 
-A slot is taken when a row is claimed and given back when its outcome is recorded, or when
-nothing came of it. Between its call's answer and the record, the slot is *held* for the
-outcome: the transaction that records it may claim the saga's next step into it (see
-``RecordSlots``), so a saga under way goes on without waiting for the claim loop, and that
-loop never hands the slot to someone else meanwhile.
+A slot is taken when a row is claimed, by the claim loop or by the recorder (which claims a
+saga's next step where it writes it, see ``RecordSlots``), and given back when the call ends
+or nothing came of the claim. Whoever takes one takes it with no await between the check and
+the take; a claim statement reserves the slots it asks for while it runs.
 """
 
 from __future__ import annotations
@@ -69,69 +68,31 @@ class Capacity:
 
 
 class RecordSlots:
-    """The slots of one record of outcomes (across its retries and splits).
+    """The slots one record of outcomes claims into (across its retries and splits).
 
-    ``held``: the destinations whose slots the outcomes hold. While the recorder decides,
-    ``take`` gives the next dispatch it writes a slot: one held for its own destination, or
-    a held one traded for the next destination's if that destination has room, or a free
-    one; False when there is none (or claiming is off), and the row is written queued.
-    ``decided`` gives back the held slots nobody took (and wakes the claim loop), once. A
-    transaction that does not commit gives back what it took (``undo``)."""
+    While the recorder decides, ``take`` gives the next dispatch it writes a free slot of
+    its destination's, within that destination's limit and the overall one; False when
+    there is none (or claiming is off), and the row is written queued for the claim loop.
+    A transaction that does not commit gives back what it took (``undo``)."""
 
-    def __init__(
-        self,
-        capacity: Capacity,
-        held: Counter[str],
-        claiming: Callable[[], bool],
-        wake: Callable[[], None],
-    ) -> None:
+    def __init__(self, capacity: Capacity, claiming: Callable[[], bool]) -> None:
         self.capacity = capacity
-        self.held = held
         self.claiming = claiming
-        self.wake = wake
         self.taken: list[str] = []
 
     def take(self, destination: str) -> bool:
-        if not self.claiming():
+        if not self.claiming() or not self.capacity.has_room_for(destination):
             return False
-        if self.held[destination] > 0:
-            self.held[destination] -= 1
-        else:
-            other = next((d for d, n in self.held.items() if n > 0), None)
-            if other is not None:  # trade: the overall count stays the same
-                if self.capacity.in_flight.get(destination, 0) >= self.capacity.limits.get(
-                    destination, 0
-                ):
-                    return False
-                self.held[other] -= 1
-                self.capacity.give_back(other)
-                self.capacity.take(destination)
-            elif self.capacity.has_room_for(destination):
-                self.capacity.take(destination)
-            else:
-                return False
+        self.capacity.take(destination)
         self.taken.append(destination)
         return True
 
-    def decided(self) -> None:
-        released = False
-        for destination, slots in self.held.items():
-            for _ in range(slots):
-                self.capacity.give_back(destination)
-                released = True
-        self.held.clear()
-        if released:
-            self.wake()
-
     def undo(self) -> None:
         """The transaction that took ``taken`` did not commit: nothing was claimed."""
-        self.decided()
         for destination in self.taken:
             self.capacity.give_back(destination)
-        if self.taken:
-            self.wake()
         self.taken = []
 
     def committed(self) -> None:
-        """What was taken is now a claim's, given back when its own outcome is recorded."""
+        """What was taken is now a claim's, given back when its call ends."""
         self.taken = []

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import Any
@@ -64,8 +63,7 @@ class Pipeline:
         self.registry = registry
         self.capacity = capacity
         self.wake = wake
-        # each outcome with the destination whose slot it holds (None: it holds none)
-        self.completions: asyncio.Queue[tuple[Completion, str | None]] = asyncio.Queue()
+        self.completions: asyncio.Queue[Completion] = asyncio.Queue()
         self.calls: set[asyncio.Task[None]] = set()
         self.recorder_failing_since: float | None = None  # monotonic; None while recording works
         self.recording_since: float | None = None  # monotonic start of the batch being recorded
@@ -226,42 +224,37 @@ class Pipeline:
         self._finish(claim, _completion(claim, ahead, result))
 
     def _finish(self, claim: Claim, completion: Completion) -> None:
-        """The outcome goes to the recorder holding its slot (see ``RecordSlots``)."""
-        self.completions.put_nowait((completion, claim.destination))
+        self.capacity.give_back(claim.destination)
+        self.completions.put_nowait(completion)
+        self.wake.set()  # a slot is free again
 
     # -- 5. record -------------------------------------------------------------------------
     async def record_round(self) -> float:
         """Group commit: take everything that finished meanwhile and record it in one go."""
-        items = [await self.completions.get()]
-        while not self.completions.empty() and len(items) < RECORD_BATCH:
-            items.append(self.completions.get_nowait())
+        batch = [await self.completions.get()]
+        while not self.completions.empty() and len(batch) < RECORD_BATCH:
+            batch.append(self.completions.get_nowait())
         self.recording_since = time.monotonic()
         try:
-            held = Counter(destination for _, destination in items if destination is not None)
-            await self.record([completion for completion, _ in items], held)
+            await self.record(batch)
         finally:
             self.recording_since = None
-            for _ in items:
+            for _ in batch:
                 self.completions.task_done()
         return 0.0
 
-    async def record(self, batch: list[Completion], held: Counter[str] | None = None) -> None:
-        """Record ``batch``, whose outcomes hold ``held`` slots (destination: how many)."""
+    async def record(self, batch: list[Completion]) -> None:
         faults.point("before_record")
-        slots = self._slots(held)
-        try:
-            report = await self._record_isolating(batch, slots)
-        finally:
-            slots.decided()
+        report = await self._record_isolating(batch, self._slots())
         faults.point("after_record")
         if self.spans is not None:
             self.spans.recorded(batch, report)
         for completion in report.deferred:
-            self.completions.put_nowait((completion, None))  # its slot was given back
+            self.completions.put_nowait(completion)
         self._after_record(report)
 
-    def _slots(self, held: Counter[str] | None = None) -> RecordSlots:
-        return RecordSlots(self.capacity, held or Counter(), lambda: self.claiming, self.wake.set)
+    def _slots(self) -> RecordSlots:
+        return RecordSlots(self.capacity, lambda: self.claiming)
 
     async def _record_isolating(self, batch: list[Completion], slots: RecordSlots) -> RecordReport:
         """Record ``batch``; a batch that fails deterministically is split in halves until
@@ -294,7 +287,6 @@ class Pipeline:
         except BaseException:
             slots.undo()
             raise
-        slots.decided()
         slots.committed()
         if report.claimed:
             self._start(report.claimed, started)
@@ -375,7 +367,8 @@ class Pipeline:
                 f" (saga {transition.saga.state.value})" if transition.saga else "",
                 extra=fields,
             )
-        self.wake.set()  # slots came back, or rows became due
+        if report.notified or report.applied:
+            self.wake.set()
         if self.keep_reports:
             self.reports.append(report)
 

@@ -54,9 +54,6 @@ class ClaimSlots(Protocol):
     def take(self, destination: str) -> bool:
         """Take a slot for a new dispatch to ``destination`` (True), or say there is none."""
 
-    def decided(self) -> None:
-        """No more slots will be taken in this transaction."""
-
 
 @dataclass
 class RecordReport:
@@ -255,7 +252,6 @@ class DispatchStore(WriteAheadStore):
         claimed: list[dict[str, Any]] = []
         if slots is not None:
             claimed = writes.claim_new(slots.take, self.registry.live_limits())
-            slots.decided()  # the slots no next step took go back before the writes
         yield from write_rows(writes)
         if claimed:
             report.claimed = yield from self._insert_claimed(claimed)

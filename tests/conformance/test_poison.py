@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 from typing import Any
 
 from effectusd.core.states import OutcomeClass
@@ -107,23 +106,19 @@ async def test_a_batch_that_does_not_commit_gives_back_every_slot_its_recorder_t
         try:
             pipeline = pipeline_on(daemon, store, {"dest": executor})
             pipeline.claiming = True
-            for claim in claims:  # as the claim loop took them; each outcome holds its slot
-                pipeline.capacity.take(claim.destination)
-            held = Counter(claim.destination for claim in claims)
-            await asyncio.wait_for(pipeline.record(batch, held), timeout=60)
+            await asyncio.wait_for(pipeline.record(batch), timeout=60)
             await asyncio.wait_for(asyncio.gather(*pipeline.calls), timeout=60)
             healthy = [saga for saga in sagas if saga != poison.saga_id]
             called = sorted(r.headers["x-effectus-saga-id"] for r in dest.requests)
             assert called == (sorted(healthy) if daemon.claims_in_record else [])
-            # only the outcomes of what was called still hold a slot, one each
-            assert pipeline.capacity.busy == pipeline.completions.qsize() == len(called)
+            assert pipeline.completions.qsize() == len(called)
             pipeline.claiming = False
             while not pipeline.completions.empty():
                 await pipeline.record_round()
         finally:
             await executor.aclose()
 
-    assert pipeline.capacity.in_flight == {"dest": 0}
+    assert pipeline.capacity.busy == 0
     assert store.view(poison.saga_id)["state"] == "blocked_unknown"
     if daemon.claims_in_record:
         assert all(store.view(saga)["state"] == "completed" for saga in healthy)
@@ -177,5 +172,4 @@ async def test_a_failed_write_ahead_is_counted_and_the_batch_is_called(
     )
     assert pipeline.metrics.write_ahead_failures._value.get() == 1
     assert pipeline.metrics.fencing_conflicts._value.get() == 0
-    # the three outcomes hold their slots until they are recorded; the failed one gave its back
-    assert pipeline.completions.qsize() == 3 and pipeline.capacity.busy == 3
+    assert pipeline.completions.qsize() == 3 and pipeline.capacity.busy == 0

@@ -91,10 +91,10 @@ async def test_the_recorder_takes_no_slot_a_destination_does_not_have(
         client = client_for(config, db)
         sagas = [
             client.submit(serial_plan("mixed", ["w", "n", "w", "n"]), execution_id=f"x-{i}")
-            for i in range(12)
+            for i in range(30)
         ]
         await run_until_idle(config, db)
 
     assert all(client.get(s.saga_id).state == "completed" for s in sagas)  # type: ignore[union-attr]
-    assert len(narrow.requests) == 24 and len(wide.requests) == 24
+    assert len(narrow.requests) == 60 and len(wide.requests) == 60
     assert most == {"narrow": 1, "wide": 3}
