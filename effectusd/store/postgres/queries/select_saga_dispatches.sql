@@ -1,5 +1,11 @@
-SELECT dispatch_id, effect_id, direction, destination, verb, contract_hash, delivery, method, path,
-       args_hash, idempotency_key, fencing_resources, state, attempt, max_attempts,
-       lease_owner, lease_expires_at, next_attempt_at, grants, uncertain_attempt,
-       last_outcome, last_error, created_at, updated_at
-FROM effectus_saga_outbox WHERE saga_id = %(saga_id)s ORDER BY dispatch_id
+-- A dispatch's grants are those of its latest sent attempt (the write-ahead stores them on the
+-- attempt row; on PostgreSQL it rewrites the outbox row only when that row changes, so an
+-- unfenced dispatch's own grants column stays NULL). None while no attempt was sent.
+SELECT o.dispatch_id, o.effect_id, o.direction, o.destination, o.verb, o.contract_hash,
+       o.delivery, o.method, o.path, o.args_hash, o.idempotency_key, o.fencing_resources,
+       o.state, o.attempt, o.max_attempts, o.lease_owner, o.lease_expires_at, o.next_attempt_at,
+       (SELECT a.grants FROM effectus_saga_attempts a
+        WHERE a.dispatch_id = o.dispatch_id AND a.sent_at IS NOT NULL
+        ORDER BY a.attempt DESC LIMIT 1) AS grants,
+       o.uncertain_attempt, o.last_outcome, o.last_error, o.created_at, o.updated_at
+FROM effectus_saga_outbox o WHERE o.saga_id = %(saga_id)s ORDER BY o.dispatch_id

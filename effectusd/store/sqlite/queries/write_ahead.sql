@@ -1,8 +1,11 @@
 -- The write-ahead: "may have been sent" becomes durable before the call, with the grants.
 -- Only attempts whose dispatch lease is still ours and still live are marked; the rest are not
--- sent. The five parameters are parallel JSON arrays (grants: JSON texts). PostgreSQL also
--- writes the grants on the dispatch row in this statement; a SQLite statement changes one
--- table, so the trigger effectus_saga_attempts_sent does that for each attempt marked here.
+-- sent. The five parameters are parallel JSON arrays (grants: JSON texts). The trigger
+-- effectus_saga_attempts_sent also writes the grants on the dispatch row and ends its fence
+-- wait, for each attempt marked here (a SQLite statement changes one table). PostgreSQL
+-- rewrites the dispatch row only when it changes; both stores show a dispatch's grants from
+-- its latest sent attempt (select_saga_dispatches.sql). A SQLite writer holds the database
+-- lock (BEGIN IMMEDIATE or one statement), so the guard here cannot be raced.
 WITH marks AS (
     SELECT d.value AS dispatch_id, a.value AS attempt, t.value AS lease_token,
            g.value AS grants, f.value AS fencing_status
