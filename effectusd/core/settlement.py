@@ -6,6 +6,9 @@ nothing else. The rules, in the order they apply:
 
 * the guard: the dispatch is in flight on this very attempt and lease token, and a reclaim
   only takes a lease that has run out;
+* a reclaim that read the attempt as not sent, where the locked row says it was written
+  ahead after all (the write-ahead committed between the reclaim's read and its lock),
+  settles it as may-have-been-sent;
 * a reclaim whose holder finished first is dropped (there is nothing to reclaim);
 * our own earlier executor commit that went through after all is dropped (no duplicate);
 * any other answer that misses the guard is late: kept as evidence on its attempt, and it
@@ -46,6 +49,7 @@ class AttemptFacts:
 
     settled_by: SettledBy | None  # None while the attempt is open
     later_sent: bool  # a later attempt of the dispatch was written ahead (sent)
+    sent: bool = False  # this attempt was written ahead (may have been sent)
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,8 @@ class Settlement:
     why: str
     late: bool = False  # record the completion as a late answer on its attempt
     transition: Transition | None = None
+    # the completion as applied, when the rules changed it (see ``as_locked``)
+    applied: Completion | None = None
 
 
 def holds_lease(completion: Completion, dispatch: LockedDispatch) -> bool:
@@ -99,6 +105,28 @@ def as_settled_late(dispatch: DispatchFacts, completion: Completion) -> Dispatch
     return replace(dispatch, attempt=completion.attempt, uncertain_attempt=None)
 
 
+SENT_AFTER_RECLAIM_READ = (
+    "; the write-ahead committed after the reclaim read the attempt: it may have been sent"
+)
+
+
+def as_locked(completion: Completion, attempt: AttemptFacts) -> Completion:
+    """A reclaim decides "not sent" from a read taken before its lock; the attempt as locked
+    is what counts: written ahead means it may have been sent (unknown), never known not
+    committed."""
+    if (
+        completion.settled_by is SettledBy.RECLAIM
+        and completion.outcome is OutcomeClass.RETRYABLE
+        and attempt.sent
+    ):
+        return replace(
+            completion,
+            outcome=OutcomeClass.UNKNOWN,
+            error=(completion.error or "lease expired") + SENT_AFTER_RECLAIM_READ,
+        )
+    return completion
+
+
 def settle_completion(
     completion: Completion,
     facts: SettlementFacts,
@@ -117,12 +145,19 @@ def settle_completion(
         if not late_completion_settles(completion, dispatch, facts.attempt.later_sent):
             return Settlement(Verdict.LATE, "a late answer, kept as evidence", late=True)
         dispatch, late = as_settled_late(dispatch, completion), True
+    applied = as_locked(completion, facts.attempt)
     transition = settle(
-        completion,
+        applied,
         dispatch,
         facts.saga(),
         registry,
         jitter,
     )
     why = "a late answer settles the uncertain attempt" if late else "the guard holds"
-    return Settlement(Verdict.APPLY, why, late=late, transition=transition)
+    return Settlement(
+        Verdict.APPLY,
+        why,
+        late=late,
+        transition=transition,
+        applied=None if applied is completion else applied,
+    )

@@ -246,9 +246,10 @@ class DispatchStore(WriteAheadStore):
                 report.late += 1
             elif settlement.transition is not None:
                 touched.add(saga_id)
-                writes.apply(completion, drow, settlement.transition)
+                applied = settlement.applied or completion
+                writes.apply(applied, drow, settlement.transition)
                 report.applied += 1
-                report.transitions.append((completion, settlement.transition, drow))
+                report.transitions.append((applied, settlement.transition, drow))
         claimed: list[dict[str, Any]] = []
         if slots is not None:
             claimed = writes.claim_new(slots.take, self.registry.live_limits())

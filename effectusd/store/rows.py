@@ -238,7 +238,9 @@ def attempt_facts(row: Row) -> AttemptFacts:
     """A select_completion_attempts row."""
     settled_by = row["settled_by"]
     return AttemptFacts(
-        None if settled_by is None else SettledBy(settled_by), bool(row["later_sent"])
+        None if settled_by is None else SettledBy(settled_by),
+        bool(row["later_sent"]),
+        sent=row["sent_at"] is not None,
     )
 
 

@@ -35,6 +35,36 @@ STALE = OutcomeClass.STALE_FENCE
 # -- guarded completions ----------------------------------------------------------------------
 
 
+async def test_a_reclaim_that_read_the_attempt_unsent_settles_it_unknown_once_it_was_sent(
+    store: StoreUnderTest,
+) -> None:
+    """The reclaim reads expired leases (sent or not) before it locks them; a write-ahead
+    that started while the lease was live can commit in between. The attempt as locked
+    decides: written ahead means it may have been sent, so an at_most_once dispatch blocks
+    instead of being retried as known not committed."""
+    saga = store.submit(serial_plan("p", ["pay"]), "x")
+    holder = await store.dispatch_store(owner="holder")
+    claim = await claim_one(holder)
+    await send(holder, claim)
+    store.expire_leases()
+    reclaimer = await store.dispatch_store(owner="reclaimer")
+    [read_now] = await reclaimer.expired_completions()
+    assert read_now.outcome is UNKNOWN
+    # what the same read returned had it run just before the write-ahead committed
+    read_before = replace(
+        read_now, outcome=RETRYABLE, error="lease expired before anything was sent"
+    )
+
+    report = await reclaimer.record([read_before])
+    assert report.applied == 1
+    view = store.view(saga)
+    dispatch = dispatch_in(view, "s1")
+    assert dispatch["state"] == "blocked_unknown" and view["state"] == "blocked_unknown"
+    [attempt] = dispatch["attempts"]
+    assert attempt["outcome"] == "unknown_outcome" and attempt["settled_by"] == "reclaim"
+    assert "may have been sent" in attempt["error"]
+
+
 async def test_a_completion_for_a_superseded_attempt_is_kept_as_a_late_completion(
     store: StoreUnderTest,
 ) -> None:
