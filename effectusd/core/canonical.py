@@ -191,6 +191,13 @@ def text_nesting(text: str | bytes) -> int:
     return max(accumulate(_BRACKET_STEP[char] for char in brackets), default=0)
 
 
+# One decoder for every parse: json.loads with hooks builds a new one per call (most of the
+# cost of parsing a small answer). A decoder keeps no state between calls.
+_STRICT_DECODER = json.JSONDecoder(
+    parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys
+)
+
+
 def parse_json(text: str | bytes, max_depth: int | None = None) -> JsonValue:
     """Strict JSON parsing: no NaN/Infinity, no duplicate keys. Raises ValueError with position.
 
@@ -200,9 +207,12 @@ def parse_json(text: str | bytes, max_depth: int | None = None) -> JsonValue:
     if max_depth is not None and text_nesting(text) > max_depth:
         raise ValueError(f"JSON {nesting_reason(max_depth)}")
     try:
-        return json.loads(
-            text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys
-        )
+        if isinstance(text, str):
+            if text.startswith("\ufeff"):  # as json.loads refuses it
+                raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        else:  # bytes: decoded as json.loads decodes them (UTF-8, -16 or -32, by detection)
+            text = text.decode(json.detect_encoding(text), "surrogatepass")
+        return _STRICT_DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise ValueError(
             f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"

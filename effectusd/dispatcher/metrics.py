@@ -16,6 +16,25 @@ class Metrics:
         self._declare_work()
         self._declare_guards()
         self._declare_failures()
+        # Children by label values, for the metrics every call touches: labels() validates,
+        # joins and locks each time. Label values are destinations and verbs: a bounded set.
+        self._in_flight_of: dict[str, Gauge] = {}
+        self._call_seconds_of: dict[tuple[str, str], Histogram] = {}
+
+    def in_flight_of(self, destination: str) -> Gauge:
+        """``in_flight.labels(destination)``, looked up once per destination."""
+        child = self._in_flight_of.get(destination)
+        if child is None:
+            child = self._in_flight_of[destination] = self.in_flight.labels(destination)
+        return child
+
+    def call_seconds_of(self, destination: str, verb: str) -> Histogram:
+        """``call_seconds.labels(destination, verb)``, looked up once per pair."""
+        key = (destination, verb)
+        child = self._call_seconds_of.get(key)
+        if child is None:
+            child = self._call_seconds_of[key] = self.call_seconds.labels(destination, verb)
+        return child
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -208,7 +208,7 @@ class Pipeline:
             timeout=timeout,
             trace_headers=trace_headers,
         )
-        in_flight = self.metrics.in_flight.labels(claim.destination)
+        in_flight = self.metrics.in_flight_of(claim.destination)
         in_flight.inc()
         started = time.perf_counter()
         try:
@@ -217,7 +217,7 @@ class Pipeline:
             in_flight.dec()
         if self.spans is not None:
             self.spans.called(claim, token, result)
-        self.metrics.call_seconds.labels(claim.destination, claim.verb).observe(
+        self.metrics.call_seconds_of(claim.destination, claim.verb).observe(
             time.perf_counter() - started
         )
         faults.point("after_call")

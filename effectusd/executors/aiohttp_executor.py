@@ -3,12 +3,16 @@
 Same request, same classification as the httpx executor (``effectusd.executors.base`` and
 ``effectusd.executors.classify``); only the evidence of what reached the wire differs.
 aiohttp raises ServerDisconnectedError and ClientOSError for resets both before and after a
-request was written, so exception classes prove nothing. The proof is aiohttp's tracing: the
-connector fires ``connection_create_end`` or ``connection_reuseconn`` before it hands a request
-the connection it will be written on, and no request byte can be written without one. A call
-that failed after its trace said it was queued for, or opening, a connection but before either
-of those signals never had a connection to write on: that, and only that, is "not sent".
-Everything else is unknown.
+request was written, so exception classes prove nothing. The proof is the connector's: it
+opens a connection (``_create_connection``) or takes a pooled one (``_get``) before it hands a
+request the connection it will be written on, and no request byte can be written without one.
+A call that failed after the connector said it was queued for (``_wait_for_available_connection``),
+or opening, a connection but before it had one never had a connection to write on: that, and
+only that, is "not sent". Everything else is unknown. The connector records these on the
+request's ``_Wire`` at the points where aiohttp fires the matching trace signals
+(``connection_queued_start``, ``connection_create_start``/``_end``, ``connection_reuseconn``):
+a TraceConfig would make aiohttp build a trace, its parameters and a signal for every step of
+every request (a tenth of the client's CPU per call).
 
 aiohttp re-sends idempotent methods (PUT, DELETE, …) once when a pooled connection fails;
 a middleware turns that failure into one aiohttp does not retry, because a re-send is the
@@ -69,7 +73,7 @@ class _Wire(Wire):
 
     def __init__(self) -> None:
         super().__init__()
-        self.stage: str | None = None  # set only by a trace signal: proof that tracing is live
+        self.stage: str | None = None  # set only by the connector: proof that its hooks ran
         self.acquired: str | None = None  # "new" / "reused": a connection was handed over
 
     def provably_not_sent(self, exc: BaseException) -> bool:
@@ -99,9 +103,9 @@ class _CheckedConnector(aiohttp.TCPConnector):
             protocol = conn.protocol
             if protocol not in self._handed_out:
                 self._handed_out.add(protocol)  # new: a TLS ticket may be pending, that's fine
-                return conn
+                return _handed(conn, "new")
             if protocol is not None and not protocol.should_close and not _has_input(protocol):
-                return conn
+                return _handed(conn, "reused")
             # An idle HTTP/1.1 connection has nothing to say: this is a close (FIN or RST), or
             # bytes (e.g. a second, unrequested response) that the loop has read into the
             # protocol's buffers or not read yet. The next request would take them for its
@@ -110,6 +114,42 @@ class _CheckedConnector(aiohttp.TCPConnector):
             wire = _CURRENT.get()
             if wire is not None:
                 wire.acquired = None
+
+    # Where aiohttp fires its trace signals, without the cost of tracing every request.
+
+    async def _wait_for_available_connection(self, key: Any, traces: Any) -> None:
+        _mark(stage=_QUEUED)  # connection_queued_start: waiting for a slot under the limit
+        await super()._wait_for_available_connection(key, traces)
+
+    async def _create_connection(self, req: Any, traces: Any, timeout: Any) -> Any:
+        _mark(stage=_CONNECTING)  # connection_create_start
+        protocol = await super()._create_connection(req, traces, timeout)
+        _mark(acquired="new")  # connection_create_end
+        return protocol
+
+    async def _get(self, key: Any, traces: Any) -> Any:
+        conn = await super()._get(key, traces)
+        if conn is not None:
+            _mark(acquired="reused")  # connection_reuseconn
+        return conn
+
+
+def _mark(*, stage: str | None = None, acquired: str | None = None) -> None:
+    wire = _CURRENT.get()
+    if wire is not None:
+        if stage is not None:
+            wire.stage = stage
+        if acquired is not None:
+            wire.acquired = acquired
+
+
+def _handed(conn: Any, how: str) -> Any:
+    """A connection handed to the request: if a hook above did not run (an aiohttp that
+    renamed it), the request still never counts as unsent once it had one."""
+    wire = _CURRENT.get()
+    if wire is not None and wire.acquired is None:
+        wire.acquired = how
+    return conn
 
 
 def _has_input(protocol: Any) -> bool:
@@ -166,7 +206,7 @@ class AiohttpExecutor(BaseHttpExecutor[tuple[str, URL, bytes, dict[str, str], An
             auto_decompress=True,  # bounded per chunk by aiohttp, capped in total by us
             raise_for_status=False,
             requote_redirect_url=False,
-            trace_configs=[_trace_config()],
+            trace_configs=_trace_configs(),
             middlewares=(_no_transport_retry,),
         )
         return self._session
@@ -262,35 +302,17 @@ async def _no_transport_retry(
         raise _TransportRetryRefused() from exc
 
 
-# --- trace signals: where the request is on its way to a connection -------------------------
-
-
-async def _queued(session: Any, context: SimpleNamespace, params: Any) -> None:
-    context.trace_request_ctx.stage = _QUEUED
-
-
-async def _connecting(session: Any, context: SimpleNamespace, params: Any) -> None:
-    context.trace_request_ctx.stage = _CONNECTING
-
-
-async def _connected_new(session: Any, context: SimpleNamespace, params: Any) -> None:
-    context.trace_request_ctx.acquired = "new"
-
-
-async def _connected_reused(session: Any, context: SimpleNamespace, params: Any) -> None:
-    context.trace_request_ctx.acquired = "reused"
+# --- the chaos suite's fault point ---------------------------------------------------------
 
 
 async def _body_sent(session: Any, context: SimpleNamespace, params: Any) -> None:
     faults.point("after_send")  # the chaos suite's "request left, no answer yet"
 
 
-def _trace_config() -> aiohttp.TraceConfig:
+def _trace_configs() -> list[aiohttp.TraceConfig]:
+    """Only the chaos suite's "after_send" needs a trace (the stages are the connector's)."""
+    if os.environ.get("EFFECTUSD_FAULT") != "after_send":
+        return []
     config = aiohttp.TraceConfig()
-    config.on_connection_queued_start.append(_queued)
-    config.on_connection_create_start.append(_connecting)
-    config.on_connection_create_end.append(_connected_new)
-    config.on_connection_reuseconn.append(_connected_reused)
-    if os.environ.get("EFFECTUSD_FAULT") == "after_send":  # one signal less on the hot path
-        config.on_request_chunk_sent.append(_body_sent)
-    return config
+    config.on_request_chunk_sent.append(_body_sent)
+    return [config]

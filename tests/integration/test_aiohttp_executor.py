@@ -18,7 +18,7 @@ import pytest
 
 from effectusd.config import ConfigError, DestinationConfig, parse_config
 from effectusd.core.states import OutcomeClass
-from effectusd.executors.aiohttp_executor import AiohttpExecutor
+from effectusd.executors.aiohttp_executor import AiohttpExecutor, _CheckedConnector
 from effectusd.executors.factory import EXECUTOR_CLASSES, executor_for
 from effectusd.executors.httpx_executor import HttpExecutor
 from tests.integration.test_http_executor import (
@@ -63,6 +63,15 @@ def test_unknown_transport_is_refused_at_load_naming_the_key() -> None:
     data = {"destinations": {"payments": {"base_url": "http://x", "transport": "requests"}}}
     with pytest.raises(ConfigError, match=r"destinations\.payments\.transport"):
         parse_config(data)
+
+
+def test_the_connector_hooks_are_methods_aiohttp_calls() -> None:
+    """The proof of "not sent" is recorded by overriding these connector methods (in place of
+    aiohttp's trace signals). An aiohttp that renamed one would leave the override dead: the
+    not-sent cases of the shared suite would then fail; this names the cause."""
+    for name in ("connect", "_get", "_wait_for_available_connection", "_create_connection"):
+        assert callable(getattr(aiohttp.TCPConnector, name, None)), name
+        assert name in vars(_CheckedConnector), name
 
 
 async def test_plain_aiohttp_would_resend_a_put_when_a_pooled_connection_fails() -> None:

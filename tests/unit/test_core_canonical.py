@@ -234,3 +234,31 @@ def test_parse_json_reports_malformed_json_with_its_position(text: str, where: s
 def test_parse_json_accepts_bytes_and_keeps_key_order_irrelevant_to_canonical_form() -> None:
     parsed = parse_json(b'{"order":"o-1","currency":"EUR","amount":1250}')
     assert canonical_bytes(parsed) == VECTOR_CANONICAL
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16-le", "utf-16-be", "utf-32-le", "utf-16"])
+def test_parse_json_decodes_bytes_as_json_loads_does(encoding: str) -> None:
+    """parse_json keeps one decoder and decodes bytes itself: as json.loads would, by the
+    encoding it detects (a destination may answer in any of the encodings JSON allows)."""
+    text = '{"name":"Müller","emoji":"\U0001f600","n":[1,2.5,null,true]}'
+    data = text.encode(encoding)
+    assert parse_json(data) == json.loads(data) == json.loads(text)
+
+
+def test_parse_json_treats_a_byte_order_mark_as_json_loads_does() -> None:
+    with pytest.raises(json.JSONDecodeError):
+        json.loads("\ufeff{}")
+    with pytest.raises(ValueError, match="malformed JSON: Unexpected UTF-8 BOM"):
+        parse_json("\ufeff{}")
+    # As bytes, json.loads takes a UTF-8 BOM for the encoding's mark (utf-8-sig): so do we.
+    assert parse_json(b"\xef\xbb\xbf{}") == json.loads(b"\xef\xbb\xbf{}") == {}
+
+
+def test_parse_json_keeps_its_hooks_across_calls() -> None:
+    """The shared decoder refuses duplicates and constants on every call, not only the first."""
+    for _ in range(3):
+        assert parse_json(b'{"a":1}') == {"a": 1}
+        with pytest.raises(ValueError, match="duplicate object key 'a'"):
+            parse_json(b'{"a":1,"a":1}')
+        with pytest.raises(ValueError, match="NaN"):
+            parse_json("[NaN]")

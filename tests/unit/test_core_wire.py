@@ -244,6 +244,26 @@ def test_a_value_that_could_forge_a_header_is_refused_by_name() -> None:
     assert "Evil" not in str(raised.value)
 
 
+def test_of_two_values_that_could_forge_a_header_the_first_sent_is_named() -> None:
+    identity = RequestIdentity(
+        "k" * 64, "r", "e", "s" * 64, "step\nX-Evil: 1", 1, Direction.FORWARD, "verb\r",
+        "a" * 64, "c" * 64, (), datetime(2030, 1, 1, tzinfo=UTC),
+    )  # fmt: skip
+    with pytest.raises(WireError) as raised:
+        wire.encode_request_headers(identity)
+    assert raised.value.header == wire.EFFECT_ID  # sent before X-Effectus-Verb
+
+
+def test_an_unfenced_attempt_sends_an_empty_canonical_grant_list() -> None:
+    identity = RequestIdentity(
+        "k" * 64, "r", "e", "s" * 64, "f", 1, Direction.FORWARD, "v", "a" * 64, "c" * 64, (),
+        datetime(2030, 1, 1, tzinfo=UTC),
+    )  # fmt: skip
+    assert wire.encode_request_headers(identity)[wire.FENCING_GRANTS] == "[]"
+    assert wire.encode_fencing_grants([]) == wire.encode_fencing_grants(()) == "[]"
+    assert wire.decode_fencing_grants("[]") == ()
+
+
 def test_a_fencing_resource_json_cannot_escape_is_refused_by_name() -> None:
     identity = RequestIdentity(
         "k" * 64, "r", "e", "s" * 64, "f", 1, Direction.FORWARD, "v", "a" * 64, "c" * 64,
