@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -19,6 +18,7 @@ from effectusd.client import registry_from_config
 from effectusd.config import Config, ConfigError
 from effectusd.console import Console
 from effectusd.dispatcher.capacity import Capacity
+from effectusd.dispatcher.heap import settle_heap
 from effectusd.dispatcher.loops import Loop, Round
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.observability import ObservabilityServer
@@ -40,12 +40,6 @@ IDLE_HORIZON_S = 2.0  # --until-idle waits for retries due within this long
 LOOP_STOP_S = 1.0  # a claim round under way when a stop is asked for
 CLOSE_BOUND_S = 5.0  # closing pools, executors and the HTTP server after a drain
 RECORD_DRAIN_S = 5.0  # recording what the drained calls returned, past the grace period
-# The collector's full passes walk every tracked object, and most of a daemon's heap is what
-# it imported and set up at start: frozen once the daemon is up, those are never walked again.
-# Young collections every 10,000 net allocations instead of 700 take the rest: together they
-# took the collector from a fifth of the daemon's CPU to about 1% in the bench, and RSS stays
-# flat over the soak (docs/performance.md).
-GC_YOUNG_THRESHOLD = 10_000
 REPEATED_SIGNAL_S = 1.0  # a second SIGTERM sooner than this is the first one, delivered twice
 _HEALTH_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *DATABASE_ERRORS)
 
@@ -138,7 +132,7 @@ class Daemon:
             tracer=AttemptTracer.configured(self.tracer_provider),
         )
         self.pipeline = pipeline
-        _settle_heap()
+        settle_heap()
         background = self._background = [loop.start() for loop in self._loops(pipeline, store)]
         observability = self.config.observability
         server = None
@@ -405,11 +399,3 @@ class Daemon:
                 loop.add_signal_handler(sig, on_term)
             except (NotImplementedError, RuntimeError):  # not the main thread (tests)
                 return
-
-
-def _settle_heap() -> None:
-    """Freeze what start-up made and space young collections out (GC_YOUNG_THRESHOLD)."""
-    gc.collect()
-    gc.freeze()
-    young, older, oldest = gc.get_threshold()
-    gc.set_threshold(max(GC_YOUNG_THRESHOLD, young), older, oldest)

@@ -1,5 +1,6 @@
 """The daemon's loopback HTTP endpoints: /metrics (Prometheus), /healthz and /readyz, and,
-when enabled, the operator console and admin API (effectusd.console) on the same port.
+when enabled, the operator console and admin API (effectusd.console) on the same port; and
+its one log line per transition.
 
 Three GET routes of its own on the tiny server of effectusd.console.http; every other path
 goes to the console when there is one.
@@ -8,13 +9,17 @@ goes to the console when there is one.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from effectusd.console.http import Handler, HttpServer, Request, Response, text_response
+from effectusd.core.transition import Completion, Transition
 from effectusd.dispatcher.metrics import Metrics
 
 Check = Callable[[], Awaitable[tuple[bool, dict[str, object]]]]
 OWN_PATHS = ("/metrics", "/healthz", "/readyz")
+log = logging.getLogger("effectusd.dispatcher")  # the transitions are the pipeline's
 
 
 class ObservabilityServer:
@@ -48,3 +53,29 @@ class ObservabilityServer:
             status = "200 OK" if ok else "503 Service Unavailable"
             return Response(status, "application/json", body)
         return text_response("404 Not Found", "not found\n")
+
+
+def log_transition(completion: Completion, transition: Transition, row: Mapping[str, Any]) -> None:
+    """One line per transition: ids, attempt and classes only, never argument values."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    log.info(
+        "%s %s/%s #%s %s -> %s%s",
+        row["saga_id"][:12],
+        row["effect_id"],
+        row["direction"],
+        completion.attempt,
+        completion.outcome.value,
+        transition.dispatch_state.value,
+        f" (saga {transition.saga.state.value})" if transition.saga else "",
+        extra={
+            "saga_id": row["saga_id"],
+            "effect_id": row["effect_id"],
+            "direction": row["direction"],
+            "attempt": completion.attempt,
+            "outcome": completion.outcome.value,
+            "dispatch_state": transition.dispatch_state.value,
+            "saga_state": transition.saga.state.value if transition.saga else None,
+            "settled_by": completion.settled_by,
+        },
+    )

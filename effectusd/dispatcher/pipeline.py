@@ -28,6 +28,7 @@ from effectusd.core.states import FencingStatus
 from effectusd.core.transition import fencing_after_call
 from effectusd.dispatcher.capacity import Capacity, RecordSlots
 from effectusd.dispatcher.metrics import Metrics
+from effectusd.dispatcher.observability import log_transition
 from effectusd.dispatcher.spans import AttemptSpans
 from effectusd.executors.protocol import CallResult, Executor, FencingGrant, Invocation
 from effectusd.store.dispatch import DispatchStore, RecordReport
@@ -345,28 +346,7 @@ class Pipeline:
             self.metrics.outcomes.labels(
                 row["destination"], row["verb"], row["direction"], completion.outcome.value
             ).inc()
-            # One line per transition: ids, attempt and classes only, never argument values.
-            fields = {
-                "saga_id": row["saga_id"],
-                "effect_id": row["effect_id"],
-                "direction": row["direction"],
-                "attempt": completion.attempt,
-                "outcome": completion.outcome.value,
-                "dispatch_state": transition.dispatch_state.value,
-                "saga_state": transition.saga.state.value if transition.saga else None,
-                "settled_by": completion.settled_by,
-            }
-            log.info(
-                "%s %s/%s #%s %s -> %s%s",
-                row["saga_id"][:12],
-                row["effect_id"],
-                row["direction"],
-                completion.attempt,
-                completion.outcome.value,
-                transition.dispatch_state.value,
-                f" (saga {transition.saga.state.value})" if transition.saga else "",
-                extra=fields,
-            )
+            log_transition(completion, transition, row)
         if report.notified or report.applied:
             self.wake.set()
         if self.keep_reports:

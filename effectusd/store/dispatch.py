@@ -23,7 +23,6 @@ from effectusd.core.poison import PoisonedDispatch, held_completion, quarantine
 from effectusd.core.registry import Registry
 from effectusd.core.settlement import SettlementFacts, Verdict, holds_lease, settle_completion
 from effectusd.core.states import (
-    Delivery,
     Direction,
     DispatchState,
     OutcomeClass,
@@ -373,32 +372,3 @@ def deal_in_turns(candidates: Mapping[str, Sequence[T]], total: int) -> list[T]:
                 if len(dealt) == total:
                     return dealt
     return dealt
-
-
-def claim_from_row(row: Mapping[str, Any]) -> Claim:
-    return Claim(
-        dispatch_id=row["dispatch_id"],
-        saga_id=row["saga_id"],
-        effect_id=row["effect_id"],
-        direction=Direction(row["direction"]),
-        execution_id=row["execution_id"],
-        destination=row["destination"],
-        verb=row["verb"],
-        contract_hash=row["contract_hash"],
-        delivery=Delivery(row["delivery"]),
-        method=row["method"],
-        path=row["path"],
-        body=row["args_canonical"].encode("utf-8"),
-        args_hash=row["args_hash"],
-        idempotency_key=row["idempotency_key"],
-        fencing_resources=tuple(row["fencing_resources"]),
-        timeout_ms=row["timeout_ms"],
-        max_attempts=row["max_attempts"],
-        fence_waits=row["fence_waits"],
-        attempt=row["attempt"],
-        lease_token=str(row["lease_token"]),
-        lease_expires_at=row["lease_expires_at"],
-        request_id=str(row["request_id"]),
-        db_now=row["db_now"],
-        created_at=row["created_at"],
-    )

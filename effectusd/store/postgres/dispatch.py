@@ -9,8 +9,8 @@ import json
 from typing import Any
 
 from effectusd.backends.operation import Operation, single
-from effectusd.store.dispatch import DispatchStore, claim_from_row
-from effectusd.store.records import Claim
+from effectusd.store.dispatch import DispatchStore
+from effectusd.store.records import Claim, claim_from_row
 
 
 class PostgresDispatchStore(DispatchStore):

@@ -8,9 +8,9 @@ import uuid
 from typing import Any, TypeVar
 
 from effectusd.backends.operation import Operation
-from effectusd.store.dispatch import DispatchStore, claim_from_row, deal_in_turns
+from effectusd.store.dispatch import DispatchStore, deal_in_turns
 from effectusd.store.operations import event
-from effectusd.store.records import Claim
+from effectusd.store.records import Claim, claim_from_row
 
 T = TypeVar("T")
 
