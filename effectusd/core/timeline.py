@@ -3,8 +3,9 @@
 
 A claim writes the attempt row it opens (dispatch, attempt, lease owner, lease deadline,
 ``claimed_at``) and nothing else: the timeline entry of the claim says nothing the row does not,
-so it is read from the row. Rows written by earlier versions, which stored a
-``dispatch_claimed`` event with each claim, show that stored event and derive none.
+so it is read from the row (``select_saga_events`` reads events and attempt rows in one
+statement, so in one snapshot). Sagas claimed by earlier versions, which stored a
+``dispatch_claimed`` event with each claim, show that stored event and derive none for it.
 
 Where a derived entry goes, for ties too:
 
@@ -20,8 +21,9 @@ Where a derived entry goes, for ties too:
 * derived entries at the same place: by ``claimed_at``, then dispatch, then attempt.
 
 A derived entry has no stored row, so no stored ``event_id``: it gets a negative one, unique
-in the saga and the same on every read, ``-(dispatch_id * 65536 + attempt)``. Stored events
-keep their own (positive, ascending along the timeline); nothing pages by ``event_id``.
+in the saga (for attempts below 65536) and the same on every read,
+``-(dispatch_id * 65536 + attempt)``. Stored events keep their own (positive, ascending along
+the timeline). Nothing pages by ``event_id``; a reader that did would page the stored events.
 """
 
 from __future__ import annotations
@@ -42,39 +44,34 @@ def derived_event_id(dispatch_id: int, attempt: int) -> int:
     return -(dispatch_id * _ATTEMPT_SPAN + attempt)
 
 
-def with_claims(
-    events: Sequence[Mapping[str, Any]],
-    dispatches: Sequence[Mapping[str, Any]],
-    attempts: Sequence[Mapping[str, Any]],
-) -> list[Mapping[str, Any]]:
-    """``events`` (stored, in ``event_id`` order) with the claim entry of every attempt row that
-    has no stored one, each where the module docstring says."""
-    where = {d["dispatch_id"]: (d["effect_id"], d["direction"]) for d in dispatches}
+def with_claims(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The timeline of ``select_saga_events`` rows: the stored events (``event_id`` set), in
+    ``event_id`` order, with the claim row of every attempt (``event_id`` NULL) that has no
+    stored claim event, each made an entry and placed as the module docstring says."""
+    events = [row for row in rows if row["event_id"] is not None]
     stored = {
         (e["effect_id"], e["direction"], e["attempt"]) for e in events if e["kind"] == CLAIMED
     }
     placed: list[tuple[int, datetime, int, int, dict[str, Any]]] = []
-    for row in attempts:
-        effect_id, direction = where[row["dispatch_id"]]
-        if (effect_id, direction, row["attempt"]) in stored:
-            continue  # written by an earlier version, with its claim
-        position, from_state = _place(events, effect_id, direction, row)
+    for row in rows:
+        key = (row["effect_id"], row["direction"], row["attempt"])
+        if row["event_id"] is not None or key in stored:
+            continue  # a stored event; or a claim an earlier version stored as one
+        position, from_state = _place(events, row)
         entry = {
             "event_id": derived_event_id(row["dispatch_id"], row["attempt"]),
-            "effect_id": effect_id,
-            "direction": direction,
+            "effect_id": row["effect_id"],
+            "direction": row["direction"],
             "attempt": row["attempt"],
             "kind": CLAIMED,
             "from_state": from_state,
             "to_state": "in_flight",
-            "actor": row["lease_owner"],
+            "actor": row["actor"],  # the lease owner
             "evidence": None,
             "detail": {"lease_expires_at": row["lease_expires_at"].isoformat()},
-            "at": row["claimed_at"],
+            "at": row["at"],  # claimed_at: the claim transaction's start
         }
-        placed.append((position, row["claimed_at"], row["dispatch_id"], row["attempt"], entry))
-    if not placed:
-        return list(events)
+        placed.append((position, row["at"], row["dispatch_id"], row["attempt"], entry))
     placed.sort(key=lambda p: p[:4])
     merged: list[Mapping[str, Any]] = []
     taken = 0
@@ -86,12 +83,10 @@ def with_claims(
     return merged
 
 
-def _place(
-    events: Sequence[Mapping[str, Any]], effect_id: str, direction: str, row: Mapping[str, Any]
-) -> tuple[int, str]:
-    """Where the claim of attempt row ``row`` goes (the index of the stored event it comes
-    before) and the state it took the dispatch from."""
-    attempt = row["attempt"]
+def _place(events: Sequence[Mapping[str, Any]], claim: Mapping[str, Any]) -> tuple[int, str]:
+    """Where ``claim`` goes (the index of the stored event it comes before) and the state it
+    took its dispatch from."""
+    effect_id, direction, attempt = claim["effect_id"], claim["direction"], claim["attempt"]
     after, before = -1, len(events)
     from_state = "queued" if attempt == 1 else "retry_wait"  # only if no event says (none lost)
     for index, event in enumerate(events):
@@ -103,6 +98,6 @@ def _place(
         if event["to_state"] in _DUE:
             after, from_state = index, event["to_state"]
     position = after + 1
-    while position < before and events[position]["at"] <= row["claimed_at"]:
+    while position < before and events[position]["at"] <= claim["at"]:
         position += 1
     return position, from_state

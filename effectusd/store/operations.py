@@ -202,8 +202,7 @@ def load_saga(saga_id: str) -> Operation[SagaView | None]:
     dispatches = yield ("select_saga_dispatches", params)
     attempts = yield ("select_saga_attempts", params)
     events = yield ("select_saga_events", params)
-    timeline = with_claims(events, dispatches, attempts)  # claims are read from attempt rows
-    return build_saga_view(saga[0], steps, dispatches, attempts, timeline)
+    return build_saga_view(saga[0], steps, dispatches, attempts, with_claims(events))
 
 
 def with_dependencies(plan: Any, steps: Rows) -> Rows:
