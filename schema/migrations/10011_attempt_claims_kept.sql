@@ -2,7 +2,10 @@
 -- it opens (effectusd/core/timeline.py). What the claim wrote there is kept as the events table
 -- keeps its rows: never rewritten (not even to the same value), and the row leaves only with its
 -- dispatch, that is with its saga (prune). The settlement, write-ahead and late-answer columns
--- stay writable; a trigger on the claim's columns only costs the statements that name them.
+-- stay writable. AFTER triggers, not BEFORE: a BEFORE row trigger locks the old row first, one
+-- more WAL record on every update of the table (the write-ahead's, the settlement's), even one
+-- that names none of the claim's columns; an AFTER UPDATE OF trigger costs only the statements
+-- that name them, and aborts them all the same.
 CREATE FUNCTION effectus_saga_attempts_claim_kept() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -12,14 +15,15 @@ END;
 $$;
 
 CREATE TRIGGER effectus_saga_attempts_claim_kept
-    BEFORE UPDATE OF dispatch_id, attempt, request_id, lease_owner, lease_token, claimed_at,
+    AFTER UPDATE OF dispatch_id, attempt, request_id, lease_owner, lease_token, claimed_at,
         lease_expires_at
     ON effectus_saga_attempts
     FOR EACH ROW EXECUTE FUNCTION effectus_saga_attempts_claim_kept();
 
 -- ON DELETE CASCADE runs inside the referential-integrity trigger: an attempt deleted with its
 -- dispatch (itself deleted with its saga) is one or more trigger levels deeper than a direct
--- DELETE.
+-- DELETE. A BEFORE trigger here (rows are deleted only by prune, so its row lock costs only
+-- prune): the cascade's AFTER row triggers would run at the end of the outer statement, level 1.
 CREATE FUNCTION effectus_saga_attempts_no_direct_delete() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
