@@ -23,6 +23,7 @@ from effectusd.core.submission import (
     conflict_with_existing,
     pruned_identity,
 )
+from effectusd.core.timeline import with_claims
 from effectusd.core.views import SagaView, build_saga_view
 
 T = TypeVar("T")
@@ -201,7 +202,7 @@ def load_saga(saga_id: str) -> Operation[SagaView | None]:
     dispatches = yield ("select_saga_dispatches", params)
     attempts = yield ("select_saga_attempts", params)
     events = yield ("select_saga_events", params)
-    return build_saga_view(saga[0], steps, dispatches, attempts, events)
+    return build_saga_view(saga[0], steps, dispatches, attempts, with_claims(events))
 
 
 def with_dependencies(plan: Any, steps: Rows) -> Rows:

@@ -27,19 +27,31 @@ async def test_each_next_step_is_claimed_in_the_transaction_that_records_the_one
         await run_until_idle(config, db)
 
     assert [r.effect for r in dest.requests] == ["s1", "s2", "s3"]
-    events = fetch(
-        db,
-        "SELECT effect_id, kind, xmin::text AS tx FROM effectus_saga_events "
-        "WHERE saga_id = %s ORDER BY event_id",
-        saga,
-    )
-    claimed = {e["effect_id"]: e["tx"] for e in events if e["kind"] == "dispatch_claimed"}
-    settled = {e["effect_id"]: e["tx"] for e in events if e["kind"] == "attempt_settled"}
-    assert claimed["s2"] == settled["s1"] and claimed["s3"] == settled["s2"]
-    assert claimed["s1"] != settled["s1"]  # the first step is claimed by the claim loop
-    # and the timeline still reads in order: the claim follows what enqueued it
-    kinds = [(e["effect_id"], e["kind"]) for e in events]
-    assert kinds.index(("s1", "attempt_settled")) < kinds.index(("s2", "dispatch_claimed"))
+    # now() is the transaction's start: the attempt row's claimed_at and the step row the
+    # same transaction recorded as succeeded carry the same one
+    recorded = {
+        row["effect_id"]: row["updated_at"]
+        for row in fetch(
+            db, "SELECT effect_id, updated_at FROM effectus_saga_steps WHERE saga_id = %s", saga
+        )
+    }
+    claimed = {  # a claim's record is the attempt row it opens
+        row["effect_id"]: row["claimed_at"]
+        for row in fetch(
+            db,
+            "SELECT o.effect_id, a.claimed_at FROM effectus_saga_attempts a "
+            "JOIN effectus_saga_outbox o USING (dispatch_id) WHERE o.saga_id = %s",
+            saga,
+        )
+    }
+    assert claimed["s2"] == recorded["s1"] and claimed["s3"] == recorded["s2"]
+    assert claimed["s1"] < recorded["s1"]  # the first step is claimed by the claim loop
+    # and the timeline reads in order: each claim follows what enqueued it
+    timeline = [(e.effect_id, e.kind) for e in client.get(saga).timeline]  # type: ignore[union-attr]
+    for before, after in (("s1", "s2"), ("s2", "s3")):
+        assert timeline.index((before, "attempt_settled")) < timeline.index(
+            (after, "dispatch_claimed")
+        )
     for effect in ("s2", "s3"):
         [dispatch] = fetch(
             db,

@@ -912,9 +912,11 @@ def test_get_returns_steps_then_dispatches_then_attempts_and_the_timeline(
     assert attempt.fencing_status == "propagated"
     assert attempt.outcome is None and attempt.sent_at is None
     assert attempt.completed_at is None
-    assert [event.kind for event in view.timeline] == [
-        "saga_submitted",
-        "dispatch_enqueued",
+    # the claim's entry is its attempt row, read as the timeline's dispatch_claimed
+    assert [(event.kind, event.actor) for event in view.timeline] == [
+        ("saga_submitted", "client"),
+        ("dispatch_enqueued", "client"),
+        ("dispatch_claimed", "worker-1"),
     ]
 
 

@@ -9,7 +9,6 @@ from typing import Any, TypeVar
 
 from effectusd.backends.operation import Operation
 from effectusd.store.dispatch import DispatchStore, deal_in_turns
-from effectusd.store.operations import event
 from effectusd.store.records import Claim, claim_from_row
 
 T = TypeVar("T")
@@ -21,20 +20,21 @@ class SqliteDispatchStore(DispatchStore):
 
     def _claim_due(self, wanted: list[tuple[str, int]], total: int) -> Operation[list[Claim]]:
         """The claim_ready statement of PostgreSQL, in the steps SQLite can do: pick due rows,
-        lease them, open an attempt row and log the claim, all under the write lock."""
+        lease them and open an attempt row (the claim's timeline entry, effectusd.core.timeline),
+        all under the write lock."""
         candidates: dict[str, list[dict[str, Any]]] = {}
         for destination, limit in wanted:
             candidates[destination] = yield (
                 "claim_due",
                 {"destination": destination, "limit": limit},
             )
-        previous = {row["dispatch_id"]: row["state"] for row in deal_in_turns(candidates, total)}
-        if not previous:
+        due = [row["dispatch_id"] for row in deal_in_turns(candidates, total)]
+        if not due:
             return []
         leased = yield (
             "claim_mark",
             {
-                "dispatch_ids": list(previous),
+                "dispatch_ids": due,
                 "owner": self.owner,
                 "margin_s": self.lease_margin_s,
                 "live": self.registry.live_limits(),
@@ -52,23 +52,6 @@ class SqliteDispatchStore(DispatchStore):
                     "lease_token": row["lease_token"],
                     "lease_expires_at": row["lease_expires_at"],
                 }
-                for row in rows
-            ],
-        )
-        yield (
-            "insert_event",
-            [
-                event(
-                    row["saga_id"],
-                    "dispatch_claimed",
-                    self.owner,
-                    effect_id=row["effect_id"],
-                    direction=row["direction"],
-                    attempt=row["attempt"],
-                    from_state=previous[row["dispatch_id"]],
-                    to_state="in_flight",
-                    detail={"lease_expires_at": row["lease_expires_at"].isoformat()},
-                )[1]
                 for row in rows
             ],
         )

@@ -1,9 +1,10 @@
 -- Claim due rows for destinations with free capacity, within the overall room, in one
--- statement: lease each row (attempt + 1, random token, deadline from the database clock),
--- open its attempt row and append the timeline event. Only rows in the partial "ready" index
--- are ever looked at. The call timeout and the retry budget come from the loaded config
--- (live), not from the row written at enqueue: the row is brought up to date here, so it
--- shows what this attempt used.
+-- statement: lease each row (attempt + 1, random token, deadline from the database clock)
+-- and open its attempt row, which is also the claim's timeline entry: the timeline read derives
+-- "dispatch_claimed" from it (effectusd.core.timeline), nothing goes to effectus_saga_events.
+-- Only rows in the partial "ready" index are ever looked at. The call timeout and the retry
+-- budget come from the loaded config (live), not from the row written at enqueue: the row is
+-- brought up to date here, so it shows what this attempt used.
 WITH wanted AS (
     SELECT destination, lim
     FROM unnest(%(destinations)s::text[], %(limits)s::int[]) AS w(destination, lim)
@@ -14,13 +15,13 @@ live AS (
         AS l(verb, timeout_ms, max_attempts)
 ),
 candidates AS (
-    SELECT picked.dispatch_id, picked.state, picked.next_attempt_at,
+    SELECT picked.dispatch_id, picked.next_attempt_at,
            live.timeout_ms AS live_timeout_ms, live.max_attempts AS live_max_attempts,
            row_number() OVER (PARTITION BY wanted.destination
                               ORDER BY picked.next_attempt_at) AS turn
     FROM wanted
     CROSS JOIN LATERAL (
-        SELECT o.dispatch_id, o.state, o.next_attempt_at, o.verb
+        SELECT o.dispatch_id, o.next_attempt_at, o.verb
         FROM effectus_saga_outbox o
         WHERE o.state IN ('queued', 'retry_wait')
           AND o.destination = wanted.destination
@@ -35,7 +36,7 @@ candidates AS (
 -- before any gets its second, so idle destinations hold nothing and none is starved. Rows
 -- looked at but not dealt stay locked only until this statement ends.
 due AS (
-    SELECT dispatch_id, state, live_timeout_ms, live_max_attempts
+    SELECT dispatch_id, live_timeout_ms, live_max_attempts
     FROM candidates
     ORDER BY turn, next_attempt_at
     LIMIT %(total)s
@@ -61,7 +62,7 @@ claimed AS (
               o.verb, o.contract_hash, o.delivery, o.method, o.path, o.args_canonical,
               o.args_hash, o.idempotency_key, o.fencing_resources, o.timeout_ms, o.max_attempts,
               o.fence_waits, o.attempt,
-              o.lease_token, o.lease_expires_at, o.created_at, due.state AS previous_state
+              o.lease_token, o.lease_expires_at, o.created_at
 ),
 opened AS (
     INSERT INTO effectus_saga_attempts
@@ -69,14 +70,6 @@ opened AS (
     SELECT dispatch_id, attempt, gen_random_uuid(), %(owner)s, lease_token, lease_expires_at
     FROM claimed
     RETURNING dispatch_id, request_id
-),
-logged AS (
-    INSERT INTO effectus_saga_events
-        (saga_id, effect_id, direction, attempt, kind, from_state, to_state, actor, detail)
-    SELECT saga_id, effect_id, direction, attempt, 'dispatch_claimed', previous_state,
-           'in_flight', %(owner)s,
-           jsonb_build_object('lease_expires_at', lease_expires_at)
-    FROM claimed
 )
 SELECT c.*, opened.request_id, now() AS db_now
 FROM claimed c

@@ -4,8 +4,8 @@
 -- free slot, the next step is claimed where it is written. The row is inserted in_flight,
 -- attempt 1, with its lease and attempt row, exactly as claim_ready.sql would leave it, so
 -- nothing downstream can tell the two apart; it skips the claim's second version of the row
--- and its round trip. Runs after the transaction's other writes, so its timeline event
--- follows theirs. Delivered to no one else: no NOTIFY.
+-- and its round trip. Its timeline entry is its attempt row, as a claim's is
+-- (effectusd/core/timeline.py). Delivered to no one else: no NOTIFY.
 WITH d AS (
     SELECT *
     FROM jsonb_to_recordset(%(rows)s::jsonb) AS d(
@@ -34,19 +34,10 @@ claimed AS (
 ),
 opened AS (
     INSERT INTO effectus_saga_attempts
-        (dispatch_id, attempt, request_id, lease_owner, lease_token, lease_expires_at,
-         claimed_at)
-    SELECT dispatch_id, attempt, gen_random_uuid(), %(owner)s, lease_token, lease_expires_at,
-           clock_timestamp()
+        (dispatch_id, attempt, request_id, lease_owner, lease_token, lease_expires_at)
+    SELECT dispatch_id, attempt, gen_random_uuid(), %(owner)s, lease_token, lease_expires_at
     FROM claimed
     RETURNING dispatch_id, request_id
-),
-logged AS (
-    INSERT INTO effectus_saga_events
-        (saga_id, effect_id, direction, attempt, kind, from_state, to_state, actor, detail)
-    SELECT saga_id, effect_id, direction, attempt, 'dispatch_claimed', 'queued', 'in_flight',
-           %(owner)s, jsonb_build_object('lease_expires_at', lease_expires_at)
-    FROM claimed
 )
 SELECT c.*, opened.request_id, now() AS db_now
 FROM claimed c
