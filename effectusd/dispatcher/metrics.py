@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics import MetricWrapperBase
+
+M = TypeVar("M", bound=MetricWrapperBase)
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -16,25 +21,24 @@ class Metrics:
         self._declare_work()
         self._declare_guards()
         self._declare_failures()
-        # Children by label values, for the metrics every call touches: labels() validates,
-        # joins and locks each time. Label values are destinations and verbs: a bounded set.
-        self._in_flight_of: dict[str, Gauge] = {}
-        self._call_seconds_of: dict[tuple[str, str], Histogram] = {}
+        # Children by label values, for the metrics every step touches: labels() validates,
+        # joins and locks each time. Label values are destinations, verbs and classes: a
+        # bounded set.
+        self._children: dict[tuple[int, tuple[str, ...]], MetricWrapperBase] = {}
+
+    def child(self, metric: M, *values: str) -> M:
+        """``metric.labels(*values)``, looked up once per metric and values."""
+        key = (id(metric), values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found  # type: ignore[return-value]  # labels() returns the metric's own type
 
     def in_flight_of(self, destination: str) -> Gauge:
-        """``in_flight.labels(destination)``, looked up once per destination."""
-        child = self._in_flight_of.get(destination)
-        if child is None:
-            child = self._in_flight_of[destination] = self.in_flight.labels(destination)
-        return child
+        return self.child(self.in_flight, destination)
 
     def call_seconds_of(self, destination: str, verb: str) -> Histogram:
-        """``call_seconds.labels(destination, verb)``, looked up once per pair."""
-        key = (destination, verb)
-        child = self._call_seconds_of.get(key)
-        if child is None:
-            child = self._call_seconds_of[key] = self.call_seconds.labels(destination, verb)
-        return child
+        return self.child(self.call_seconds, destination, verb)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

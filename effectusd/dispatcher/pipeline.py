@@ -96,8 +96,9 @@ class Pipeline:
     def _start(self, claims: list[Claim], claimed_at: float) -> None:
         """Send claimed rows (their slots taken) on their way: write-ahead, then call."""
         faults.point("after_claim")
+        metrics = self.metrics
         for claim in claims:
-            self.metrics.enqueue_to_dispatch_seconds.labels(claim.destination).observe(
+            metrics.child(metrics.enqueue_to_dispatch_seconds, claim.destination).observe(
                 max((claim.db_now - claim.created_at).total_seconds(), 0.0)
             )
         task = asyncio.create_task(self.dispatch_batch(claims, claimed_at))
@@ -343,8 +344,12 @@ class Pipeline:
     def _after_record(self, report: RecordReport) -> None:
         self.metrics.late_completions.inc(report.late)
         for completion, transition, row in report.transitions:
-            self.metrics.outcomes.labels(
-                row["destination"], row["verb"], row["direction"], completion.outcome.value
+            self.metrics.child(
+                self.metrics.outcomes,
+                row["destination"],
+                row["verb"],
+                row["direction"],
+                completion.outcome.value,
             ).inc()
             log_transition(completion, transition, row)
         if report.notified or report.applied:

@@ -104,7 +104,8 @@ class TransitionRows:
             )
         if dispatch:
             self._dispatch(completion, transition)
-        if row["lease_token"] is not None:
+        if row["lease_token"] is not None and row.get("fenced", True):
+            # only a dispatch with fencing resources can hold fencing leases
             self.released.append((completion.dispatch_id, str(row["lease_token"])))
         self._saga(saga_id, transition)
 

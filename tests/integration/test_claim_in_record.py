@@ -1,13 +1,18 @@
-"""The recorder claims the next step where it writes it (PostgreSQL): in the transaction that
-records the step before, and only into a free slot of this daemon's. (A record that does not
-commit gives back every slot it took: tests/conformance/test_poison.py.)"""
+"""Claims on PostgreSQL: the recorder claims the next step where it writes it, in the
+transaction that records the step before, and only into a free slot of this daemon's (a
+record that does not commit gives back every slot it took: tests/conformance/test_poison.py);
+the claim statement commits without waiting for its WAL, and only its own transaction."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 import pytest
 
+from effectusd.backends.postgres import STORE_STATEMENTS
+from effectusd.backends.postgres.runner import sql
+from effectusd.bench.claims import claim_params
 from effectusd.config import parse_config
 from effectusd.dispatcher import daemon as daemon_module
 from effectusd.dispatcher.capacity import Capacity
@@ -110,3 +115,17 @@ async def test_the_recorder_takes_no_slot_a_destination_does_not_have(
     assert all(client.get(s.saga_id).state == "completed" for s in sagas)  # type: ignore[union-attr]
     assert len(narrow.requests) == 60 and len(wide.requests) == 60
     assert most == {"narrow": 1, "wide": 3}
+
+
+def test_the_claim_alone_commits_without_waiting_for_its_wal(db: str) -> None:
+    with running() as dest:
+        config = make_config(dest.base_url, {"work": {}})
+        client_for(config, db).submit(serial_plan("one", ["work"]), execution_id="x-1")
+    with psycopg.connect(db, autocommit=True) as conn:
+        with conn.transaction(force_rollback=True):
+            claimed = conn.execute(sql(STORE_STATEMENTS, "claim_ready"), claim_params(config))
+            assert len(claimed.fetchall()) == 1
+            assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+        # the setting ended with the claim's transaction: what the connection runs next (a
+        # write-ahead, a record) commits synchronously
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)

@@ -52,6 +52,7 @@ NOT_ON_SQLITE = {
     "migrations_lock",
     "migrations_table_exists",
     "claim_ready",
+    "insert_dispatch_claimed",  # the recorder claims in its transaction on PostgreSQL only
 }
 SQLITE_ONLY = {"claim_due", "claim_mark", "claim_open_attempt"}
 EXECUTEMANY = {

@@ -5,9 +5,18 @@
 -- Only rows in the partial "ready" index are ever looked at. The call timeout and the retry
 -- budget come from the loaded config (live), not from the row written at enqueue: the row is
 -- brought up to date here, so it shows what this attempt used.
-WITH wanted AS (
+WITH unsynced AS (
+    -- The claim's commit does not wait for its WAL to reach disk (this transaction only: the
+    -- setting ends with it). A claim lost in a server crash is as if never made: its rows are
+    -- due again and nothing was sent, because a call starts only after its write-ahead has
+    -- committed, synchronously, and WAL is flushed in order: a durable write-ahead means a
+    -- durable claim. The write-ahead and the recorder keep synchronous commits.
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+),
+wanted AS (
     SELECT destination, lim
     FROM unnest(%(destinations)s::text[], %(limits)s::int[]) AS w(destination, lim)
+    CROSS JOIN unsynced
 ),
 live AS (
     SELECT verb, timeout_ms, max_attempts

@@ -6,7 +6,7 @@
 -- claim commits (its state no longer matches), and the facts read next show it in flight.
 SELECT o.dispatch_id, o.saga_id, o.effect_id, o.direction, o.delivery, o.verb, o.destination,
        o.state, o.attempt, o.max_attempts, o.budget_base, o.uncertain_attempt, o.fence_waits,
-       o.lease_token,
+       o.lease_token, o.fencing_resources <> '[]'::jsonb AS fenced,
        o.lease_expires_at < now() AS lease_expired
 FROM effectus_saga_outbox o
 WHERE o.dispatch_id = ANY(%(dispatch_ids)s::bigint[])
