@@ -267,9 +267,7 @@ class Daemon:
         deadline = time.monotonic() + grace
         if pipeline.calls:
             log.info("draining %d in-flight batch(es) for up to %.0fs", len(pipeline.calls), grace)
-        # A record that decided before claiming stopped still starts what it claimed when it
-        # commits: its calls are drained in the next pass.
-        while True:
+        while True:  # a record that claimed before the stop starts those calls: drain them too
             if pipeline.calls:
                 _done, pending = await asyncio.wait(
                     list(pipeline.calls), timeout=max(deadline - time.monotonic(), 0.0)
