@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from tests.conformance.support import StoreUnderTest
 from tests.support import backends
 from tests.support.required import missing
 
@@ -95,3 +96,23 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return migrated_sqlite(tmp_path)
     url: str = request.getfixturevalue("db")
     return url
+
+
+# The ``store`` fixture of the conformance suite (and of tests that check a store's statements
+# the same way): each test using it runs once per store, on an empty, migrated database
+# (PostgreSQL: the shared test database, emptied; SQLite: a new file).
+@pytest.fixture(
+    params=[pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("sqlite")]
+)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StoreUnderTest]:
+    if request.param == "postgres":
+        url = request.getfixturevalue("db")
+    else:
+        url = f"sqlite:///{tmp_path / 'effectusd.db'}"
+        with backends.connection(url, create=True) as conn:
+            backends.migrate(conn)
+    under_test = StoreUnderTest(request.param, url)
+    try:
+        yield under_test
+    finally:
+        await under_test.close()

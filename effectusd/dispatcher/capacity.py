@@ -45,9 +45,7 @@ class Capacity:
         self.in_flight[destination] -= 1
 
     def has_room_for(self, destination: str) -> bool:
-        return self.room > 0 and self.in_flight.get(destination, 0) < self.limits.get(
-            destination, 0
-        )
+        return destination in self.free()
 
     def reserve(self, wanted: Mapping[str, int]) -> None:
         """Take ``wanted`` slots per destination before a claim is sent, so that nothing

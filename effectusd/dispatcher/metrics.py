@@ -34,12 +34,6 @@ class Metrics:
             found = self._children[key] = metric.labels(*values)
         return found  # type: ignore[return-value]  # labels() returns the metric's own type
 
-    def in_flight_of(self, destination: str) -> Gauge:
-        return self.child(self.in_flight, destination)
-
-    def call_seconds_of(self, destination: str, verb: str) -> Histogram:
-        return self.child(self.call_seconds, destination, verb)
-
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 

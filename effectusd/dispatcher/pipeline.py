@@ -210,7 +210,8 @@ class Pipeline:
             timeout=timeout,
             trace_headers=trace_headers,
         )
-        in_flight = self.metrics.in_flight_of(claim.destination)
+        metrics = self.metrics
+        in_flight = metrics.child(metrics.in_flight, claim.destination)
         in_flight.inc()
         started = time.perf_counter()
         try:
@@ -219,7 +220,7 @@ class Pipeline:
             in_flight.dec()
         if self.spans is not None:
             self.spans.called(claim, token, result)
-        self.metrics.call_seconds_of(claim.destination, claim.verb).observe(
+        metrics.child(metrics.call_seconds, claim.destination, claim.verb).observe(
             time.perf_counter() - started
         )
         faults.point("after_call")

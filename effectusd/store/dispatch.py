@@ -251,7 +251,7 @@ class DispatchStore(WriteAheadStore):
                 report.transitions.append((applied, settlement.transition, drow))
         claimed: list[dict[str, Any]] = []
         if slots is not None:
-            claimed = writes.claim_new(slots.take, self.registry.live_limits())
+            claimed = writes.claim_new(slots.take)
         yield from write_rows(writes)
         if claimed:
             report.claimed = yield from self._insert_claimed(claimed)

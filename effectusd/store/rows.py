@@ -157,24 +157,16 @@ class TransitionRows:
         for event in transition.events:
             self.events.append(event_params(saga_id, event))
 
-    def claim_new(
-        self, take_slot: Callable[[str], bool], live: Mapping[str, tuple[int, int]]
-    ) -> list[dict[str, Any]]:
+    def claim_new(self, take_slot: Callable[[str], bool]) -> list[dict[str, Any]]:
         """Move the new dispatches this daemon has a free slot for (``take_slot`` takes one
         for a destination, or says there is none) out of ``inserts``: they are written
-        claimed (``insert_dispatch_claimed``), with the verb's live call timeout and retry
-        budget, as a claim would bring them up to date."""
+        claimed (``insert_dispatch_claimed``). Every new dispatch is due now, and was built
+        from the live registry, so its call timeout and retry budget are the ones a claim
+        would apply."""
         claimed: list[dict[str, Any]] = []
         kept: list[dict[str, Any]] = []
         for params in self.inserts:
-            if params["not_before"] is None and take_slot(params["destination"]):
-                limits = live.get(params["verb"])
-                if limits is not None:
-                    params["timeout_ms"], params["max_attempts"] = limits
-                del params["not_before"]
-                claimed.append(params)
-            else:
-                kept.append(params)
+            (claimed if take_slot(params["destination"]) else kept).append(params)
         self.inserts = kept
         return claimed
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -26,23 +25,6 @@ from tests.integration.test_dispatcher_leases import wait_for
 from tests.integration.test_fencing import lock_waiters
 from tests.support import backends
 from tests.support.harness import serial_plan
-
-
-@pytest.fixture(
-    params=[pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("sqlite")]
-)
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StoreUnderTest]:
-    if request.param == "postgres":
-        url = request.getfixturevalue("db")
-    else:
-        url = f"sqlite:///{tmp_path / 'effectusd.db'}"
-        with backends.connection(url, create=True) as conn:
-            backends.migrate(conn)
-    under_test = StoreUnderTest(request.param, url)
-    try:
-        yield under_test
-    finally:
-        await under_test.close()
 
 
 def outbox_row(store: StoreUnderTest, saga: str, *columns: str) -> tuple[Any, ...]:

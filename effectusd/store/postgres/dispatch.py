@@ -1,7 +1,8 @@
 """The dispatch side of the PostgreSQL store: the backend's connection pool runs the shared
 operations (``effectusd.store.dispatch``); the claim is one statement (claim_ready.sql: SKIP
-LOCKED, lease, attempt row and timeline event in one round trip), and the recorder writes the
-next dispatches it has slots for already claimed (insert_dispatch_claimed.sql)."""
+LOCKED, lease and attempt row, the claim's timeline entry, in one round trip), and the
+recorder writes the next dispatches it has slots for already claimed
+(insert_dispatch_claimed.sql)."""
 
 from __future__ import annotations
 
