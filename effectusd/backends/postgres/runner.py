@@ -3,13 +3,12 @@ already has one open: that is how a submit joins the application's transaction).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
-from datetime import datetime
 from functools import cache, partial
 from typing import Any, TypeVar
 
+import orjson
 import psycopg
 from psycopg import sql as psql
 from psycopg.pq import TransactionStatus
@@ -35,18 +34,17 @@ def set_based(
     batch instead of one per row, which is most of what a group commit costs the daemon. One
     JSON text instead of an array per column, because psycopg inspects every element of a list
     parameter to type it: a quarter of the recorder's time went there. None: run NAME once
-    per row."""
+    per row.
+
+    orjson writes the array (a tenth of json's time; timestamps in the ISO form PostgreSQL
+    reads). What a row carries is the engine's own: ids, states, counts, timestamps, finite
+    delays, and documents from outside (results, evidence, details) already encoded by the
+    standard library, whose NaN PostgreSQL refuses, so a poisoned answer still fails its
+    statement (orjson would have written it as null)."""
     many = f"{name}_many"
     if len(rows) < 2 or many not in statements.names():
         return None  # one row: the plain statement plans and runs faster than the array form
-    return sql(statements, many), {"rows": json.dumps(rows, default=_json_value)}
-
-
-def _json_value(value: object) -> str:
-    """What json cannot write itself: a timestamp, as PostgreSQL reads it back."""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"a {type(value).__name__} in a batch row has no JSON form")
+    return sql(statements, many), {"rows": orjson.dumps(rows).decode()}
 
 
 def join_transaction(conn: psycopg.Connection[Any], statements: Statements) -> None:
