@@ -47,6 +47,36 @@ def set_based(
     return sql(statements, many), {"rows": orjson.dumps(rows).decode()}
 
 
+def with_array_texts(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``params`` with each list of ids, counts and texts written as a PostgreSQL array
+    literal (every statement casts its array parameters, e.g. ``%(ids)s::bigint[]``).
+    psycopg types a list parameter by inspecting and dumping each element in Python, a few
+    µs per element (the claim, the write-ahead and the recorder's locked reads send one list
+    element or more per step); the literal is one join."""
+    if not any(type(value) is list for value in params.values()):
+        return params
+    return {
+        key: array_text(value) if type(value) is list else value for key, value in params.items()
+    }
+
+
+def array_text(values: list[Any]) -> str | list[Any]:
+    """The array literal of ``values`` (None, int and str elements), every text element
+    double-quoted with its backslashes and quotes escaped, so any text reads back as itself;
+    a list with anything else (a nested list, a timestamp) is left for psycopg to adapt."""
+    items = []
+    for value in values:
+        if type(value) is str:
+            items.append('"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"')
+        elif type(value) is int:
+            items.append(str(value))
+        elif value is None:
+            items.append("NULL")
+        else:
+            return values
+    return "{" + ",".join(items) + "}"
+
+
 def join_transaction(conn: psycopg.Connection[Any], statements: Statements) -> None:
     """Make sure an idle non-autocommit connection has its transaction open, so that what we
     write becomes part of it (a savepoint) instead of committing on its own."""
@@ -88,7 +118,7 @@ def _execute(cursor: psycopg.Cursor[Any], statements: Statements, query: Query) 
     (no rows back), set-based where it can be, else once per row (pipelined by psycopg)."""
     name, params = query
     if isinstance(params, Mapping):
-        cursor.execute(sql(statements, name), params)
+        cursor.execute(sql(statements, name), with_array_texts(params))
         return cursor.fetchall() if cursor.description else []
     many = set_based(statements, name, params)
     if many is not None:
@@ -104,7 +134,7 @@ async def _execute_async(
     """``_execute`` on an asynchronous cursor."""
     name, params = query
     if isinstance(params, Mapping):
-        await cursor.execute(sql(statements, name), params)
+        await cursor.execute(sql(statements, name), with_array_texts(params))
         return await cursor.fetchall() if cursor.description else []
     many = set_based(statements, name, params)
     if many is not None:
