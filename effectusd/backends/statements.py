@@ -40,7 +40,15 @@ def _text(statements: Statements, name: str) -> str:
             f"{statements.owner} has no statement {statements.folder}/{name}.sql "
             f"(in {statements.package})"
         )
-    return path.read_text("utf-8").strip().rstrip(";")
+    return _without_comment_lines(path.read_text("utf-8")).strip().rstrip(";")
+
+
+def _without_comment_lines(text: str) -> str:
+    """The statement as sent: lines that are only a comment stay in the file for the reader.
+    Shorter text is cheaper to send, and psycopg converts a statement's placeholders once and
+    keeps the result only for texts up to 4,096 characters (the claim's, with its comments,
+    is longer and was converted again on every call)."""
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
 
 
 @cache

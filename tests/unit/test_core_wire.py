@@ -279,3 +279,26 @@ def test_static_config_cannot_claim_an_engine_header() -> None:
     for name in (*wire.REQUEST_HEADERS, "x-effectus-anything", "Content-Type", " host "):
         assert wire.is_reserved_header(name), name
     assert not wire.is_reserved_header("X-Tenant")
+
+
+@given(st.text(max_size=80))
+def test_has_control_finds_exactly_the_ascii_control_characters(value: str) -> None:
+    """The printable fast path answers as the full search would, for any text (unprintable
+    non-ASCII characters such as U+2028 are not control characters here)."""
+    expected = any(ord(char) < 0x20 or ord(char) == 0x7F for char in value)
+    assert wire.has_control(value) is expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("plain", False),
+        ("café \u2028 \u00a0", False),
+        ("a\r\nX-Forged: 1", True),
+        ("tab\there", True),
+        ("del\x7f", True),
+        ("nul\x00", True),
+    ],
+)
+def test_has_control_examples(value: str, expected: bool) -> None:
+    assert wire.has_control(value) is expected
