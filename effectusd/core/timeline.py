@@ -18,7 +18,12 @@ Three kinds of entry say nothing their rows do not, so they are read from them:
   that event's transaction; settlements at one place go by ``completed_at``, dispatch,
   attempt. A second settlement of an attempt (a late answer that settles a block, an
   operator's resolution) writes nothing on the row and stays a stored event;
-* ``dispatch_claimed``: the attempt row the claim opens (``with_claims``).
+* ``dispatch_claimed``: the attempt row the claim opens (``with_claims``). A claim is placed
+  by time among the entries of other dispatches. A settlement's time is its row's
+  ``completed_at``, a few microseconds before its transaction's events are written, where its
+  stored event's was that insert's: in a parallel saga, a claim of another branch whose
+  transaction began in between shows after that settlement (and before the rest of its
+  transaction), where it showed before it.
 
 The writer (``carried_by_rows``) leaves out of the stored events only an entry the rows give
 back the same (kind, step, direction, attempt, states, actor, evidence and detail) at the
