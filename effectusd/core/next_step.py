@@ -23,6 +23,8 @@ from effectusd.core.transition import (
     SagaUpdate,
     StepUpdate,
     Transition,
+    enqueued_event,
+    settled_event,
 )
 
 
@@ -54,21 +56,12 @@ class TransitionBuilder:
     def dispatch(self, state: DispatchState) -> None:
         self.transition.dispatch_state = state
         self.transition.events.append(
-            Event(
-                "attempt_settled",
+            settled_event(
+                self.completion,
                 self.dispatch_facts.effect_id,
                 self.dispatch_facts.direction.value,
-                self.completion.attempt,
                 self.dispatch_facts.state.value,
                 state.value,
-                self.actor,
-                self.completion.operator_evidence,
-                {
-                    "outcome": self.completion.outcome.value,
-                    "settled_by": self.completion.settled_by.value,
-                    "status_code": self.completion.status_code,
-                    "error": self.completion.error,
-                },
             )
         )
 
@@ -247,17 +240,5 @@ class TransitionBuilder:
         else:
             self.transition.steps.append(StepUpdate(step.id, StepState.COMPENSATING))
             self._record_step(step.id, StepState.COMPENSATING)
-        self.transition.events.append(
-            Event(
-                "dispatch_enqueued",
-                step.id,
-                direction.value,
-                None,
-                None,
-                DispatchState.QUEUED.value,
-                self.actor,
-                None,
-                {"idempotency_key": spec.idempotency_key, "args_hash": spec.args_hash},
-            )
-        )
+        self.transition.events.append(enqueued_event(spec, self.actor))
         return spec

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from effectusd.core.canonical import printable
 from effectusd.core.engine import Completion, Event, SagaUpdate, Transition
 from effectusd.core.states import Direction, DispatchState, OutcomeClass, SagaState, SettledBy
+from effectusd.core.transition import settled_event
 
 # Evidence kept about the failure: enough to find it, bounded so it is always storable.
 MAX_ERROR_CHARS = 300
@@ -63,22 +64,10 @@ def quarantine(held: Completion, dispatch: PoisonedDispatch) -> Transition:
         "could not be recorded; see the attempt's evidence"
     )
     blocked = DispatchState.BLOCKED_UNKNOWN
+    # held carries no operator evidence (held_completion), so the event carries none
     events = [
-        Event(
-            "attempt_settled",
-            dispatch.effect_id,
-            dispatch.direction.value,
-            held.attempt,
-            dispatch.state.value,
-            blocked.value,
-            held.actor,
-            None,
-            {
-                "outcome": held.outcome.value,
-                "settled_by": held.settled_by.value,
-                "status_code": held.status_code,
-                "error": held.error,
-            },
+        settled_event(
+            held, dispatch.effect_id, dispatch.direction.value, dispatch.state.value, blocked.value
         )
     ]
     saga = None

@@ -1,53 +1,250 @@
-"""The timeline a saga view shows: the stored events (``effectus_saga_events``) with one
-``dispatch_claimed`` entry per attempt row, derived from that row instead of stored.
+"""The timeline a saga view shows: the stored events (``effectus_saga_events``) and the entries
+read from rows the pipeline writes anyway, which append no event.
 
-A claim writes the attempt row it opens (dispatch, attempt, lease owner, lease deadline,
-``claimed_at``) and nothing else: the timeline entry of the claim says nothing the row does not,
-so it is read from the row (``select_saga_events`` reads events and attempt rows in one
-statement, so in one snapshot). Sagas claimed by earlier versions, which stored a
-``dispatch_claimed`` event with each claim, show that stored event and derive none for it.
+Three kinds of entry say nothing their rows do not, so they are read from them:
 
-Where a derived entry goes, for ties too:
+* ``dispatch_enqueued``: the outbox row (step, direction, idempotency key, argument hash;
+  ``enqueued_by`` says who: the client at submit, the engine, an operator). An enqueue is
+  written with the event that starts its step (``step_state`` to in_progress, or to
+  compensating), right after it in one transaction, or with ``saga_submitted`` for a saga's
+  first dispatches: the entry goes right after that event, with its time (the row's
+  ``created_at`` is a few microseconds earlier, in the same transaction), first dispatches
+  in dispatch_id order;
+* ``attempt_settled`` of the settlement that moves a dispatch out of in_flight: the attempt
+  row (outcome, settled_by, status code, error, ``completed_at``; ``settled_to``, the state
+  the dispatch moved to; ``settled_actor``, the engine or a daemon's reclaim). It is the first
+  entry of its transaction, written before its events: it goes after the saga's last stored
+  event when it settled (``settled_after``), before every later one, after the enqueues of
+  that event's transaction; settlements at one place go by ``completed_at``, dispatch,
+  attempt. A second settlement of an attempt (a late answer that settles a block, an
+  operator's resolution) writes nothing on the row and stays a stored event;
+* ``dispatch_claimed``: the attempt row the claim opens (``with_claims``). A claim is placed
+  by time among the entries of other dispatches. A settlement's time is its row's
+  ``completed_at``, a few microseconds before its transaction's events are written, where its
+  stored event's was that insert's: in a parallel saga, a claim of another branch whose
+  transaction began in between shows after that settlement (and before the rest of its
+  transaction), where it showed before it.
 
-* after the stored event that made the dispatch due for this attempt (its enqueue, the
-  settlement of the attempt before, an operator's retry): the latest stored event of the same
-  dispatch moving it to ``queued`` or ``retry_wait`` before any event of this attempt or a later
-  one. Its ``to_state`` is the claim's ``from_state``, as the claim read it from the row;
-* before every stored event of the same dispatch about this attempt or a later one (the claim
-  opens its attempt);
-* between those two, in time: after every stored event at or before ``claimed_at`` (the
-  claim transaction's start). A claim made in the transaction that enqueued the dispatch has a
-  ``claimed_at`` before its enqueue event's ``at``; the first rule keeps it after that event;
-* derived entries at the same place: by ``claimed_at``, then dispatch, then attempt.
+The writer (``carried_by_rows``) leaves out of the stored events only an entry the rows give
+back the same (kind, step, direction, attempt, states, actor, evidence and detail) at the
+same place; anything else stays stored. A row written by an earlier version has NULL where
+an entry would be read (``settled_to``, ``enqueued_by``) and its stored event instead, so
+nothing shows twice; for claims, a stored ``dispatch_claimed`` is shown instead.
 
-A derived entry has no stored row, so no stored ``event_id``: it gets a negative one, unique
-in the saga (for attempts below 65536) and the same on every read,
-``-(dispatch_id * 65536 + attempt)``. Stored events keep their own (positive, ascending along
-the timeline). Nothing pages by ``event_id``; a reader that did would page the stored events.
+A derived entry has no stored ``event_id``: it gets a negative one, unique in the saga and the
+same on every read (for attempts below 65536 and dispatch ids below 2**36):
+``-(dispatch_id * 65536 + attempt)`` for a claim, ``-(dispatch_id * 65536)`` for an enqueue,
+``-(2**52 + dispatch_id * 65536 + attempt)`` for a settlement. Stored events keep their own
+(positive, ascending along the timeline). Nothing pages by ``event_id``; a reader that did
+would page the stored events.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["CLAIMED", "derived_event_id", "with_claims"]
+from effectusd.core.enqueue import DispatchSpec
+from effectusd.core.states import Direction, DispatchState, StepState
+from effectusd.core.transition import Completion, Event, enqueued_event, settled_event
+
+__all__ = [
+    "CLAIMED",
+    "ENQUEUED",
+    "SETTLED",
+    "Carried",
+    "carried_by_rows",
+    "derived_event_id",
+    "timeline",
+    "with_claims",
+]
 
 CLAIMED = "dispatch_claimed"
+SETTLED = "attempt_settled"
+ENQUEUED = "dispatch_enqueued"
+STARTED = "step_state"
+SUBMITTED = "saga_submitted"
 _DUE = ("queued", "retry_wait")  # the states a claim takes a row from (claim_ready.sql)
 _ATTEMPT_SPAN = 65536
+_SETTLED_BASE = 2**52
+# the step state the event that starts a dispatch's step moves it to, by direction
+_STARTS = {
+    Direction.FORWARD.value: StepState.IN_PROGRESS.value,
+    Direction.COMPENSATION.value: StepState.COMPENSATING.value,
+}
+# the states a settlement moves a dispatch to (the CHECK on settled_to)
+_SETTLED_TO = frozenset(DispatchState) - {DispatchState.QUEUED, DispatchState.IN_FLIGHT}
 
 
-def derived_event_id(dispatch_id: int, attempt: int) -> int:
-    """The ``event_id`` of the claim entry derived from attempt row (dispatch_id, attempt)."""
-    return -(dispatch_id * _ATTEMPT_SPAN + attempt)
+def derived_event_id(dispatch_id: int, attempt: int, kind: str = CLAIMED) -> int:
+    """The ``event_id`` of the entry of ``kind`` derived from dispatch ``dispatch_id``'s rows
+    (``attempt``: the attempt row's; 0 for the enqueue)."""
+    base = dispatch_id * _ATTEMPT_SPAN + attempt
+    return -(_SETTLED_BASE + base) if kind == SETTLED else -base
+
+
+# -- writing: what the rows carry ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Carried:
+    """One transition's timeline, split: the events to store, and the entries its rows carry
+    (the settlement on the attempt row it settles, each enqueue on its new outbox row)."""
+
+    events: list[Event]
+    settled: Event | None = None
+    enqueued_by: dict[tuple[str, str], str] = field(default_factory=dict)  # (effect, way): who
+
+
+def carried_by_rows(
+    events: Sequence[Event],
+    new: Sequence[DispatchSpec],
+    settles: tuple[Completion, str, str] | None = None,
+) -> Carried:
+    """Split ``events`` (one transition's or one submission's, in order) into those to store
+    and those its rows carry. ``new``: the outbox rows it inserts, in order; ``settles``: the
+    completion the transition writes on its open attempt row, with that dispatch's effect id
+    and direction (None when the attempt row is left as it is)."""
+    settled = None
+    if settles is not None and events and _own_settlement(events[0], *settles):
+        settled = events[0]
+    specs = {(spec.effect_id, spec.direction): spec for spec in new}
+    enqueued_by: dict[tuple[str, str], str] = {}
+    kept: list[Event] = []
+    for index, event in enumerate(events):
+        if event is settled:
+            continue
+        key = (event.effect_id or "", event.direction or "")
+        spec = specs.get(key)
+        if (
+            spec is not None
+            and key not in enqueued_by
+            and index > 0
+            and (_starts(events[index - 1], spec) or _first(events[:index], enqueued_by))
+            and event == enqueued_event(spec, event.actor)
+        ):
+            enqueued_by[key] = event.actor
+            continue
+        kept.append(event)
+    return Carried(kept, settled, enqueued_by)
+
+
+def _own_settlement(event: Event, completion: Completion, effect_id: str, direction: str) -> bool:
+    """``event`` is the attempt row's settlement as the row gives it back: out of in_flight,
+    no evidence, its detail the row's columns."""
+    to_state = event.to_state or ""
+    return (
+        to_state in _SETTLED_TO
+        and completion.operator_evidence is None
+        and event
+        == settled_event(completion, effect_id, direction, DispatchState.IN_FLIGHT.value, to_state)
+    )
+
+
+def _starts(event: Event, spec: DispatchSpec) -> bool:
+    """``event`` is the one that starts ``spec``'s step (the enqueue goes right after it)."""
+    return (
+        event.kind == STARTED
+        and event.effect_id == spec.effect_id
+        and event.to_state == _STARTS.get(spec.direction)
+    )
+
+
+def _first(before: Sequence[Event], carried: Mapping[tuple[str, str], str]) -> bool:
+    """The events ``before`` an enqueue are the submission and the enqueues of the saga's
+    other first dispatches, each carried: it is a first dispatch too."""
+    return before[0].kind == SUBMITTED and all(
+        e.kind == ENQUEUED and (e.effect_id, e.direction) in carried for e in before[1:]
+    )
+
+
+# -- reading: the entries placed among the stored events ---------------------------------------
+
+
+def timeline(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The timeline of ``select_saga_events`` rows: the stored events (``event_id`` set) in
+    ``event_id`` order, with the rows' entries (``event_id`` NULL) made entries and placed as
+    the module docstring says."""
+    events = [row for row in rows if row["event_id"] is not None]
+    derived = [row for row in rows if row["event_id"] is None]
+    placed = _with_rows(
+        events,
+        [row for row in derived if row["kind"] == ENQUEUED],
+        [row for row in derived if row["kind"] == SETTLED],
+    )
+    return with_claims([*placed, *(row for row in derived if row["kind"] == CLAIMED)])
+
+
+def _with_rows(
+    events: Sequence[Mapping[str, Any]],
+    enqueues: Sequence[Mapping[str, Any]],
+    settlements: Sequence[Mapping[str, Any]],
+) -> list[Mapping[str, Any]]:
+    """The stored events with the enqueue and settlement entries in their places."""
+    after: dict[int, list[Mapping[str, Any]]] = {}  # by the index of the event they follow
+    for row in sorted(enqueues, key=lambda r: r["dispatch_id"]):
+        index = _started_by(events, row)
+        entry = _entry(row, 0, events[index]["at"] if index >= 0 else row["at"], ENQUEUED)
+        if index < 0 or events[index]["kind"] == SUBMITTED:
+            # the submit wrote its events' detail as canonical JSON (keys sorted); the
+            # engine's keep the order they were built in (SQLite keeps it, jsonb sorts)
+            entry["detail"] = dict(sorted(entry["detail"].items()))
+        after.setdefault(index, []).append(entry)
+    ids = [event["event_id"] for event in events]
+    for row in sorted(settlements, key=lambda r: (r["at"], r["dispatch_id"], r["attempt"])):
+        index = bisect_right(ids, row["settled_after"]) - 1
+        after.setdefault(index, []).append(_entry(row, row["attempt"], row["at"], SETTLED))
+    merged = list(after.get(-1, []))
+    for index, event in enumerate(events):
+        merged.append(event)
+        merged.extend(after.get(index, []))
+    return merged
+
+
+def _started_by(events: Sequence[Mapping[str, Any]], enqueue: Mapping[str, Any]) -> int:
+    """The index of the event an enqueue was written with: the one that started its step,
+    else (a first dispatch) the submission; -1 if neither is stored."""
+    start = _STARTS.get(enqueue["direction"])
+    submitted = -1
+    for index, event in enumerate(events):
+        if event["kind"] == STARTED and event["effect_id"] == enqueue["effect_id"]:
+            if event["to_state"] == start:
+                return index
+        elif event["kind"] == SUBMITTED and submitted < 0:
+            submitted = index
+    return submitted
+
+
+def _entry(row: Mapping[str, Any], attempt: int, at: datetime, kind: str) -> dict[str, Any]:
+    return {
+        "event_id": derived_event_id(row["dispatch_id"], attempt, kind),
+        "effect_id": row["effect_id"],
+        "direction": row["direction"],
+        "attempt": row["attempt"],
+        "kind": kind,
+        "from_state": row["from_state"],
+        "to_state": row["to_state"],
+        "actor": row["actor"],
+        "evidence": None,
+        "detail": row["detail"],
+        "at": at,
+    }
 
 
 def with_claims(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The timeline of ``select_saga_events`` rows: the stored events (``event_id`` set), in
-    ``event_id`` order, with the claim row of every attempt (``event_id`` NULL) that has no
-    stored claim event, each made an entry and placed as the module docstring says."""
+    """The timeline of the entries in ``rows`` that have an ``event_id`` (in order), with the
+    claim row of every attempt (``event_id`` NULL) that has no stored claim event, each made
+    an entry and placed: after the entry that made the dispatch due for this attempt (its
+    enqueue, the settlement of the attempt before, an operator's retry: the latest one of the
+    same dispatch moving it to ``queued`` or ``retry_wait`` before any entry of this attempt
+    or a later one; its ``to_state`` is the claim's ``from_state``), before every entry of
+    the same dispatch about this attempt or a later one, and between those two, in time: after
+    every entry at or before ``claimed_at`` (the claim transaction's start; a claim made in
+    the transaction that enqueued its dispatch has a ``claimed_at`` before its enqueue's, the
+    first rule keeps it after). Claims at one place go by ``claimed_at``, dispatch, attempt."""
     events = [row for row in rows if row["event_id"] is not None]
     stored = {
         (e["effect_id"], e["direction"], e["attempt"]) for e in events if e["kind"] == CLAIMED
@@ -56,7 +253,7 @@ def with_claims(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     for row in rows:
         key = (row["effect_id"], row["direction"], row["attempt"])
         if row["event_id"] is not None or key in stored:
-            continue  # a stored event; or a claim an earlier version stored as one
+            continue  # an entry; or a claim an earlier version stored as one
         position, from_state = _place(events, row)
         entry = {
             "event_id": derived_event_id(row["dispatch_id"], row["attempt"]),
@@ -84,11 +281,11 @@ def with_claims(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def _place(events: Sequence[Mapping[str, Any]], claim: Mapping[str, Any]) -> tuple[int, str]:
-    """Where ``claim`` goes (the index of the stored event it comes before) and the state it
-    took its dispatch from."""
+    """Where ``claim`` goes (the index of the entry it comes before) and the state it took
+    its dispatch from."""
     effect_id, direction, attempt = claim["effect_id"], claim["direction"], claim["attempt"]
     after, before = -1, len(events)
-    from_state = "queued" if attempt == 1 else "retry_wait"  # only if no event says (none lost)
+    from_state = "queued" if attempt == 1 else "retry_wait"  # only if no entry says (none lost)
     for index, event in enumerate(events):
         if event["effect_id"] != effect_id or event["direction"] != direction:
             continue

@@ -166,6 +166,41 @@ class Event:
     detail: Mapping[str, Any] = field(default_factory=dict)
 
 
+def settled_event(
+    completion: Completion, effect_id: str, direction: str, from_state: str, to_state: str
+) -> Event:
+    """The timeline event of ``completion`` settling its attempt: the dispatch moved from
+    ``from_state`` to ``to_state``."""
+    return Event(
+        "attempt_settled",
+        effect_id,
+        direction,
+        completion.attempt,
+        from_state,
+        to_state,
+        completion.actor,
+        completion.operator_evidence,
+        {
+            "outcome": completion.outcome.value,
+            "settled_by": completion.settled_by.value,
+            "status_code": completion.status_code,
+            "error": completion.error,
+        },
+    )
+
+
+def enqueued_event(spec: DispatchSpec, actor: str) -> Event:
+    """The timeline event of ``spec``'s dispatch enqueued (queued) by ``actor``."""
+    return Event(
+        "dispatch_enqueued",
+        spec.effect_id,
+        spec.direction,
+        to_state=DispatchState.QUEUED.value,
+        actor=actor,
+        detail={"idempotency_key": spec.idempotency_key, "args_hash": spec.args_hash},
+    )
+
+
 @dataclass(frozen=True)
 class StepUpdate:
     effect_id: str

@@ -142,7 +142,8 @@ class TimelineEvent(_View):
     """One entry of the saga's append-only timeline."""
 
     # A stored event's id (ascending along the timeline); negative for an entry read from an
-    # attempt row instead (dispatch_claimed), unique and stable: effectusd.core.timeline.
+    # attempt or outbox row instead (dispatch_claimed, attempt_settled, dispatch_enqueued),
+    # unique and stable: effectusd.core.timeline.
     event_id: int
     at: Timestamp
     kind: str

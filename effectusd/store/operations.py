@@ -23,7 +23,8 @@ from effectusd.core.submission import (
     conflict_with_existing,
     pruned_identity,
 )
-from effectusd.core.timeline import with_claims
+from effectusd.core.timeline import carried_by_rows, timeline
+from effectusd.core.transition import Event, enqueued_event
 from effectusd.core.views import SagaView, build_saga_view
 
 T = TypeVar("T")
@@ -65,6 +66,22 @@ def event(
     )
 
 
+def _stored_event(saga_id: str, stored: Event) -> dict[str, Any]:
+    """The insert_event row of an engine event, as ``event`` writes it."""
+    return event(
+        saga_id,
+        stored.kind,
+        stored.actor,
+        effect_id=stored.effect_id,
+        direction=stored.direction,
+        attempt=stored.attempt,
+        from_state=stored.from_state,
+        to_state=stored.to_state,
+        evidence=stored.evidence,
+        detail=stored.detail,
+    )[1]
+
+
 def _saga_params(rows: SubmitRows, trace_context: str | None) -> dict[str, Any]:
     return {
         "saga_id": rows.saga_id,
@@ -89,15 +106,16 @@ def _submission_writes(
     steps, starts, dispatches, events = [], [], [], []
     for rows in batch:
         steps += [asdict(step) for step in rows.steps]
-        events.append(
-            event(
-                rows.saga_id,
-                "saga_submitted",
-                actor,
-                to_state="running",
-                detail={"plan_id": rows.plan_id, "plan_digest": rows.plan_digest},
-            )[1]
+        submitted = Event(
+            "saga_submitted",
+            to_state="running",
+            actor=actor,
+            detail={"plan_id": rows.plan_id, "plan_digest": rows.plan_digest},
         )
+        enqueues = [enqueued_event(dispatch, actor) for dispatch in rows.first_dispatches]
+        # the outbox rows carry their enqueues' timeline entries (effectusd/core/timeline.py)
+        carried = carried_by_rows([submitted, *enqueues], rows.first_dispatches)
+        events += [_stored_event(rows.saga_id, each) for each in carried.events]
         for dispatch in rows.first_dispatches:  # every root of the plan's graph
             starts.append(
                 {
@@ -110,21 +128,9 @@ def _submission_writes(
             params = asdict(dispatch)
             params["fencing_resources"] = canonical_text(dispatch.fencing_resources)
             params["not_before"] = not_before
+            key = (dispatch.effect_id, dispatch.direction)
+            params["enqueued_by"] = carried.enqueued_by.get(key)
             dispatches.append(params)
-            events.append(
-                event(
-                    rows.saga_id,
-                    "dispatch_enqueued",
-                    actor,
-                    effect_id=dispatch.effect_id,
-                    direction=dispatch.direction,
-                    to_state="queued",
-                    detail={
-                        "idempotency_key": dispatch.idempotency_key,
-                        "args_hash": dispatch.args_hash,
-                    },
-                )[1]
-            )
     yield ("insert_step", steps)
     yield ("start_step", starts)
     yield ("insert_dispatch", dispatches)
@@ -202,7 +208,7 @@ def load_saga(saga_id: str) -> Operation[SagaView | None]:
     dispatches = yield ("select_saga_dispatches", params)
     attempts = yield ("select_saga_attempts", params)
     events = yield ("select_saga_events", params)
-    return build_saga_view(saga[0], steps, dispatches, attempts, with_claims(events))
+    return build_saga_view(saga[0], steps, dispatches, attempts, timeline(events))
 
 
 def with_dependencies(plan: Any, steps: Rows) -> Rows:

@@ -22,6 +22,7 @@ from effectusd.core.states import (
     SettledBy,
     StepState,
 )
+from effectusd.core.timeline import Carried, carried_by_rows
 from effectusd.core.transition import (
     Completion,
     DispatchFacts,
@@ -51,6 +52,7 @@ class TransitionRows:
         self.woken: set[str] = set()  # destinations to wake besides those of new dispatches
         self._step_at: dict[tuple[str, str], dict[str, Any]] = {}
         self._late_at: dict[tuple[int, int], dict[str, Any]] = {}
+        self._settled_sagas: set[str] = set()  # whose settlement's entry its attempt row carries
 
     def late(self, completion: Completion) -> None:
         # One row per attempt (a store may write the batch as one set-based statement, which
@@ -92,7 +94,16 @@ class TransitionRows:
         ``completion``; ``dispatch``: write the dispatch row (the operator actions leave the
         attempt, and sometimes the dispatch, as they are)."""
         saga_id = row["saga_id"]
+        # One settlement per saga in a batch carries its entry (it goes before every event of
+        # the batch's transaction, see effectusd.core.timeline); another would store its event.
+        settles = None
+        if attempt and saga_id not in self._settled_sagas:
+            settles = (completion, row.get("effect_id", ""), row.get("direction", ""))
+        carried = carried_by_rows(transition.events, transition.new_dispatches, settles)
         if attempt:
+            settled = carried.settled
+            if settled is not None:
+                self._settled_sagas.add(saga_id)
             self.attempts.append(
                 {
                     **outcome_params(completion),
@@ -100,6 +111,9 @@ class TransitionRows:
                     "fencing_status": completion.fencing_status.value
                     if completion.fencing_status
                     else None,
+                    "saga_id": saga_id,
+                    "settled_to": None if settled is None else settled.to_state,
+                    "settled_actor": None if settled is None else settled.actor,
                 }
             )
         if dispatch:
@@ -107,7 +121,7 @@ class TransitionRows:
         if row["lease_token"] is not None and row.get("fenced", True):
             # only a dispatch with fencing resources can hold fencing leases
             self.released.append((completion.dispatch_id, str(row["lease_token"])))
-        self._saga(saga_id, transition)
+        self._saga(saga_id, transition, carried)
 
     def _dispatch(self, completion: Completion, transition: Transition) -> None:
         self.dispatches.append(
@@ -125,7 +139,7 @@ class TransitionRows:
             }
         )
 
-    def _saga(self, saga_id: str, transition: Transition) -> None:
+    def _saga(self, saga_id: str, transition: Transition, carried: Carried) -> None:
         for step in transition.steps:
             self._step(
                 {
@@ -153,8 +167,9 @@ class TransitionRows:
             params = dict(vars(spec))  # flat fields: asdict's deep copy cost the recorder 2%
             params["fencing_resources"] = canonical_text(spec.fencing_resources)
             params["not_before"] = None
+            params["enqueued_by"] = carried.enqueued_by.get((spec.effect_id, spec.direction))
             self.inserts.append(params)
-        for event in transition.events:
+        for event in carried.events:
             self.events.append(event_params(saga_id, event))
 
     def claim_new(self, take_slot: Callable[[str], bool]) -> list[dict[str, Any]]:

@@ -310,15 +310,18 @@ async def test_every_transition_is_on_the_timeline(store_url: str) -> None:
             "step_state",
             "saga_state",
         ]
-        # the claims are read from the attempt rows; every other entry is a stored event
+        # the claims and settlements are read from the attempt rows, the enqueues from the
+        # outbox rows; every other entry is a stored event
         stored = fetch(
             store_url,
             "SELECT event_id FROM effectus_saga_events WHERE saga_id = %s ORDER BY event_id",
             saga,
         )
-        assert [e.event_id for e in timeline if e.kind != "dispatch_claimed"] == [
+        from_rows = {"dispatch_claimed", "attempt_settled", "dispatch_enqueued"}
+        assert [e.event_id for e in timeline if e.kind not in from_rows] == [
             row["event_id"] for row in stored
         ]
+        assert all(e.event_id < 0 for e in timeline if e.kind in from_rows)
 
 
 def unstorable_answers(request: Request) -> Response:

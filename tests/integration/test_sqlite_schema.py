@@ -182,6 +182,7 @@ def seed_saga(
                 "timeout_ms": 5000,
                 "max_attempts": 3,
                 "not_before": not_before,
+                "enqueued_by": "test",
             }
         ],
     )
@@ -978,9 +979,23 @@ def test_recorder_statements_settle_once_and_keep_late_evidence(conn: sqlite3.Co
         "error": "timeout",
         "evidence": '{"elapsed_ms":5000}',
     }
-    settle = {**outcome, "settled_by": "executor", "fencing_status": None}
+    settle = {
+        **outcome,
+        "settled_by": "executor",
+        "fencing_status": None,
+        "saga_id": saga_id,
+        "settled_to": "retry_wait",  # the attempt row carries the settlement's timeline entry
+        "settled_actor": "engine",
+    }
     q(conn, "settle_attempt", [settle])
-    q(conn, "settle_attempt", [{**settle, "outcome": "success", "settled_by": "reclaim"}])
+    q(conn, "settle_attempt", [{**settle, "outcome": "success", "settled_to": "succeeded"}])
+    entry = conn.execute(
+        "SELECT settled_to, settled_actor, settled_after FROM effectus_saga_attempts"
+        " WHERE dispatch_id = ? AND attempt = 1",
+        (dispatch_id,),
+    ).fetchone()
+    (last_event,) = conn.execute("SELECT max(event_id) FROM effectus_saga_events").fetchone()
+    assert entry == ("retry_wait", "engine", last_event)  # placed after the saga's last event
     q(
         conn,
         "update_dispatch_settled",

@@ -314,10 +314,15 @@ def test_submit_records_the_submission_and_the_enqueue_on_the_timeline(
 ) -> None:
     client.submit(plan(), execution_id=EXECUTION, facts=facts(), actor="user:alice")
 
-    events = fetch(db, "SELECT * FROM effectus_saga_events ORDER BY event_id")
+    view = client.get(VECTOR_SAGA_ID)
+    assert view is not None
+    events = [event.model_dump() for event in view.timeline]
     assert [event["kind"] for event in events] == ["saga_submitted", "dispatch_enqueued"]
     submitted, enqueued = events
-    assert submitted["saga_id"] == VECTOR_SAGA_ID
+    # the enqueue's entry is its outbox row (enqueued_by): only the submission is an event
+    [stored] = fetch(db, "SELECT * FROM effectus_saga_events ORDER BY event_id")
+    assert (stored["event_id"], stored["kind"]) == (submitted["event_id"], "saga_submitted")
+    assert stored["saga_id"] == VECTOR_SAGA_ID
     assert submitted["to_state"] == "running"
     assert submitted["actor"] == "user:alice"
     assert submitted["detail"]["plan_digest"] == check(plan(), config.verbs).plan_digest

@@ -1,12 +1,15 @@
 -- created_at is when the row is written (clock_timestamp), not when its transaction began:
 -- enqueue->dispatch latency should not count the work the submitter did before enqueueing.
+-- enqueued_by: who enqueued it, when the row carries its timeline entry (dispatch_enqueued,
+-- effectusd/core/timeline.py), else NULL (the event is stored).
 INSERT INTO effectus_saga_outbox
     (saga_id, effect_id, direction, namespace, execution_id, destination, verb, contract_hash,
      delivery, method, path, args_canonical, args_hash, idempotency_key, fencing_resources,
-     timeout_ms, max_attempts, next_attempt_at, created_at)
+     timeout_ms, max_attempts, next_attempt_at, created_at, enqueued_by)
 VALUES
     (%(saga_id)s, %(effect_id)s, %(direction)s, %(namespace)s, %(execution_id)s, %(destination)s,
      %(verb)s, %(contract_hash)s, %(delivery)s, %(method)s, %(path)s, %(args_canonical)s,
      %(args_hash)s, %(idempotency_key)s, %(fencing_resources)s::jsonb, %(timeout_ms)s,
-     %(max_attempts)s, coalesce(%(not_before)s::timestamptz, now()), clock_timestamp())
+     %(max_attempts)s, coalesce(%(not_before)s::timestamptz, now()), clock_timestamp(),
+     %(enqueued_by)s)
 RETURNING dispatch_id

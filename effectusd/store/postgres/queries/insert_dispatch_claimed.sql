@@ -4,15 +4,17 @@
 -- free slot, the next step is claimed where it is written. The row is inserted in_flight,
 -- attempt 1, with its lease and attempt row, exactly as claim_ready.sql would leave it, so
 -- nothing downstream can tell the two apart; it skips the claim's second version of the row
--- and its round trip. Its timeline entry is its attempt row, as a claim's is
--- (effectusd/core/timeline.py). Delivered to no one else: no NOTIFY.
+-- and its round trip. Its claim's timeline entry is its attempt row, as a claim's is, and its
+-- enqueue's is the row itself (enqueued_by, as insert_dispatch.sql writes it;
+-- effectusd/core/timeline.py). Delivered to no one else: no NOTIFY.
 WITH d AS (
     SELECT *
     FROM jsonb_to_recordset(%(rows)s::jsonb) AS d(
             saga_id text, effect_id text, direction text, namespace text,
             execution_id text, destination text, verb text, contract_hash text,
             delivery text, method text, path text, args_canonical text, args_hash text,
-            idempotency_key text, fencing_resources text, timeout_ms int, max_attempts int
+            idempotency_key text, fencing_resources text, timeout_ms int, max_attempts int,
+            enqueued_by text
          )
 ),
 claimed AS (
@@ -20,12 +22,12 @@ claimed AS (
         (saga_id, effect_id, direction, namespace, execution_id, destination, verb,
          contract_hash, delivery, method, path, args_canonical, args_hash, idempotency_key,
          fencing_resources, timeout_ms, max_attempts, next_attempt_at, created_at,
-         state, attempt, lease_owner, lease_token, lease_expires_at)
+         state, attempt, lease_owner, lease_token, lease_expires_at, enqueued_by)
     SELECT saga_id, effect_id, direction, namespace, execution_id, destination, verb,
            contract_hash, delivery, method, path, args_canonical, args_hash, idempotency_key,
            fencing_resources::jsonb, timeout_ms, max_attempts, now(), clock_timestamp(),
            'in_flight', 1, %(owner)s, gen_random_uuid(),
-           now() + make_interval(secs => timeout_ms / 1000.0 + %(margin_s)s)
+           now() + make_interval(secs => timeout_ms / 1000.0 + %(margin_s)s), enqueued_by
     FROM d
     RETURNING dispatch_id, saga_id, effect_id, direction, execution_id, destination, verb,
               contract_hash, delivery, method, path, args_canonical, args_hash,

@@ -1,17 +1,23 @@
 -- insert_dispatch for a whole batch (a JSON array of rows, one object per dispatch;
--- fencing_resources are JSON texts).
+-- fencing_resources are JSON texts). WITH ORDINALITY and the ORDER BY give the rows their
+-- dispatch_id in the order they were produced: a saga's first dispatches are shown in that
+-- order on its timeline (effectusd/core/timeline.py).
 INSERT INTO effectus_saga_outbox
     (saga_id, effect_id, direction, namespace, execution_id, destination, verb, contract_hash,
      delivery, method, path, args_canonical, args_hash, idempotency_key, fencing_resources,
-     timeout_ms, max_attempts, next_attempt_at, created_at)
+     timeout_ms, max_attempts, next_attempt_at, created_at, enqueued_by)
 SELECT saga_id, effect_id, direction, namespace, execution_id, destination, verb,
        contract_hash, delivery, method, path, args_canonical, args_hash, idempotency_key,
        fencing_resources::jsonb, timeout_ms, max_attempts, coalesce(not_before, now()),
-       clock_timestamp()
-FROM jsonb_to_recordset(%(rows)s::jsonb) AS d(
+       clock_timestamp(), enqueued_by
+FROM ROWS FROM (jsonb_to_recordset(%(rows)s::jsonb) AS (
         saga_id text, effect_id text, direction text, namespace text,
         execution_id text, destination text, verb text, contract_hash text,
         delivery text, method text, path text, args_canonical text, args_hash text,
         idempotency_key text, fencing_resources text, timeout_ms int,
-        max_attempts int, not_before timestamptz
-     )
+        max_attempts int, not_before timestamptz, enqueued_by text
+     )) WITH ORDINALITY
+     AS d(saga_id, effect_id, direction, namespace, execution_id, destination, verb,
+          contract_hash, delivery, method, path, args_canonical, args_hash, idempotency_key,
+          fencing_resources, timeout_ms, max_attempts, not_before, enqueued_by, n)
+ORDER BY n

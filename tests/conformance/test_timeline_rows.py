@@ -1,0 +1,244 @@
+"""The settlement and enqueue entries of a timeline are read from the attempt and outbox rows
+(effectusd/core/timeline.py, migration 10012): they are stored as no event, they read as the
+stored events did, a database an earlier version wrote shows each entry once, and the rows
+they are read from are kept as the events table keeps its rows."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from effectusd.core.states import OutcomeClass
+from effectusd.core.timeline import ENQUEUED, SETTLED, Carried, derived_event_id
+from effectusd.operator import Resolution, resolve
+from effectusd.store import operations, rows
+from tests.conformance.support import (
+    StoreUnderTest,
+    claim_one,
+    dispatch_in,
+    send,
+    step,
+    timeline,
+    when,
+)
+from tests.support.harness import serial_plan
+
+OPS = "user:ops"
+
+
+def stored_kinds(store: StoreUnderTest, saga: str) -> Counter[str]:
+    p = "?" if store.sqlite else "%s"
+    found = store.execute(f"SELECT kind FROM effectus_saga_events WHERE saga_id = {p}", (saga,))
+    return Counter(kind for (kind,) in found)
+
+
+def dispatch_ids(store: StoreUnderTest, saga: str) -> dict[tuple[str, str], int]:
+    p = "?" if store.sqlite else "%s"
+    found = store.execute(
+        f"SELECT effect_id, direction, dispatch_id FROM effectus_saga_outbox WHERE saga_id = {p}",
+        (saga,),
+    )
+    return {(effect, direction): dispatch_id for effect, direction, dispatch_id in found}
+
+
+async def test_settlements_and_enqueues_are_read_from_their_rows_not_stored(
+    store: StoreUnderTest,
+) -> None:
+    """Forward steps, a retry, a reclaim by another daemon, a failure and the compensation it
+    starts: every settlement and enqueue is an entry read from its row, with the row's
+    facts; only the step and saga moves are stored events."""
+    saga = store.submit(serial_plan("p", ["pay", "pay_alo", "pay"], {"s1": "undo"}), "x")
+    daemon = await store.dispatch_store(owner="daemon-a")
+    await step(daemon, OutcomeClass.SUCCESS)
+    await step(daemon, OutcomeClass.UNKNOWN)  # at_least_once: retried
+    store.make_due()
+    await send(daemon, await claim_one(daemon))
+    store.expire_leases()
+    reclaimer = await store.dispatch_store(owner="daemon-b")
+    assert (await reclaimer.reclaim_expired()).applied == 1  # written ahead: unknown again
+    store.make_due()
+    await step(daemon, OutcomeClass.SUCCESS)
+    await step(daemon, OutcomeClass.PERMANENT)  # s3 fails: s1 is compensated
+    await step(daemon, OutcomeClass.SUCCESS)
+
+    view = store.view(saga)
+    assert view["state"] == "compensated"
+    assert stored_kinds(store, saga) == {"saga_submitted": 1, "step_state": 7, "saga_state": 2}
+    ids = dispatch_ids(store, saga)
+    entries = [e for e in view["timeline"] if e["kind"] in (SETTLED, ENQUEUED)]
+    enqueued = [
+        (e["effect_id"], e["direction"], e["actor"]) for e in entries if e["kind"] == ENQUEUED
+    ]
+    assert enqueued == [
+        ("s1", "forward", "client"),
+        ("s2", "forward", "engine"),
+        ("s3", "forward", "engine"),
+        ("s1", "compensation", "engine"),
+    ]
+    settled = [
+        (e["effect_id"], e["attempt"], e["to_state"], e["actor"])
+        for e in entries
+        if e["kind"] == SETTLED
+    ]
+    assert settled == [
+        ("s1", 1, "succeeded", "engine"),
+        ("s2", 1, "retry_wait", "engine"),
+        ("s2", 2, "retry_wait", "daemon-b"),  # the reclaim's daemon
+        ("s2", 3, "succeeded", "engine"),
+        ("s3", 1, "failed_permanent", "engine"),
+        ("s1", 1, "succeeded", "engine"),
+    ]
+    attempts = {
+        (d["direction"], s["effect_id"], a["attempt"]): a
+        for s in view["steps"]
+        for d in s["dispatches"]
+        for a in d["attempts"]
+    }
+    timeline_entries = view["timeline"]
+    for index, entry in enumerate(timeline_entries):
+        key = (entry["effect_id"], entry["direction"])
+        if entry["kind"] == ENQUEUED:
+            assert entry["event_id"] == derived_event_id(ids[key], 0, ENQUEUED)
+            dispatch = dispatch_in(view, *key)
+            assert entry["detail"] == {
+                "args_hash": dispatch["args_hash"],
+                "idempotency_key": dispatch["idempotency_key"],
+            }
+            before = timeline_entries[index - 1]  # what it was written with
+            assert before["kind"] in ("saga_submitted", "step_state", ENQUEUED)
+            assert entry["at"] == before["at"]
+        elif entry["kind"] == SETTLED:
+            attempt = attempts[(entry["direction"], entry["effect_id"], entry["attempt"])]
+            assert entry["event_id"] == derived_event_id(ids[key], entry["attempt"], SETTLED)
+            assert entry["from_state"] == "in_flight" and entry["evidence"] is None
+            assert entry["detail"] == {
+                "outcome": attempt["outcome"],
+                "settled_by": attempt["settled_by"],
+                "status_code": attempt["status_code"],
+                "error": attempt["error"],
+            }
+            assert entry["at"] == attempt["completed_at"]
+    assert [when(e["at"]) for e in timeline_entries if e["kind"] != "dispatch_claimed"] == sorted(
+        when(e["at"]) for e in timeline_entries if e["kind"] != "dispatch_claimed"
+    )
+    ids_read = [e["event_id"] for e in timeline_entries]
+    assert len(set(ids_read)) == len(ids_read)
+    assert store.view(saga)["timeline"] == timeline_entries  # the same on every read
+
+
+async def test_a_second_settlement_of_an_attempt_is_stored_and_what_follows_is_read(
+    store: StoreUnderTest,
+) -> None:
+    """An operator's resolution settles an attempt its call settled already: that settlement
+    is a stored event (with the operator's evidence); the next step's enqueue, made by the
+    operator, is read from its outbox row with the operator as its actor."""
+    saga = store.submit(serial_plan("p", ["pay", "pay"]), "x")
+    daemon = await store.dispatch_store()
+    await step(daemon, OutcomeClass.UNKNOWN)  # at_most_once: blocked
+    store.run(
+        resolve(
+            saga,
+            "s1",
+            Resolution.COMMITTED,
+            registry=store.registry,
+            actor=OPS,
+            evidence="the ledger shows it",
+        )
+    )
+    entries = store.view(saga)["timeline"]
+    settled = [(e["from_state"], e["to_state"], e["actor"], e["evidence"], e["event_id"] > 0)
+               for e in entries if e["kind"] == SETTLED]  # fmt: skip
+    assert settled == [
+        ("in_flight", "blocked_unknown", "engine", None, False),
+        ("blocked_unknown", "succeeded", OPS, "the ledger shows it", True),
+    ]
+    assert [
+        (e["effect_id"], e["actor"], e["event_id"] > 0) for e in entries if e["kind"] == ENQUEUED
+    ] == [
+        ("s1", "client", False),
+        ("s2", OPS, False),
+    ]
+    assert timeline({"timeline": entries})[-6:] == [
+        ("operator_resolve", "s1", "forward", 1, "blocked_unknown", "succeeded"),
+        (SETTLED, "s1", "forward", 1, "blocked_unknown", "succeeded"),
+        ("step_state", "s1", None, None, "in_progress", "succeeded"),
+        ("step_state", "s2", None, None, "pending", "in_progress"),
+        (ENQUEUED, "s2", "forward", None, None, "queued"),
+        ("saga_state", None, None, None, "blocked_unknown", "running"),
+    ]
+
+
+def carry_nothing(events: Any, new: Any, settles: Any = None) -> Carried:
+    """What an earlier version wrote: every event stored, nothing on the rows."""
+    return Carried(list(events))
+
+
+async def test_a_saga_an_earlier_version_wrote_shows_each_entry_once(
+    store: StoreUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Written by an earlier version until its second step's first answer, then by this one:
+    the timeline reads as one written by this version throughout, each entry once (the stored
+    events of before, the rows' entries since)."""
+    plan = serial_plan("p", ["pay", "pay_alo"])
+    with monkeypatch.context() as earlier:
+        earlier.setattr(rows, "carried_by_rows", carry_nothing)
+        earlier.setattr(operations, "carried_by_rows", carry_nothing)
+        old = store.submit(plan, "old")
+        daemon = await store.dispatch_store()
+        await step(daemon, OutcomeClass.SUCCESS)
+        await step(daemon, OutcomeClass.UNKNOWN)
+    assert stored_kinds(store, old)[ENQUEUED] == 2 and stored_kinds(store, old)[SETTLED] == 2
+    store.make_due()
+    await step(daemon, OutcomeClass.SUCCESS)
+    new = store.submit(plan, "new")
+    for outcome in (OutcomeClass.SUCCESS, OutcomeClass.UNKNOWN, OutcomeClass.SUCCESS):
+        store.make_due()
+        await step(daemon, outcome)
+
+    entries = store.view(old)["timeline"]
+    assert timeline({"timeline": entries}) == timeline(store.view(new))
+    assert [
+        (e["kind"], e["attempt"], e["event_id"] > 0)
+        for e in entries
+        if e["kind"] in (SETTLED, ENQUEUED)
+    ] == [
+        (ENQUEUED, None, True),
+        (SETTLED, 1, True),
+        (ENQUEUED, None, True),
+        (SETTLED, 1, True),
+        (SETTLED, 2, False),  # settled since
+    ]
+    assert stored_kinds(store, new)[ENQUEUED] == stored_kinds(store, new)[SETTLED] == 0
+
+
+def attempt_updates() -> list[str]:
+    return [
+        "UPDATE effectus_saga_attempts SET error = 'rewritten'",
+        "UPDATE effectus_saga_attempts SET outcome = outcome",  # even a no-op rewrite
+        "UPDATE effectus_saga_attempts SET settled_to = 'canceled'",
+        "UPDATE effectus_saga_attempts SET settled_actor = 'someone else'",
+        "UPDATE effectus_saga_attempts SET completed_at = completed_at",
+        "UPDATE effectus_saga_outbox SET enqueued_by = 'someone else'",
+        "UPDATE effectus_saga_outbox SET idempotency_key = idempotency_key",
+        "UPDATE effectus_saga_outbox SET created_at = created_at",
+        "DELETE FROM effectus_saga_outbox",  # rows leave only with their step
+    ]
+
+
+@pytest.mark.parametrize("statement", attempt_updates())
+async def test_a_settlement_or_enqueue_on_the_timeline_is_kept_as_a_stored_event_is(
+    store: StoreUnderTest, statement: str
+) -> None:
+    saga = store.submit(serial_plan("p", ["pay", "pay"]), "x")
+    daemon = await store.dispatch_store()
+    await step(daemon, OutcomeClass.SUCCESS)
+    before = store.view(saga)["timeline"]
+    assert [e["kind"] for e in before].count(SETTLED) == 1
+    with pytest.raises(store.database_errors(), match=r"never rewritten|only with their step"):
+        store.execute(statement)
+    assert store.view(saga)["timeline"] == before
+    store.execute("UPDATE effectus_saga_outbox SET state = state, updated_at = updated_at")
+    store.execute("DELETE FROM effectus_saga_instances")  # prune's way: with the saga
+    assert store.execute("SELECT count(*) FROM effectus_saga_outbox") == [(0,)]
