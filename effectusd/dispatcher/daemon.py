@@ -231,7 +231,7 @@ class Daemon:
                     log.info("idle: nothing queued, in flight or due soon")
                     return None
             wait = poll
-            if pipeline.capacity.free():  # a full pipeline is woken by its own calls
+            if pipeline.free():  # a full pipeline is woken by its calls, or by its recorder
                 due_in = await store.seconds_until_due(destinations)
                 if due_in is not None:
                     wait = min(wait, max(due_in, 0.001))

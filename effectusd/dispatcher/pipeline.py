@@ -41,6 +41,7 @@ log = logging.getLogger("effectusd.dispatcher")
 LEASE_SLACK_S = 0.05
 LEASE_TOO_SHORT = "lease too short to finish the call; not sent"
 RECORD_BATCH = 256
+UNRECORDED_LIMIT = 2 * RECORD_BATCH  # outcomes waiting to be recorded: see Pipeline.behind
 
 
 class Pipeline:
@@ -77,7 +78,7 @@ class Pipeline:
     # -- 1. claim ------------------------------------------------------------------------
     async def claim_once(self) -> int:
         """Claim what fits, and start each claim on its way. Returns how many were claimed."""
-        free = {dest: min(slots, self.claim_batch) for dest, slots in self.capacity.free().items()}
+        free = {dest: min(slots, self.claim_batch) for dest, slots in self.free().items()}
         if not free:
             return 0
         room = self.capacity.room
@@ -92,6 +93,18 @@ class Pipeline:
             return 0
         self._start(claims, started)
         return len(claims)
+
+    @property
+    def behind(self) -> bool:
+        """UNRECORDED_LIMIT outcomes wait to be recorded: no call starts, from the claim loop
+        or the recorder, until the recorder catches up. A slot is free again when its call
+        ends, so a recorder slower than the calls would otherwise let answers pile up in
+        memory without bound, their leases running on; two batches keep its batches full."""
+        return self.completions.qsize() >= UNRECORDED_LIMIT
+
+    def free(self) -> dict[str, int]:
+        """The slots a claim may take now: none while the recorder is ``behind``."""
+        return {} if self.behind else self.capacity.free()
 
     def _start(self, claims: list[Claim], claimed_at: float) -> None:
         """Send claimed rows (their slots taken) on their way: write-ahead, then call."""
@@ -235,8 +248,11 @@ class Pipeline:
     async def record_round(self) -> float:
         """Group commit: take everything that finished meanwhile and record it in one go."""
         batch = [await self.completions.get()]
+        held_back = self.completions.qsize() + 1 >= UNRECORDED_LIMIT
         while not self.completions.empty() and len(batch) < RECORD_BATCH:
             batch.append(self.completions.get_nowait())
+        if held_back and not self.behind:
+            self.wake.set()  # the claims held back for this recorder may go on meanwhile
         self.recording_since = time.monotonic()
         try:
             await self.record(batch)
@@ -257,7 +273,7 @@ class Pipeline:
         self._after_record(report)
 
     def _slots(self) -> RecordSlots:
-        return RecordSlots(self.capacity, lambda: self.claiming)
+        return RecordSlots(self.capacity, lambda: self.claiming and not self.behind)
 
     async def _record_isolating(self, batch: list[Completion], slots: RecordSlots) -> RecordReport:
         """Record ``batch``; a batch that fails deterministically is split in halves until

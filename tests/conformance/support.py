@@ -3,6 +3,7 @@ pipeline's steps (claim, write-ahead, record) with outcomes the test chooses. No
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import secrets
@@ -27,6 +28,10 @@ from effectusd.core.engine import Completion
 from effectusd.core.registry import Registry
 from effectusd.core.states import FencingStatus, OutcomeClass
 from effectusd.core.views import SagaView
+from effectusd.dispatcher.capacity import Capacity
+from effectusd.dispatcher.metrics import Metrics
+from effectusd.dispatcher.pipeline import Pipeline
+from effectusd.executors.protocol import Executor
 from effectusd.fencing.protocol import FencingProvider
 from effectusd.fencing.store import StoreFencing
 from effectusd.store import operations
@@ -239,6 +244,23 @@ def _status_of(outcome: OutcomeClass) -> int | None:
         OutcomeClass.RETRYABLE: None,
         OutcomeClass.UNKNOWN: 503,
     }[outcome]
+
+
+def pipeline_on(
+    store: DispatchStore, under_test: StoreUnderTest, executors: dict[str, Executor] | None = None
+) -> Pipeline:
+    pipeline = Pipeline(
+        store,
+        executors or {},
+        under_test.registry,
+        Capacity(limits={"dest": 16}, total_limit=16),
+        asyncio.Event(),
+        Metrics(),
+    )
+    # These tests record by hand and read what the records left queued: nothing here calls
+    # what the recorder would otherwise claim for itself.
+    pipeline.claiming = False
+    return pipeline
 
 
 async def claim_one(store: DispatchStore, destination: str = "dest") -> Claim:

@@ -5,41 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from effectusd.core.states import OutcomeClass
-from effectusd.dispatcher.capacity import Capacity
-from effectusd.dispatcher.metrics import Metrics
-from effectusd.dispatcher.pipeline import Pipeline
 from effectusd.executors.factory import executor_for
 from effectusd.operator import Resolution, resolve
-from effectusd.store.dispatch import DispatchStore
 from tests.conformance.support import (
     StoreUnderTest,
     completion,
     dispatch_in,
+    pipeline_on,
     sagas_with_one_unfenceable,
     send,
 )
 from tests.support.destination import running
 from tests.support.harness import serial_plan
-
-
-def pipeline_on(
-    store: DispatchStore, under_test: StoreUnderTest, executors: dict[str, Any] | None = None
-) -> Pipeline:
-    pipeline = Pipeline(
-        store,
-        executors or {},
-        under_test.registry,
-        Capacity(limits={"dest": 16}, total_limit=16),
-        asyncio.Event(),
-        Metrics(),
-    )
-    # These tests record by hand and read what the records left queued: nothing here calls
-    # what the recorder would otherwise claim for itself.
-    pipeline.claiming = False
-    return pipeline
 
 
 async def test_one_unstorable_result_is_quarantined_and_the_batch_commits(

@@ -1,5 +1,6 @@
 """The claim path reads only live rows: with a large backlog of finished dispatches, the claim
-and next-due queries use their partial indexes instead of scanning the outbox."""
+and next-due queries use their partial indexes instead of scanning the outbox; the recorder's
+locked reads touch only their batch's rows, whether the tables have statistics or not."""
 
 from __future__ import annotations
 
@@ -32,9 +33,9 @@ SELECT {HEX}, 's', 'forward', 'default', 'e' || g, 'dest', 'v', repeat('c', 64),
        'at_most_once', 'POST', '/', '{{}}', repeat('d', 64), {HEX}, 1000, 5,
        CASE WHEN g %% %(ready_every)s = 0 THEN 'queued' ELSE 'succeeded' END,
        CASE WHEN g %% %(ready_every)s = 0 THEN 0 ELSE 1 END, now() - interval '1 minute'
-FROM generate_series(1, %(n)s) AS g;
-ANALYZE effectus_saga_instances, effectus_saga_steps, effectus_saga_outbox
+FROM generate_series(1, %(n)s) AS g
 """
+ANALYZE = b"ANALYZE effectus_saga_instances, effectus_saga_steps, effectus_saga_outbox"
 
 
 def plan_of(conn: psycopg.Connection, query: str, params: dict[str, object]) -> str:
@@ -42,13 +43,15 @@ def plan_of(conn: psycopg.Connection, query: str, params: dict[str, object]) -> 
     return "\n".join(row[0] for row in rows)
 
 
-def load_backlog(conn: psycopg.Connection, ready_every: int) -> None:
+def load_backlog(conn: psycopg.Connection, ready_every: int, analyze: bool = True) -> None:
     for statement in BACKLOG.split(";"):
         if statement.strip():
             conn.execute(
                 statement.encode(),  # type: ignore[arg-type]
                 {"n": TERMINAL_ROWS, "ready_every": ready_every},
             )
+    if analyze:
+        conn.execute(ANALYZE)
 
 
 def claim_plan(conn: psycopg.Connection) -> str:
@@ -91,3 +94,44 @@ def test_claiming_from_a_large_ready_backlog_touches_only_the_claimed_rows(db: s
         conn.rollback()
     assert "Seq Scan on effectus_saga_outbox" not in claim, claim
     assert "Index Cond: (dispatch_id = ANY ($" in claim, claim  # the claimed ids, by key
+
+
+def rows_read(conn: psycopg.Connection, query: str, params: dict[str, object]) -> int:
+    """The most rows any node of the query's plan produced when it ran (over all its loops)."""
+    explain = b"EXPLAIN (ANALYZE, FORMAT JSON) " + query.encode()
+    [[document]] = conn.execute(explain, params).fetchall()  # type: ignore[arg-type]
+    nodes, most = [document[0]["Plan"]], 0
+    while nodes:
+        node = nodes.pop()
+        most = max(most, node["Actual Rows"] * node["Actual Loops"])
+        nodes.extend(node.get("Plans", []))
+    return int(most)
+
+
+def test_the_recorders_locked_reads_touch_only_their_batch_over_a_large_backlog(db: str) -> None:
+    # Without statistics a literal list of 256 ids looks like "every row" to the planner: the
+    # steps read joined the whole outbox's forward rows, 60,000 of them per record in a drain
+    # (docs/performance.md, A 100,000-saga backlog). Read before and after ANALYZE.
+    batch = 256
+    with psycopg.connect(db) as conn:  # one transaction, rolled back: nothing is left behind
+        load_backlog(conn, ready_every=10_000, analyze=False)
+        rows = conn.execute(
+            "SELECT dispatch_id, saga_id FROM effectus_saga_outbox"
+            " ORDER BY dispatch_id OFFSET 1000 LIMIT %s",
+            (batch,),
+        ).fetchall()
+        dispatch_ids, saga_ids = [r[0] for r in rows], [r[1] for r in rows]
+        reads = {
+            "lock_sagas": {"saga_ids": [], "dispatch_ids": dispatch_ids, "known_plans": []},
+            "lock_dispatches": {"dispatch_ids": dispatch_ids, "saga_ids": saga_ids},
+            "select_steps_of_sagas": {"saga_ids": saga_ids},
+            "select_completion_attempts": {"dispatch_ids": dispatch_ids, "attempts": [1] * batch},
+        }
+        touched = {}
+        for statistics in ("never analyzed", "analyzed"):
+            if statistics == "analyzed":
+                conn.execute(ANALYZE)
+            for name, params in reads.items():
+                touched[statistics, name] = rows_read(conn, sql(name).as_string(conn), params)
+        conn.rollback()
+    assert all(n <= 2 * batch for n in touched.values()), touched

@@ -19,11 +19,14 @@ SELECT s.saga_id, s.namespace, s.execution_id, s.plan_id, s.state, s.stop_reason
            ORDER BY e.event_id DESC LIMIT 1
        ) END AS compensation_reason
 FROM effectus_saga_instances s
--- One list or the other (the other empty); a UNION keeps both primary-key lookups.
-WHERE s.saga_id IN (
+-- One list or the other (the other empty); a UNION keeps both primary-key lookups. The ids
+-- are taken once, as an array, before any row is locked: a row this waits for is then re-checked
+-- against the same ids. Joined to them instead, a saga whose row another writer changed
+-- meanwhile could drop out of the result on that re-check (with a nested loop over the ids).
+WHERE s.saga_id = ANY (ARRAY(
     SELECT unnest(%(saga_ids)s::text[])
     UNION ALL
     SELECT saga_id FROM effectus_saga_outbox WHERE dispatch_id = ANY(%(dispatch_ids)s::bigint[])
-)
+))
 ORDER BY s.saga_id
 FOR NO KEY UPDATE OF s

@@ -1,0 +1,81 @@
+"""A slot is free again when its call ends, before its outcome is recorded: while the recorder
+is behind (UNRECORDED_LIMIT outcomes waiting), no new call starts, from the claim loop or from
+the recorder, so the answers held only in memory stay bounded however slow the recording
+(both stores)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from effectusd.core.engine import Completion
+from effectusd.core.states import OutcomeClass
+from effectusd.dispatcher.pipeline import UNRECORDED_LIMIT, Pipeline
+from effectusd.executors.factory import executor_for
+from tests.conformance.support import (
+    StoreUnderTest,
+    claim_one,
+    completion,
+    dispatch_in,
+    pipeline_on,
+    send,
+)
+from tests.support.destination import running
+from tests.support.harness import serial_plan
+
+
+def waiting_outcomes(pipeline: Pipeline, n: int) -> None:
+    """``n`` outcomes waiting to be recorded, of dispatches that do not exist: recording them
+    changes nothing (the store drops them)."""
+    for i in range(n):
+        outcome = Completion(-1 - i, attempt=1, lease_token=None, outcome=OutcomeClass.SUCCESS)
+        pipeline.completions.put_nowait(outcome)
+
+
+async def test_the_claim_loop_claims_nothing_while_the_recorder_is_behind(
+    store: StoreUnderTest,
+) -> None:
+    saga = store.submit(serial_plan("p", ["pay"]), "x-1")
+    daemon = await store.dispatch_store()
+    with running() as dest:
+        config = store.config.destinations["dest"].model_copy(update={"base_url": dest.base_url})
+        executor = executor_for("dest", config)
+        try:
+            pipeline = pipeline_on(daemon, store, {"dest": executor})
+            waiting_outcomes(pipeline, UNRECORDED_LIMIT)
+
+            assert pipeline.free() == {}
+            assert await pipeline.claim_once() == 0
+            assert dispatch_in(store.view(saga), "s1")["state"] == "queued"
+
+            # One record round takes a batch off the queue: below the limit, the claim loop
+            # it held back is woken, and claims again.
+            pipeline.wake.clear()
+            await pipeline.record_round()
+            assert not pipeline.behind and pipeline.wake.is_set()
+            assert await pipeline.claim_once() == 1
+            await asyncio.wait_for(asyncio.gather(*pipeline.calls), timeout=60)
+            assert [r.headers["x-effectus-saga-id"] for r in dest.requests] == [saga]
+        finally:
+            await executor.aclose()
+
+
+async def test_the_recorder_claims_no_next_step_while_it_is_behind(
+    store: StoreUnderTest,
+) -> None:
+    """Where the store claims next steps in the record (PostgreSQL), a free slot would take
+    this one; while the recorder is behind it is written queued instead, for later."""
+    saga = store.submit(serial_plan("p", ["pay", "pay"]), "x-1")
+    daemon = await store.dispatch_store()
+    claim = await claim_one(daemon)
+    await send(daemon, claim)
+    pipeline = pipeline_on(daemon, store)
+    pipeline.claiming = True
+    waiting_outcomes(pipeline, UNRECORDED_LIMIT)
+
+    await asyncio.wait_for(pipeline.record([completion(claim, OutcomeClass.SUCCESS)]), 60)
+
+    assert pipeline.calls == set()
+    view = store.view(saga)
+    assert dispatch_in(view, "s1")["state"] == "succeeded"
+    assert dispatch_in(view, "s2")["state"] == "queued"
+    assert pipeline.capacity.busy == 0
