@@ -15,8 +15,11 @@ $(BIN)/effectusd: pyproject.toml
 
 install: $(BIN)/effectusd
 
+# Two workers (pytest-xdist, one database each), then the tests marked serial one at a time
+# (they need the machine alone); both always run, and either failing fails the target.
 test: install
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q -n 2 -m "not serial" tests; parallel=$$?; \
+	$(BIN)/pytest -q -m serial tests && exit $$parallel
 
 lint: install
 	$(BIN)/ruff check .

@@ -33,6 +33,14 @@ EFFECTUS_TABLES = (
 )
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked serial needs the machine alone (it may restart PostgreSQL under everyone):
+    beside other test workers it fails instead of running."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if item.get_closest_marker("serial") is not None and workers > 1:
+        pytest.fail(f"marked serial, so not beside {workers - 1} other worker(s): run without -n")
+
+
 def _url_for(database: str) -> str:
     return ADMIN_URL.rsplit("/", 1)[0] + "/" + database
 

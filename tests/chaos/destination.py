@@ -147,14 +147,14 @@ async def main(args: argparse.Namespace) -> None:
     ) as pool:
         server = Server(pool, args.mode, args.stall_after_commit, args.reset_after_commit)
         listener = await asyncio.start_server(server.connection, "127.0.0.1", args.port)
-        print("ready", flush=True)
+        print("ready", listener.sockets[0].getsockname()[1], flush=True)  # the port, if 0
         async with listener:
             await listener.serve_forever()
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, required=True, help="0 picks a free port")
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--mode", choices=["kit", "plain"], default="kit")
     parser.add_argument("--stall-after-commit", type=float, default=0.0)

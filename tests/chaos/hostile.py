@@ -143,7 +143,8 @@ async def main(args: argparse.Namespace) -> None:
         hostile.servers.append(server)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    print("ready", flush=True)
+    ports = (server.sockets[0].getsockname()[1] for server in hostile.servers)
+    print("ready", *ports, flush=True)  # in --listen order: port 0 picks a free one
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), args.lifetime)
     print(json.dumps(hostile.served), flush=True)  # what the runner checks was exercised

@@ -11,7 +11,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,12 +32,6 @@ ADMIN_URL = os.environ.get(
 )
 ROOT = Path(__file__).resolve().parents[2]
 LIVE = ("running", "compensating")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager
@@ -183,33 +176,26 @@ def _destinations(
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for name in topology.healthy_names(scenario):
-            ports[name] = _free_port()
-            procs.append(
-                _start(
-                    "tests.chaos.destination",
-                    *("--port", str(ports[name]), "--database-url", dest_url),
-                    *("--mode", scenario.mode),
-                    *("--stall-after-commit", str(scenario.stall_after_commit)),
-                    *("--reset-after-commit", str(scenario.reset_after_commit)),
-                )
+            [ports[name]] = _start(
+                procs,
+                "tests.chaos.destination",
+                *("--port", "0", "--database-url", dest_url),
+                *("--mode", scenario.mode),
+                *("--stall-after-commit", str(scenario.stall_after_commit)),
+                *("--reset-after-commit", str(scenario.reset_after_commit)),
             )
         if scenario.hostile:
-            listen: list[str] = []
-            for behaviour, name in zip(
-                scenario.hostile, topology.hostile_names(scenario), strict=True
-            ):
-                assert behaviour in BEHAVIOURS, behaviour
-                ports[name] = _free_port()
-                listen.extend(("--listen", f"{behaviour}:{ports[name]}"))
-            procs.append(
-                _start(
-                    "tests.chaos.hostile",
-                    *listen,
-                    *("--max-requests", str(scenario.sagas * 20)),
-                    *("--lifetime", str(scenario.timeout_s + 300)),
-                    *("--seed", str(seed)),
-                )
+            assert set(scenario.hostile) <= set(BEHAVIOURS), scenario.hostile
+            listening = _start(
+                procs,
+                "tests.chaos.hostile",
+                *(arg for behaviour in scenario.hostile for arg in ("--listen", f"{behaviour}:0")),
+                *("--max-requests", str(scenario.sagas * 20)),
+                *("--lifetime", str(scenario.timeout_s + 300)),
+                *("--seed", str(seed)),
             )
+            names = topology.hostile_names(scenario)
+            ports.update(zip(names, listening, strict=True))
         yield ports
     finally:
         for proc in procs:
@@ -241,15 +227,21 @@ def run_scenario(scenario: Scenario, seed: int = 0) -> Report:
     return report
 
 
-def _start(module: str, *args: str) -> subprocess.Popen[bytes]:
+def _start(procs: list[subprocess.Popen[bytes]], module: str, *args: str) -> list[int]:
+    """Start ``module`` (appended to ``procs``, to be stopped) and wait for its ready line,
+    which names the ports it listens on: it binds port 0, so no other process can take a port
+    between choosing and binding it."""
     proc = subprocess.Popen(
         [sys.executable, "-m", module, *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready", module
-    return proc
+    procs.append(proc)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().split()
+    assert line[:1] == [b"ready"], module
+    return [int(port) for port in line[1:]]
 
 
 def _submit(config: Path, url: str, scenario: Scenario) -> None:

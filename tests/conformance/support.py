@@ -194,12 +194,13 @@ class StoreUnderTest:
         return [(r, int(d), int(t)) for r, d, t in rows]
 
     def server_connections(self, owner: str) -> int:
-        """How many PostgreSQL connections the dispatch store of ``owner`` holds open (SQLite
+        """How many connections to this database the dispatch store of ``owner`` holds open (SQLite
         has no server: always 0)."""
         if self.sqlite:
             return 0
         rows = self.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = %s",
             (f"conformance-{owner}",),
         )
         return int(rows[0][0])

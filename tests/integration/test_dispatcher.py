@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import socket
 import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -210,16 +212,19 @@ async def test_commit_then_stall_past_timeout_is_unknown_and_the_retry_carries_t
         assert view.steps[0].result == {"replayed": True}
 
 
-def free_port() -> int:
+@contextlib.contextmanager
+def refusing_port() -> Iterator[int]:
+    """A port bound but never listening: connections to it are refused, and no other process
+    (another test worker's server, say) can take it while it is held."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        yield int(sock.getsockname()[1])
 
 
 async def test_connection_refused_is_retried_as_not_committed_then_compensated(
     store_url: str,
 ) -> None:
-    with running() as dest:
+    with running() as dest, refusing_port() as port:
         config = make_config(
             dest.base_url,
             {
@@ -230,7 +235,7 @@ async def test_connection_refused_is_retried_as_not_committed_then_compensated(
                     "retry": {"max_attempts": 3, "initial_backoff": "10ms"},
                 },
             },
-            destinations={"down": {"base_url": f"http://127.0.0.1:{free_port()}"}},
+            destinations={"down": {"base_url": f"http://127.0.0.1:{port}"}},
         )
         client = client_for(config, store_url)
         plan = serial_plan("refused", ["ok", "gone"], compensate={"s1": "undo"})

@@ -243,7 +243,8 @@ async def test_listen_connection_heals_and_polling_covers_the_gap(db: str) -> No
             with psycopg.connect(db, autocommit=True) as conn:
                 conn.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                    " WHERE query ILIKE 'LISTEN effectus_outbox%%' AND pid <> pg_backend_pid()"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    " AND query ILIKE 'LISTEN effectus_outbox%%'"
                 )
             await wait_for(lambda: not daemon.listening)
             saga = client.submit(serial_plan("heal", ["pay"]), execution_id="h-1").saga_id
