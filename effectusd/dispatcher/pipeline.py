@@ -71,9 +71,7 @@ class Pipeline:
         self.recording_since: float | None = None  # monotonic start of the batch being recorded
         self.reports: list[RecordReport] = []  # kept only while a test or bench asks for them
         self.keep_reports = False
-        # While true, the recorder claims the next dispatches it writes where a slot is free
-        # (the daemon turns it off when it stops claiming, before it drains)
-        self.claiming = True
+        self.claiming = True  # the recorder claims where a slot is free; off before a drain
 
     # -- 1. claim ------------------------------------------------------------------------
     async def claim_once(self) -> int:
@@ -96,10 +94,9 @@ class Pipeline:
 
     @property
     def behind(self) -> bool:
-        """UNRECORDED_LIMIT outcomes wait to be recorded: no call starts, from the claim loop
-        or the recorder, until the recorder catches up. A slot is free again when its call
-        ends, so a recorder slower than the calls would otherwise let answers pile up in
-        memory without bound, their leases running on; two batches keep its batches full."""
+        """UNRECORDED_LIMIT outcomes wait to be recorded: no call starts until the recorder
+        catches up, or answers would pile up in memory, their leases running (a slot is free
+        again when its call ends); two batches keep the recorder's batches full."""
         return self.completions.qsize() >= UNRECORDED_LIMIT
 
     def free(self) -> dict[str, int]:
@@ -295,11 +292,9 @@ class Pipeline:
             return first.merge(await self._record_isolating(batch[middle:], slots))
 
     async def _record_claiming(self, batch: list[Completion], slots: RecordSlots) -> RecordReport:
-        """Record ``batch``; the next dispatches it enqueues that get a slot (``slots``) are
-        written claimed, in the same transaction, and started at once: no claim statement,
-        no notification, no wait for the claim loop. Slots are taken while the recorder
-        decides (no await between a check and its take); if the transaction does not commit,
-        every slot it took is given back."""
+        """Record ``batch``; the next dispatches that get a slot (``slots``, taken with no
+        await between check and take) are written claimed in the same transaction and started
+        at once. If the transaction does not commit, every slot it took is given back."""
         started = time.monotonic()  # before the transaction: our view of the lease is early
         try:
             report = await self.store.record(batch, slots)
@@ -376,12 +371,8 @@ class Pipeline:
 
     @property
     def idle(self) -> bool:
-        return (
-            not self.calls
-            and self.completions.empty()
-            and self.capacity.busy == 0
-            and self.recording_since is None
-        )
+        busy = self.calls or self.capacity.busy or self.recording_since is not None
+        return not busy and self.completions.empty()
 
 
 def _lease_covers_call(claim: Claim, claimed_at: float) -> bool:
