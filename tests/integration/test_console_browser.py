@@ -66,7 +66,10 @@ def _sign_in_and_resolve(driver: Any, base: str, saga: str) -> str:
     driver.get(f"{base}/blocked")  # no session yet: the console sends us to sign in
     wait.until(ready.url_contains("/login"))
     driver.find_element(By.NAME, "token").send_keys(WRITE_TOKEN)
-    driver.find_element(By.CSS_SELECTOR, "form[action='/login'] button").click()
+    sign_in = driver.find_element(By.CSS_SELECTOR, "form[action='/login'] button")
+    sign_in.click()
+    # the sign-in page has the same header links: wait until the signed-in page replaced it
+    wait.until(ready.staleness_of(sign_in))
     wait.until(ready.presence_of_element_located((By.LINK_TEXT, "Blocked"))).click()
     card = wait.until(
         ready.presence_of_element_located((By.CSS_SELECTOR, f"div[data-saga='{saga}']"))
