@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from effectusd.backends.postgres import STORE_MIGRATIONS, connect
+from effectusd.backends.postgres import STORE_MIGRATIONS, connect, database_name
 from effectusd.backends.postgres.migrations import migrate as migrate_set
 from effectusd.bench.claims import (
     CLAIM_MIN_SAMPLES,
@@ -36,7 +36,7 @@ from effectusd.bench.harness import (
     start_sink,
     with_executors,
 )
-from effectusd.bench.measures import RssSampler, daemon_rss_mb, percentile, server_cpu_seconds
+from effectusd.bench.measures import DatabaseCpu, RssSampler, daemon_rss_mb, percentile
 from effectusd.bench.soak import run_soak
 from effectusd.client import Client
 from effectusd.config import Config, parse_config
@@ -69,8 +69,9 @@ class BenchResult:
     # and the bare loop's per call: unlike rates, these hardly move when the machine is busy
     cpu_us_per_step: float
     bare_cpu_us_per_call: float
-    # CPU the PostgreSQL server spent per step over the drain, when it runs on this machine
-    # (None: it does not); on a machine shared with it, its CPU is taken from the daemon's
+    # CPU the backends serving the bench's database spent per step over the drain, when the
+    # server runs on this machine (None: it does not); the server's shared background
+    # processes are not counted (measures.DatabaseCpu); its CPU is taken from the daemon's
     db_cpu_us_per_step: float | None
     # what the database took: where PostgreSQL binds as daemons are added (docs/performance.md)
     commits_per_s: float
@@ -178,9 +179,8 @@ def _throughput(
         f"dispatching {sagas * steps} step(s) at concurrency {concurrency} ({chosen})"
         + (f" in {processes} processes…" if processes > 1 else "…")
     )
-    server_cpu_before = server_cpu_seconds()
-    seconds, cpu_seconds, drain_rss = _dispatch_all(config, url, processes)
-    server_cpu_after = server_cpu_seconds()
+    with DatabaseCpu(database_name(url)) as database_cpu:
+        seconds, cpu_seconds, drain_rss = _dispatch_all(config, url, processes)
     wal_bytes = scalar(url, "wal_position") - wal_before
     rss_mb = daemon_rss_mb()
     with connect(url) as conn:
@@ -211,9 +211,7 @@ def _throughput(
         cpu_us_per_step=round(cpu_seconds / total * 1e6, 1),
         bare_cpu_us_per_call=round(bare_cpu_us, 1),
         db_cpu_us_per_step=(
-            None
-            if server_cpu_before is None or server_cpu_after is None
-            else round((server_cpu_after - server_cpu_before) / total * 1e6, 1)
+            None if database_cpu.seconds is None else round(database_cpu.seconds / total * 1e6, 1)
         ),
         commits_per_s=round(commits / seconds, 1),
         wal_bytes_per_s=round(wal_bytes / seconds),

@@ -1,5 +1,5 @@
 """Figures the bench reports that need no database: percentiles, the process's memory and
-the CPU a PostgreSQL server on this machine spent."""
+the CPU a database's PostgreSQL backends on this machine spent."""
 
 from __future__ import annotations
 
@@ -52,25 +52,56 @@ class RssSampler:
             self.samples.append(daemon_rss_mb())
 
 
-def server_cpu_seconds() -> float | None:
-    """CPU seconds spent so far by the PostgreSQL server processes this machine can see
-    (backends, background workers and, through the postmaster's children's times, backends
-    that have exited), or None when there are none: the database is elsewhere. Like WAL, it
-    is the whole server's: other work on it counts too."""
-    ticks, found = 0, False
-    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as stat:
-                line = stat.read()
-        except OSError:
-            continue  # gone meanwhile, or not ours to read
-        name_end = line.rfind(")")
-        if not line[line.find("(") + 1 : name_end].startswith("postgres"):
-            continue
-        fields = line[name_end + 2 :].split()
-        # utime, stime, cutime, cstime: fields 14-17 of proc(5), 11-14 after the name
-        ticks += sum(int(value) for value in fields[11:15])
-        found = True
-    return ticks / os.sysconf("SC_CLK_TCK") if found else None
+class DatabaseCpu:
+    """CPU seconds spent by the PostgreSQL backends serving one database, while the block
+    runs: the server processes on this machine whose title names the database ("postgres:
+    USER DATABASE HOST …"), sampled from a thread, so a backend that exits meanwhile (a
+    daemon's pool closing) counts up to its last sample, when it was idle. The server's
+    background processes (WAL writer, checkpointer) are left out: they serve every database,
+    and a checkpoint would land in whichever run it happens to fall in. ``seconds`` is None
+    when no such backend was seen (the server is on another machine)."""
+
+    def __init__(self, database: str, interval: float = 0.05) -> None:
+        self.title = f" {database} ".encode()
+        self.interval = interval
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> DatabaseCpu:
+        self._sample(self.first)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample(self.last)
+
+    @property
+    def seconds(self) -> float | None:
+        if not self.last:
+            return None
+        return sum(cpu - self.first.get(pid, 0.0) for pid, cpu in self.last.items())
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample(self.last)
+
+    def _sample(self, into: dict[int, float]) -> None:
+        ticks = os.sysconf("SC_CLK_TCK")
+        for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as title:
+                    if self.title not in title.read().replace(b"\0", b" ") + b" ":
+                        continue
+                with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as stat:
+                    line = stat.read()
+            except OSError:
+                continue  # gone meanwhile, or not ours to read
+            fields = line[line.rfind(")") + 2 :].split()
+            # utime and stime: fields 14 and 15 of proc(5), 11 and 12 after the name
+            into[int(entry.name)] = (int(fields[11]) + int(fields[12])) / ticks

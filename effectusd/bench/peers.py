@@ -24,11 +24,11 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
-from effectusd.backends.postgres import connection_keywords
+from effectusd.backends.postgres import connection_keywords, database_name
 from effectusd.bench import BenchResult, run_bench
 from effectusd.bench.database import drop_database, scratch_database
 from effectusd.bench.harness import start_sink
-from effectusd.bench.measures import server_cpu_seconds
+from effectusd.bench.measures import DatabaseCpu
 
 BODY = b'{"i":0}'  # the canonical arguments of the bench plan's first step, byte for byte
 ENQUEUE_BATCH = 1_000
@@ -41,7 +41,7 @@ class PeerResult:
     seconds: float
     jobs_per_s: float
     cpu_us_per_job: float  # CPU of the process running pgqueuer and its handler, per job
-    db_cpu_us_per_job: float | None  # the PostgreSQL server's, when it runs on this machine
+    db_cpu_us_per_job: float | None  # its database's backends', when on this machine
 
 
 async def _drain_pgqueuer(url: str, sink: str, jobs: int, concurrency: int) -> PeerResult:
@@ -76,26 +76,21 @@ async def _drain_pgqueuer(url: str, sink: str, jobs: int, concurrency: int) -> P
             called += 1
 
         manager.entrypoint("post")(post)
-        server_started = server_cpu_seconds()
-        started, cpu_started = time.perf_counter(), time.process_time()
-        # pgqueuer wants its task cap at least twice the batch it dequeues at once.
-        await manager.run(
-            batch_size=max(1, concurrency // 2),
-            max_concurrent_tasks=max(2, concurrency),
-            mode=QueueExecutionMode.drain,
-            dequeue_timeout=timedelta(seconds=1),
-        )
-        seconds = time.perf_counter() - started
-        cpu_us = (time.process_time() - cpu_started) / jobs * 1e6
-        server_ended = server_cpu_seconds()
+        with DatabaseCpu(database_name(url)) as database_cpu:
+            started, cpu_started = time.perf_counter(), time.process_time()
+            # pgqueuer wants its task cap at least twice the batch it dequeues at once.
+            await manager.run(
+                batch_size=max(1, concurrency // 2),
+                max_concurrent_tasks=max(2, concurrency),
+                mode=QueueExecutionMode.drain,
+                dequeue_timeout=timedelta(seconds=1),
+            )
+            seconds = time.perf_counter() - started
+            cpu_us = (time.process_time() - cpu_started) / jobs * 1e6
     await connection.close()
     if called != jobs:
         raise RuntimeError(f"pgqueuer drained {called} of {jobs} job(s): the run is not comparable")
-    db_us = (
-        None
-        if server_started is None or server_ended is None
-        else round((server_ended - server_started) / jobs * 1e6, 1)
-    )
+    db_us = None if database_cpu.seconds is None else round(database_cpu.seconds / jobs * 1e6, 1)
     return PeerResult(
         jobs, concurrency, round(seconds, 3), round(jobs / seconds, 1), round(cpu_us, 1), db_us
     )

@@ -20,6 +20,7 @@ from effectusd.bench import (
     claim_params,
     time_claims,
 )
+from effectusd.bench.measures import DatabaseCpu
 from tests.conftest import ADMIN_URL
 from tests.support.harness import fetch, make_config
 
@@ -155,3 +156,24 @@ def test_bench_refuses_a_database_url_that_is_not_postgresql() -> None:
 
     assert result.returncode == 3
     assert "bench (it makes scratch databases on the server) needs PostgreSQL" in result.stderr
+
+
+def test_database_cpu_counts_the_backends_of_its_own_database_only(empty_database: str) -> None:
+    # The bench's DB µs per step: the whole server's CPU also counted other databases'
+    # backends and checkpoints, and swung by half between identical runs.
+    work = "SELECT count(*) FROM generate_series(1, 3000000)"
+    name = empty_database.rsplit("/", 1)[1]
+    with psycopg.connect(empty_database) as ours, psycopg.connect(ADMIN_URL) as theirs:
+        with DatabaseCpu(name) as elsewhere:
+            theirs.execute(work).fetchone()
+        with DatabaseCpu(name) as here:
+            ours.execute(work).fetchone()
+    assert here.seconds is not None and elsewhere.seconds is not None  # our backend was seen
+    assert here.seconds >= 0.05
+    assert elsewhere.seconds < here.seconds / 4
+
+
+def test_database_cpu_is_none_when_no_backend_of_the_database_is_seen() -> None:
+    with DatabaseCpu("effectusd_no_such_database") as meter:
+        pass
+    assert meter.seconds is None
