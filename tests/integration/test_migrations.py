@@ -404,3 +404,58 @@ def test_one_dispatch_per_saga_effect_and_direction(db: str) -> None:
             )
     assert "(saga_id, effect_id, direction)" in (duplicate.value.diag.message_detail or "")
     assert snapshot(db) == before
+
+
+HEX_CHECKS = """
+SELECT c.conrelid::regclass::text AS table_name, c.conname, a.attname,
+       pg_get_expr(c.conbin, c.conrelid) AS expression, c.convalidated
+FROM pg_constraint c
+JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+WHERE c.contype = 'c' AND c.conrelid::regclass::text LIKE 'effectus_%'
+  AND pg_get_expr(c.conbin, c.conrelid) LIKE '%0-9a-f%'
+"""
+
+
+def test_every_hex_column_accepts_exactly_64_lowercase_hex_digits(db: str) -> None:
+    # The rule of the identities (docs/design.md section 3), as each constraint states it,
+    # evaluated on values that sit on its edges. Since 10013 no constraint says it with a
+    # bounded repetition (`{64}`): PostgreSQL evaluates every CHECK of a row on each UPDATE,
+    # and that regular expression cost ~12 µs a time, ~14 times per saga step.
+    hexes = "0123456789abcdef"
+    values = [
+        "a" * 64,
+        hexes * 4,
+        "0" * 63,
+        "0" * 65,
+        "A" * 64,
+        "0" * 63 + "g",
+        "0" * 63 + "\n",
+        "\n" + "0" * 63,
+        "0" * 31 + " " + "0" * 32,
+        "é" + "0" * 63,
+        "",
+    ]
+    with psycopg.connect(db, autocommit=True, row_factory=dict_row) as conn:
+        checks = conn.execute(HEX_CHECKS).fetchall()
+        verdicts = {}
+        for check in checks:
+            column = psql.Identifier(check["attname"])
+            query = psql.SQL("SELECT {} AS ok FROM unnest(%s::text[]) WITH ORDINALITY AS u({}, n)")
+            rows = conn.execute(
+                query.format(psql.SQL(check["expression"]), column) + psql.SQL(" ORDER BY n"),
+                [values],
+            ).fetchall()
+            verdicts[check["conname"]] = rows
+    tables = {check["table_name"] for check in checks}
+    assert {
+        "effectus_saga_instances",
+        "effectus_saga_steps",
+        "effectus_saga_outbox",
+        "effectus_saga_tombstones",
+    } <= tables
+    assert len(checks) == 9, [check["conname"] for check in checks]
+    assert all(check["convalidated"] for check in checks)
+    assert not [check["conname"] for check in checks if "{64}" in check["expression"]]
+    for name, rows in verdicts.items():
+        expected = [len(v) == 64 and all(ch in hexes for ch in v) for v in values]
+        assert [row["ok"] for row in rows] == expected, name
