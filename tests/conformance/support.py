@@ -8,8 +8,8 @@ import contextlib
 import json
 import secrets
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -31,6 +31,7 @@ from effectusd.core.views import SagaView
 from effectusd.dispatcher.capacity import Capacity
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.pipeline import Pipeline
+from effectusd.executors.factory import executor_for
 from effectusd.executors.protocol import Executor
 from effectusd.fencing.protocol import FencingProvider
 from effectusd.fencing.store import StoreFencing
@@ -40,6 +41,7 @@ from effectusd.store.postgres.dispatch import PostgresDispatchStore
 from effectusd.store.records import Claim, WriteAhead
 from effectusd.store.sqlite.dispatch import SqliteDispatchStore
 from tests.support import backends
+from tests.support.destination import Destination, running
 from tests.support.harness import make_config, serial_plan
 
 T = TypeVar("T")
@@ -262,6 +264,21 @@ def pipeline_on(
     # what the recorder would otherwise claim for itself.
     pipeline.claiming = False
     return pipeline
+
+
+@asynccontextmanager
+async def pipeline_with_destination(
+    store: DispatchStore, under_test: StoreUnderTest
+) -> AsyncIterator[tuple[Pipeline, Destination]]:
+    """``pipeline_on`` with a real executor for "dest", calling a running test destination;
+    the executor is closed and the destination stopped on the way out."""
+    with running() as dest:
+        config = under_test.config.destinations["dest"]
+        executor = executor_for("dest", config.model_copy(update={"base_url": dest.base_url}))
+        try:
+            yield pipeline_on(store, under_test, {"dest": executor}), dest
+        finally:
+            await executor.aclose()
 
 
 async def claim_one(store: DispatchStore, destination: str = "dest") -> Claim:

@@ -7,17 +7,16 @@ import asyncio
 import time
 
 from effectusd.core.states import OutcomeClass
-from effectusd.executors.factory import executor_for
 from effectusd.operator import Resolution, resolve
 from tests.conformance.support import (
     StoreUnderTest,
     completion,
     dispatch_in,
     pipeline_on,
+    pipeline_with_destination,
     sagas_with_one_unfenceable,
     send,
 )
-from tests.support.destination import running
 from tests.support.harness import serial_plan
 
 
@@ -79,23 +78,17 @@ async def test_a_batch_that_does_not_commit_gives_back_every_slot_its_recorder_t
         completion(claim, OutcomeClass.SUCCESS, result=[float("nan")] if claim is poison else 1)
         for claim in claims
     ]
-    with running() as dest:
-        config = store.config.destinations["dest"].model_copy(update={"base_url": dest.base_url})
-        executor = executor_for("dest", config)
-        try:
-            pipeline = pipeline_on(daemon, store, {"dest": executor})
-            pipeline.claiming = True
-            await asyncio.wait_for(pipeline.record(batch), timeout=60)
-            await asyncio.wait_for(asyncio.gather(*pipeline.calls), timeout=60)
-            healthy = [saga for saga in sagas if saga != poison.saga_id]
-            called = sorted(r.headers["x-effectus-saga-id"] for r in dest.requests)
-            assert called == (sorted(healthy) if daemon.claims_in_record else [])
-            assert pipeline.completions.qsize() == len(called)
-            pipeline.claiming = False
-            while not pipeline.completions.empty():
-                await pipeline.record_round()
-        finally:
-            await executor.aclose()
+    async with pipeline_with_destination(daemon, store) as (pipeline, dest):
+        pipeline.claiming = True
+        await asyncio.wait_for(pipeline.record(batch), timeout=60)
+        await asyncio.wait_for(asyncio.gather(*pipeline.calls), timeout=60)
+        healthy = [saga for saga in sagas if saga != poison.saga_id]
+        called = sorted(r.headers["x-effectus-saga-id"] for r in dest.requests)
+        assert called == (sorted(healthy) if daemon.claims_in_record else [])
+        assert pipeline.completions.qsize() == len(called)
+        pipeline.claiming = False
+        while not pipeline.completions.empty():
+            await pipeline.record_round()
 
     assert pipeline.capacity.busy == 0
     assert store.view(poison.saga_id)["state"] == "blocked_unknown"
@@ -135,17 +128,11 @@ async def test_a_failed_write_ahead_is_counted_and_the_batch_is_called(
 ) -> None:
     sagas, _ = sagas_with_one_unfenceable(store)
     daemon = await store.dispatch_store()
-    with running() as dest:
-        config = store.config.destinations["dest"].model_copy(update={"base_url": dest.base_url})
-        executor = executor_for("dest", config)
-        try:
-            pipeline = pipeline_on(daemon, store, {"dest": executor})
-            claims = await daemon.claim({"dest": 10})
-            for claim in claims:
-                pipeline.capacity.take(claim.destination)
-            await pipeline.dispatch_batch(claims, time.monotonic())
-        finally:
-            await executor.aclose()
+    async with pipeline_with_destination(daemon, store) as (pipeline, dest):
+        claims = await daemon.claim({"dest": 10})
+        for claim in claims:
+            pipeline.capacity.take(claim.destination)
+        await pipeline.dispatch_batch(claims, time.monotonic())
     assert sorted(r.headers["x-effectus-saga-id"] for r in dest.requests) == sorted(
         [sagas[0], sagas[2]]
     )

@@ -10,16 +10,15 @@ import asyncio
 from effectusd.core.engine import Completion
 from effectusd.core.states import OutcomeClass
 from effectusd.dispatcher.pipeline import UNRECORDED_LIMIT, Pipeline
-from effectusd.executors.factory import executor_for
 from tests.conformance.support import (
     StoreUnderTest,
     claim_one,
     completion,
     dispatch_in,
     pipeline_on,
+    pipeline_with_destination,
     send,
 )
-from tests.support.destination import running
 from tests.support.harness import serial_plan
 
 
@@ -36,27 +35,21 @@ async def test_the_claim_loop_claims_nothing_while_the_recorder_is_behind(
 ) -> None:
     saga = store.submit(serial_plan("p", ["pay"]), "x-1")
     daemon = await store.dispatch_store()
-    with running() as dest:
-        config = store.config.destinations["dest"].model_copy(update={"base_url": dest.base_url})
-        executor = executor_for("dest", config)
-        try:
-            pipeline = pipeline_on(daemon, store, {"dest": executor})
-            waiting_outcomes(pipeline, UNRECORDED_LIMIT)
+    async with pipeline_with_destination(daemon, store) as (pipeline, dest):
+        waiting_outcomes(pipeline, UNRECORDED_LIMIT)
 
-            assert pipeline.free() == {}
-            assert await pipeline.claim_once() == 0
-            assert dispatch_in(store.view(saga), "s1")["state"] == "queued"
+        assert pipeline.free() == {}
+        assert await pipeline.claim_once() == 0
+        assert dispatch_in(store.view(saga), "s1")["state"] == "queued"
 
-            # One record round takes a batch off the queue: below the limit, the claim loop
-            # it held back is woken, and claims again.
-            pipeline.wake.clear()
-            await pipeline.record_round()
-            assert not pipeline.behind and pipeline.wake.is_set()
-            assert await pipeline.claim_once() == 1
-            await asyncio.wait_for(asyncio.gather(*pipeline.calls), timeout=60)
-            assert [r.headers["x-effectus-saga-id"] for r in dest.requests] == [saga]
-        finally:
-            await executor.aclose()
+        # One record round takes a batch off the queue: below the limit, the claim loop it
+        # held back is woken, and claims again.
+        pipeline.wake.clear()
+        await pipeline.record_round()
+        assert not pipeline.behind and pipeline.wake.is_set()
+        assert await pipeline.claim_once() == 1
+        await asyncio.wait_for(asyncio.gather(*pipeline.calls), timeout=60)
+        assert [r.headers["x-effectus-saga-id"] for r in dest.requests] == [saga]
 
 
 async def test_the_recorder_claims_no_next_step_while_it_is_behind(
