@@ -100,7 +100,7 @@ def _submission_writes(
     batch: Sequence[SubmitRows], actor: str, not_before: datetime | None
 ) -> Generator[Query, Rows, None]:
     """Everything a new saga writes after its saga row, for a whole batch: each statement once
-    with all its parameter rows, and one notification per destination."""
+    with all its parameter rows (insert_dispatch wakes each destination it writes to)."""
     if not_before is not None and not_before.tzinfo is None:
         not_before = not_before.replace(tzinfo=UTC)  # naive times are UTC, as on the CLI
     steps, starts, dispatches, events = [], [], [], []
@@ -135,8 +135,6 @@ def _submission_writes(
     yield ("start_step", starts)
     yield ("insert_dispatch", dispatches)
     yield ("insert_event", events)
-    for destination in sorted({d.destination for rows in batch for d in rows.first_dispatches}):
-        yield ("notify_outbox", {"destination": destination})
 
 
 def _refuse_unless_same(rows: SubmitRows, found: Rows) -> None:

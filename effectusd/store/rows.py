@@ -323,8 +323,10 @@ def cancel_siblings(cancels: list[tuple[str, list[str]]]) -> Operation[None]:
 
 
 def notify_rows(rows: TransitionRows) -> Operation[None]:
-    """One wake-up per destination that got a new dispatch."""
-    for destination in sorted(rows.destinations):
+    """Wake the ``woken`` destinations that got no new queued dispatch: insert_dispatch wakes
+    those that did, in its own statement."""
+    inserted = {params["destination"] for params in rows.inserts}
+    for destination in sorted(rows.woken - inserted):
         yield ("notify_outbox", {"destination": destination})
 
 

@@ -396,6 +396,41 @@ def test_outbox_notify_is_delivered_only_after_commit(
     assert [(n.channel, n.payload) for n in delivered] == [("effectus_outbox", "payments")]
 
 
+class RecordingCursor(psycopg.Cursor[Any]):
+    """Keeps the text of every statement it sends."""
+
+    sent: list[str]
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        RecordingCursor.sent.append(self._text(query))
+        return super().execute(query, params, **kwargs)
+
+    def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> None:
+        RecordingCursor.sent.append(self._text(query))
+        super().executemany(query, params_seq, **kwargs)
+
+    def _text(self, query: Any) -> str:
+        return query.as_string(self) if hasattr(query, "as_string") else str(query)
+
+
+def test_the_outbox_rows_wake_their_destination_in_the_statement_that_writes_them(
+    client: Client, db: str
+) -> None:
+    # One round trip fewer per submit: no statement of its own for the NOTIFY.
+    RecordingCursor.sent = []
+    with psycopg.connect(db, autocommit=True) as listener:
+        listener.execute("LISTEN effectus_outbox")
+        with psycopg.connect(db, cursor_factory=RecordingCursor) as conn:
+            client.submit(plan(), execution_id=EXECUTION, facts=facts(), conn=conn)
+            conn.commit()
+        delivered = list(listener.notifies(timeout=10, stop_after=1))
+
+    notifying = [text for text in RecordingCursor.sent if "pg_notify" in text]
+    assert len(notifying) == 1, RecordingCursor.sent
+    assert "INSERT INTO effectus_saga_outbox" in notifying[0]
+    assert [(n.channel, n.payload) for n in delivered] == [("effectus_outbox", "payments")]
+
+
 def test_outbox_notify_is_not_delivered_after_rollback(
     client: Client, db: str, app_table: str
 ) -> None:

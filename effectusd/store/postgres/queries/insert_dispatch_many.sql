@@ -1,7 +1,9 @@
 -- insert_dispatch for a whole batch (a JSON array of rows, one object per dispatch;
 -- fencing_resources are JSON texts). WITH ORDINALITY and the ORDER BY give the rows their
 -- dispatch_id in the order they were produced: a saga's first dispatches are shown in that
--- order on its timeline (effectusd/core/timeline.py).
+-- order on its timeline (effectusd/core/timeline.py). Each destination that gets a row is woken
+-- once, in this statement (as insert_dispatch.sql).
+WITH inserted AS (
 INSERT INTO effectus_saga_outbox
     (saga_id, effect_id, direction, namespace, execution_id, destination, verb, contract_hash,
      delivery, method, path, args_canonical, args_hash, idempotency_key, fencing_resources,
@@ -21,3 +23,6 @@ FROM ROWS FROM (jsonb_to_recordset(%(rows)s::jsonb) AS (
           contract_hash, delivery, method, path, args_canonical, args_hash, idempotency_key,
           fencing_resources, timeout_ms, max_attempts, not_before, enqueued_by, n)
 ORDER BY n
+RETURNING destination
+)
+SELECT pg_notify('effectus_outbox', destination) FROM (SELECT DISTINCT destination FROM inserted) d
