@@ -4,9 +4,14 @@ locked reads touch only their batch's rows, whether the tables have statistics o
 
 from __future__ import annotations
 
+import json
+
 import psycopg
 import pytest
 
+from effectusd.backends.postgres import STORE_STATEMENTS
+from effectusd.backends.postgres.runner import with_array_texts
+from effectusd.backends.postgres.session import PoolSession
 from tests.support.backends import postgres_sql as sql
 
 pytestmark = pytest.mark.postgres
@@ -182,3 +187,88 @@ def test_the_steps_read_looks_each_forward_dispatch_up_by_key_in_a_small_young_s
     assert len(found) == 5 * batch
     assert sum(1 for row in found if row[6] == "queued") == batch  # each first step's dispatch
     assert read <= 5 * batch, read
+
+
+def generic_plan_read(
+    conn: psycopg.Connection, query: str, params: dict[str, object]
+) -> tuple[int, str]:
+    """How the daemon runs ``query`` (its connections plan generically: session.py): run as a
+    prepared statement with a generic plan, the plan auto_explain reports for the second
+    call, as (the most rows any node produced over all its loops, the node types and
+    relations it read)."""
+    plans: list[str] = []
+    conn.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+    conn.execute("LOAD 'auto_explain'")
+    for setting in (
+        "auto_explain.log_min_duration = 0",
+        "auto_explain.log_analyze = on",
+        "auto_explain.log_format = json",
+        "client_min_messages = log",
+        "plan_cache_mode = force_generic_plan",
+    ):
+        conn.execute(f"SET LOCAL {setting}".encode())  # type: ignore[arg-type]
+    for _ in range(2):
+        conn.execute(query.encode(), params, prepare=True)  # type: ignore[arg-type]
+    document = json.loads(plans[-1].split("plan:", 1)[1])
+    nodes, most, read = [document["Plan"]], 0, []
+    while nodes:
+        node = nodes.pop()
+        most = max(most, node["Actual Rows"] * node["Actual Loops"])
+        read.append(f"{node['Node Type']} {node.get('Relation Name', '')}")
+        nodes.extend(node.get("Plans", []))
+    return int(most), "; ".join(read)
+
+
+def test_the_daemons_generic_plans_read_only_their_rows_over_a_large_backlog(db: str) -> None:
+    # Generic plans are made without the parameters' values: the claim does not know how many
+    # rows it asks for, the locked reads not how many ids they get. Each must still find its
+    # rows by key or through the ready index, before ANALYZE and after.
+    batch = 256
+    with psycopg.connect(db) as conn:  # one transaction, rolled back: nothing is left behind
+        load_backlog(conn, ready_every=2, analyze=False)
+        rows = conn.execute(
+            "SELECT dispatch_id, saga_id FROM effectus_saga_outbox"
+            " ORDER BY dispatch_id OFFSET 1000 LIMIT %s",
+            (batch,),
+        ).fetchall()
+        dispatch_ids, saga_ids = [r[0] for r in rows], [r[1] for r in rows]
+        statements = {
+            "claim_ready": {
+                "destinations": ["dest"],
+                "limits": [16],
+                "total": 16,
+                "owner": "o",
+                "margin_s": 1.0,
+                "verbs": ["work"],
+                "timeouts_ms": [1000],
+                "max_attempts": [3],
+            },
+            "next_due": {"destinations": ["dest"]},
+            "select_expired_leases": {"limit": 10},
+            "lock_sagas": {"saga_ids": [], "dispatch_ids": dispatch_ids, "known_plans": []},
+            "lock_dispatches": {"dispatch_ids": dispatch_ids, "saga_ids": saga_ids},
+            "select_steps_of_sagas": {"saga_ids": saga_ids},
+            "select_completion_attempts": {"dispatch_ids": dispatch_ids, "attempts": [1] * batch},
+        }
+        found = {}
+        for statistics in ("never analyzed", "analyzed"):
+            if statistics == "analyzed":
+                conn.execute(ANALYZE)
+            for name, params in statements.items():
+                query = sql(name).as_string(conn)
+                found[statistics, name] = generic_plan_read(conn, query, with_array_texts(params))
+        conn.rollback()
+    for (statistics, name), (most, read) in found.items():
+        assert most <= 2 * batch, (statistics, name, most, read)
+        assert "Seq Scan effectus_saga_outbox" not in read, (statistics, name, read)
+        assert "Seq Scan effectus_saga_steps" not in read, (statistics, name, read)
+
+
+async def test_the_daemons_connections_plan_each_statement_once(db: str) -> None:
+    session = await PoolSession.open(db, STORE_STATEMENTS, 1, 2)
+    try:
+        async with session.pool.connection() as conn:
+            cursor = await conn.execute("SHOW plan_cache_mode")
+            assert await cursor.fetchone() == ("force_generic_plan",)
+    finally:
+        await session.close()
