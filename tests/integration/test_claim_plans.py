@@ -5,6 +5,8 @@ locked reads touch only their batch's rows, whether the tables have statistics o
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 import psycopg
 import pytest
@@ -41,6 +43,16 @@ SELECT {HEX}, 's', 'forward', 'default', 'e' || g, 'dest', 'v', repeat('c', 64),
 FROM generate_series(1, %(n)s) AS g
 """
 ANALYZE = b"ANALYZE effectus_saga_instances, effectus_saga_steps, effectus_saga_outbox"
+CLAIM = {  # what the daemon's claim passes: free slots, owner, lease margin, live verb limits
+    "destinations": ["dest"],
+    "limits": [16],
+    "total": 16,
+    "owner": "o",
+    "margin_s": 1.0,
+    "verbs": ["work"],
+    "timeouts_ms": [1000],
+    "max_attempts": [3],
+}
 
 
 def plan_of(conn: psycopg.Connection, query: str, params: dict[str, object]) -> str:
@@ -63,16 +75,7 @@ def claim_plan(conn: psycopg.Connection) -> str:
     return plan_of(
         conn,
         sql("claim_ready").as_string(conn),
-        {
-            "destinations": ["dest"],
-            "limits": [16],
-            "total": 16,
-            "owner": "o",
-            "margin_s": 1.0,
-            "verbs": ["work"],  # the loaded config's timeout and budget per verb
-            "timeouts_ms": [1000],
-            "max_attempts": [3],
-        },
+        CLAIM,
     )
 
 
@@ -105,12 +108,34 @@ def rows_read(conn: psycopg.Connection, query: str, params: dict[str, object]) -
     """The most rows any node of the query's plan produced when it ran (over all its loops)."""
     explain = b"EXPLAIN (ANALYZE, FORMAT JSON) " + query.encode()
     [[document]] = conn.execute(explain, params).fetchall()  # type: ignore[arg-type]
-    nodes, most = [document[0]["Plan"]], 0
+    return walk(document[0]["Plan"])[0]
+
+
+def walk(plan: dict[str, Any]) -> tuple[int, str]:
+    """(the most rows any node produced over all its loops, the nodes and what they read)."""
+    nodes, most, read = [plan], 0, []
     while nodes:
         node = nodes.pop()
         most = max(most, node["Actual Rows"] * node["Actual Loops"])
+        read.append(f"{node['Node Type']} {node.get('Relation Name', '')}")
         nodes.extend(node.get("Plans", []))
-    return int(most)
+    return int(most), "; ".join(read)
+
+
+def recorder_reads(conn: psycopg.Connection, batch: int) -> dict[str, dict[str, object]]:
+    """The recorder's locked reads (statement: parameters) for ``batch`` outbox rows."""
+    rows = conn.execute(
+        "SELECT dispatch_id, saga_id FROM effectus_saga_outbox"
+        " ORDER BY dispatch_id OFFSET 1000 LIMIT %s",
+        (batch,),
+    ).fetchall()
+    dispatch_ids, saga_ids = [r[0] for r in rows], [r[1] for r in rows]
+    return {
+        "lock_sagas": {"saga_ids": [], "dispatch_ids": dispatch_ids, "known_plans": []},
+        "lock_dispatches": {"dispatch_ids": dispatch_ids, "saga_ids": saga_ids},
+        "select_steps_of_sagas": {"saga_ids": saga_ids},
+        "select_completion_attempts": {"dispatch_ids": dispatch_ids, "attempts": [1] * batch},
+    }
 
 
 def test_the_recorders_locked_reads_touch_only_their_batch_over_a_large_backlog(db: str) -> None:
@@ -120,18 +145,7 @@ def test_the_recorders_locked_reads_touch_only_their_batch_over_a_large_backlog(
     batch = 256
     with psycopg.connect(db) as conn:  # one transaction, rolled back: nothing is left behind
         load_backlog(conn, ready_every=10_000, analyze=False)
-        rows = conn.execute(
-            "SELECT dispatch_id, saga_id FROM effectus_saga_outbox"
-            " ORDER BY dispatch_id OFFSET 1000 LIMIT %s",
-            (batch,),
-        ).fetchall()
-        dispatch_ids, saga_ids = [r[0] for r in rows], [r[1] for r in rows]
-        reads = {
-            "lock_sagas": {"saga_ids": [], "dispatch_ids": dispatch_ids, "known_plans": []},
-            "lock_dispatches": {"dispatch_ids": dispatch_ids, "saga_ids": saga_ids},
-            "select_steps_of_sagas": {"saga_ids": saga_ids},
-            "select_completion_attempts": {"dispatch_ids": dispatch_ids, "attempts": [1] * batch},
-        }
+        reads = recorder_reads(conn, batch)
         touched = {}
         for statistics in ("never analyzed", "analyzed"):
             if statistics == "analyzed":
@@ -190,14 +204,18 @@ def test_the_steps_read_looks_each_forward_dispatch_up_by_key_in_a_small_young_s
 
 
 def generic_plan_read(
-    conn: psycopg.Connection, query: str, params: dict[str, object]
+    conn: psycopg.Connection, query: str, params: Mapping[str, Any]
 ) -> tuple[int, str]:
     """How the daemon runs ``query`` (its connections plan generically: session.py): run as a
     prepared statement with a generic plan, the plan auto_explain reports for the second
     call, as (the most rows any node produced over all its loops, the node types and
     relations it read)."""
     plans: list[str] = []
-    conn.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+
+    def keep(notice: psycopg.errors.Diagnostic) -> None:
+        plans.append(notice.message_primary or "")
+
+    conn.add_notice_handler(keep)
     conn.execute("LOAD 'auto_explain'")
     for setting in (
         "auto_explain.log_min_duration = 0",
@@ -207,16 +225,12 @@ def generic_plan_read(
         "plan_cache_mode = force_generic_plan",
     ):
         conn.execute(f"SET LOCAL {setting}".encode())  # type: ignore[arg-type]
-    for _ in range(2):
-        conn.execute(query.encode(), params, prepare=True)  # type: ignore[arg-type]
-    document = json.loads(plans[-1].split("plan:", 1)[1])
-    nodes, most, read = [document["Plan"]], 0, []
-    while nodes:
-        node = nodes.pop()
-        most = max(most, node["Actual Rows"] * node["Actual Loops"])
-        read.append(f"{node['Node Type']} {node.get('Relation Name', '')}")
-        nodes.extend(node.get("Plans", []))
-    return int(most), "; ".join(read)
+    try:
+        for _ in range(2):
+            conn.execute(query.encode(), params, prepare=True)  # type: ignore[arg-type]
+    finally:
+        conn.remove_notice_handler(keep)
+    return walk(json.loads(plans[-1].split("plan:", 1)[1])["Plan"])
 
 
 def test_the_daemons_generic_plans_read_only_their_rows_over_a_large_backlog(db: str) -> None:
@@ -226,29 +240,11 @@ def test_the_daemons_generic_plans_read_only_their_rows_over_a_large_backlog(db:
     batch = 256
     with psycopg.connect(db) as conn:  # one transaction, rolled back: nothing is left behind
         load_backlog(conn, ready_every=2, analyze=False)
-        rows = conn.execute(
-            "SELECT dispatch_id, saga_id FROM effectus_saga_outbox"
-            " ORDER BY dispatch_id OFFSET 1000 LIMIT %s",
-            (batch,),
-        ).fetchall()
-        dispatch_ids, saga_ids = [r[0] for r in rows], [r[1] for r in rows]
-        statements = {
-            "claim_ready": {
-                "destinations": ["dest"],
-                "limits": [16],
-                "total": 16,
-                "owner": "o",
-                "margin_s": 1.0,
-                "verbs": ["work"],
-                "timeouts_ms": [1000],
-                "max_attempts": [3],
-            },
+        statements: dict[str, Mapping[str, Any]] = {
+            "claim_ready": CLAIM,
             "next_due": {"destinations": ["dest"]},
             "select_expired_leases": {"limit": 10},
-            "lock_sagas": {"saga_ids": [], "dispatch_ids": dispatch_ids, "known_plans": []},
-            "lock_dispatches": {"dispatch_ids": dispatch_ids, "saga_ids": saga_ids},
-            "select_steps_of_sagas": {"saga_ids": saga_ids},
-            "select_completion_attempts": {"dispatch_ids": dispatch_ids, "attempts": [1] * batch},
+            **recorder_reads(conn, batch),
         }
         found = {}
         for statistics in ("never analyzed", "analyzed"):
