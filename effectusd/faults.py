@@ -11,7 +11,8 @@ import signal
 
 POINTS = frozenset(
     {
-        "after_claim",  # rows leased, nothing written ahead
+        # rows leased; written ahead only where the claim did it (unfenced, PostgreSQL)
+        "after_claim",
         "after_write_ahead",  # sent_at and grants durable, request not yet sent
         "after_send",  # the request left (body written), no answer yet
         "after_call",  # the answer arrived, nothing recorded

@@ -58,12 +58,14 @@ def claim_params(config: Config) -> dict[str, Any]:
         limits={name: d.max_concurrency for name, d in config.destinations.items()},
         total_limit=config.dispatcher.concurrency,
     )
+    registry = registry_from_config(config)
     return claim_ready_params(
         list(capacity.free().items()),
         capacity.room,
         new_owner_id(),
         config.dispatcher.lease_margin.total_seconds(),
-        registry_from_config(config).live_limits(),
+        registry.live_limits(),
+        registry.live_pins(),
     )
 
 

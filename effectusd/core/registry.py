@@ -37,6 +37,14 @@ class Registry:
             for name, contract in sorted(self.verbs.items())
         }
 
+    def live_pins(self) -> dict[str, tuple[str, str]]:
+        """verb -> the contract hashes a dispatch may be pinned to (``VerbContract.pins``),
+        as the claim checks them where it writes a row ahead."""
+        return {
+            name: (contract.contract_hash, contract.legacy_contract_hash)
+            for name, contract in sorted(self.verbs.items())
+        }
+
 
 def retry_budget(max_attempts: int, budget_base: int | None, live: VerbContract | None) -> int:
     """How many attempts a dispatch may make in all: the attempts made before its budget was

@@ -2,7 +2,8 @@
 
     1. claim      due rows for destinations with free capacity (one statement, SKIP LOCKED)
     2. reclaim    expired leases: not sent → known not committed; sent → unknown
-    3. write-ahead fencing tokens and "may have been sent", durable before any call
+    3. write-ahead fencing tokens and "may have been sent", durable before any call (on
+                  PostgreSQL an unfenced row is written ahead by its claim: no statement here)
     4. call       the destination, concurrently, never past our own lease (monotonic clock)
     5. record     outcomes in group commits; the engine decides every transition
 
@@ -84,7 +85,7 @@ class Pipeline:
         self.capacity.reserve(free)  # the recorder may take slots while the claim runs
         claims: list[Claim] = []
         try:
-            claims = await self.store.claim(free, room)
+            claims = await self.store.claim(free, room, write_ahead=True)
         finally:
             self.capacity.keep(free, (claim.destination for claim in claims))
         if not claims:
@@ -158,8 +159,27 @@ class Pipeline:
                 self._finish(claim, Completion.not_sent(claim, LEASE_TOO_SHORT))
             else:
                 sendable.append(claim)
-        if not sendable:
+        # A claim born written ahead (unfenced, on PostgreSQL) is called at once; the others
+        # take their fencing tokens and their mark here.
+        ready = [
+            WriteAhead(claim, (), FencingStatus.NOT_REQUESTED)
+            for claim in sendable
+            if claim.written_ahead
+        ]
+        unmarked = [claim for claim in sendable if not claim.written_ahead]
+        if unmarked:
+            ready += await self._write_ahead(unmarked)
+        if not ready:
             return
+        faults.point("after_write_ahead")
+        if spans is not None:
+            spans.written_ahead(ready)
+        await asyncio.gather(*(self.call(w, claimed_at) for w in ready))
+
+    async def _write_ahead(self, sendable: list[Claim]) -> list[WriteAhead]:
+        """The write-ahead of claims not born written ahead: the ones that may now be called
+        (the others are settled not sent, or left to their leases)."""
+        spans = self.spans
         try:
             # A claim whose own write-ahead fails comes back in not_sent, settled alone.
             ready, not_sent = await self.store.write_ahead(sendable)
@@ -175,10 +195,7 @@ class Pipeline:
             self.wake.set()
             if spans is not None:
                 spans.abandoned(sendable, "write-ahead failed; left to the lease's reclaim")
-            return
-        faults.point("after_write_ahead")
-        if spans is not None:
-            spans.written_ahead(ready)
+            return []
         self.metrics.fencing_acquisitions.inc(sum(len(w.grants) for w in ready))
         self.metrics.fencing_conflicts.inc(sum(1 for c in not_sent if c.fence_wait))
         self.metrics.write_ahead_failures.inc(sum(1 for c in not_sent if not c.fence_wait))
@@ -191,7 +208,7 @@ class Pipeline:
                 self.wake.set()
                 if spans is not None:
                     spans.abandoned([claim], "lease lost before the write-ahead")
-        await asyncio.gather(*(self.call(w, claimed_at) for w in ready))
+        return ready
 
     async def call(self, ahead: WriteAhead, claimed_at: float) -> None:
         claim = ahead.claim

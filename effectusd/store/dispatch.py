@@ -133,7 +133,9 @@ class DispatchStore(WriteAheadStore):
     async def _read(self, operation: Operation[T]) -> T:
         return await self.session.read(operation)
 
-    async def _claim(self, wanted: list[tuple[str, int]], total: int) -> list[Claim]:
+    async def _claim(
+        self, wanted: list[tuple[str, int]], total: int, write_ahead: bool
+    ) -> list[Claim]:
         raise NotImplementedError
 
     # A store that can write a new dispatch already claimed, in the record transaction.
@@ -147,16 +149,22 @@ class DispatchStore(WriteAheadStore):
         await self.session.close()
 
     # -- 1. claim --------------------------------------------------------------------------
-    async def claim(self, capacity: Mapping[str, int], total: int | None = None) -> list[Claim]:
+    async def claim(
+        self, capacity: Mapping[str, int], total: int | None = None, *, write_ahead: bool = False
+    ) -> list[Claim]:
         """Lease up to ``capacity[destination]`` due rows per destination, and at most
         ``total`` in all, dealt in turns (see ``deal_in_turns``) so that the destinations
-        with due rows share the room and idle ones take none of it."""
+        with due rows share the room and idle ones take none of it.
+
+        ``write_ahead``: a store that can (PostgreSQL) also writes ahead each claimed row that
+        takes no fencing token, in the claim's transaction (``Claim.written_ahead``); the
+        caller calls those at once and writes the others ahead itself."""
         wanted = [(dest, free) for dest, free in capacity.items() if free > 0]
         ceiling = sum(free for _, free in wanted)
         total = ceiling if total is None else min(total, ceiling)
         if not wanted or total <= 0:
             return []
-        return await self._claim(wanted, total)
+        return await self._claim(wanted, total, write_ahead)
 
     # -- 2. reclaim expired leases ----------------------------------------------------------
     async def reclaim_expired(self, limit: int = 100) -> RecordReport:

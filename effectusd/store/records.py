@@ -38,6 +38,9 @@ class Claim:
     created_at: datetime  # when the dispatch row was enqueued (database clock)
     max_attempts: int | None = None  # the budget in force for this attempt (live, see claim)
     fence_waits: int = 0  # earlier attempts that only waited for a busy fencing resource
+    # Born written ahead: the claim itself committed "may have been sent" (PostgreSQL, an
+    # unfenced row claimed by the daemon, see claim_ready.sql): call it with no write-ahead.
+    written_ahead: bool = False
 
     @property
     def budget_spent(self) -> bool:
@@ -86,4 +89,5 @@ def claim_from_row(row: Mapping[str, Any]) -> Claim:
         request_id=str(row["request_id"]),
         db_now=row["db_now"],
         created_at=row["created_at"],
+        written_ahead=bool(row.get("written_ahead")),
     )

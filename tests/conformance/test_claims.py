@@ -129,6 +129,35 @@ async def test_the_write_ahead_marks_the_attempt_sent_before_the_call(
     assert dispatch_in(store.view(saga), "s1")["attempts"][0]["sent_at"] == attempt["sent_at"]
 
 
+async def test_the_daemons_claim_says_written_ahead_exactly_where_the_attempt_is_marked(
+    store: StoreUnderTest,
+) -> None:
+    """The daemon claims with ``write_ahead``: PostgreSQL writes an unfenced row ahead in the
+    claim itself (the daemon then calls it with no write-ahead statement); a fenced row never
+    is, its tokens come in its own write-ahead; SQLite writes ahead separately. Either way a
+    claim says ``written_ahead`` exactly when its attempt row carries the mark."""
+    sagas = {
+        verb: store.submit(serial_plan(f"p-{verb}", [verb]), f"w-{verb}")
+        for verb in ("pay", "pay_alo", "fenced")
+    }
+    daemon = await store.dispatch_store()
+    claims = {c.verb: c for c in await daemon.claim({"dest": 10}, write_ahead=True)}
+    assert sorted(claims) == ["fenced", "pay", "pay_alo"]
+    for verb, claim in claims.items():
+        [attempt] = dispatch_in(store.view(sagas[verb]), "s1")["attempts"]
+        assert claim.written_ahead is (attempt["sent_at"] is not None), verb
+        if claim.written_ahead:
+            assert (attempt["fencing_status"], attempt["grants"]) == ("not_requested", [])
+            assert when(attempt["sent_at"]) >= when(attempt["claimed_at"])
+    assert not claims["fenced"].written_ahead
+    assert claims["pay"].written_ahead is claims["pay_alo"].written_ahead is not store.sqlite
+
+    # what is not written ahead takes the write-ahead as before; what is, cannot be marked twice
+    assert (await send(daemon, claims["fenced"])).grants
+    if not store.sqlite:
+        assert await daemon.write_ahead([claims["pay"]]) == ([], [])
+
+
 async def test_the_write_ahead_refuses_an_expired_or_superseded_lease(
     store: StoreUnderTest,
 ) -> None:
@@ -222,6 +251,32 @@ async def test_reclaim_of_a_lease_that_expired_after_the_write_ahead_is_uncertai
         again = await claim_one(daemon)
         assert again.attempt == 2
         assert again.idempotency_key == dispatch["idempotency_key"]  # the same key
+
+
+async def test_a_lease_lost_after_the_daemons_claim_is_settled_by_the_mark_the_claim_left(
+    store: StoreUnderTest,
+) -> None:
+    """A daemon that dies between its claim and the call: where the claim wrote the row ahead
+    (PostgreSQL), the attempt may have been sent and an at_most_once saga blocks, never
+    re-sent; where it did not (SQLite), nothing was sent and the row is simply due again."""
+    saga = store.submit(serial_plan("p", ["pay"]), "x")
+    daemon = await store.dispatch_store()
+    [claim] = await daemon.claim({"dest": 1}, write_ahead=True)
+    store.expire_leases()
+    assert (await (await store.dispatch_store(owner="reclaimer")).reclaim_expired()).applied == 1
+
+    dispatch = dispatch_in(store.view(saga), "s1")
+    [attempt] = dispatch["attempts"]
+    if claim.written_ahead:
+        assert (dispatch["state"], attempt["outcome"]) == ("blocked_unknown", "unknown_outcome")
+        assert "may have been sent" in attempt["error"]
+    else:
+        assert (dispatch["state"], attempt["outcome"]) == (
+            "retry_wait",
+            "retryable_failure_known_not_committed",
+        )
+        assert "before anything was sent" in attempt["error"]
+    assert claim.written_ahead is not store.sqlite
 
 
 async def test_two_reclaimers_settle_an_expired_attempt_once(store: StoreUnderTest) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from effectusd.backends.postgres import STORE_STATEMENTS
 from effectusd.backends.postgres.runner import sql
@@ -16,6 +17,7 @@ from effectusd.bench.claims import claim_params
 from effectusd.config import parse_config
 from effectusd.dispatcher import daemon as daemon_module
 from effectusd.dispatcher.capacity import Capacity
+from effectusd.store.dispatch import DispatchStore
 from tests.support.destination import running
 from tests.support.harness import client_for, fetch, make_config, run_until_idle, serial_plan
 
@@ -133,3 +135,66 @@ def test_the_claim_alone_commits_without_waiting_for_its_wal(db: str) -> None:
         # the setting ended with the claim's transaction: what the connection runs next (a
         # write-ahead, a record) commits synchronously
         assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+
+
+def test_a_claim_that_writes_a_row_ahead_commits_synchronously(db: str) -> None:
+    """The daemon's claim (write_ahead) is the write-ahead of the unfenced rows it writes
+    ahead: its commit waits for the WAL as a write-ahead's does. A claim that wrote nothing
+    ahead (its one row fenced) still commits without waiting."""
+    with running() as dest:
+        config = make_config(dest.base_url, {"work": {}, "locked": {"fencing": ["r:{args.n}"]}})
+        client = client_for(config, db)
+        client.submit(serial_plan("locked", ["locked"]), execution_id="x-1")
+        client.submit(serial_plan("work", ["work"]), execution_id="x-2")
+    params = {**claim_params(config), "write_ahead": True, "total": 1}
+    with psycopg.connect(db, autocommit=True, row_factory=dict_row) as conn:
+        # one row per claim, the older first: the fenced one, then the other
+        for verb, written_ahead, setting in (("locked", False, "off"), ("work", True, "on")):
+            with conn.transaction():
+                [claimed] = conn.execute(sql(STORE_STATEMENTS, "claim_ready"), params).fetchall()
+                assert (claimed["verb"], claimed["written_ahead"]) == (verb, written_ahead)
+                shown = conn.execute("SHOW synchronous_commit").fetchone()
+                assert shown == {"synchronous_commit": setting}
+
+
+async def test_the_daemon_writes_ahead_only_what_its_claims_did_not(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unfenced steps, whether the claim loop or the recorder claims them, are born written
+    ahead and called with no write-ahead statement; a fenced step takes its tokens in one."""
+    through: list[str] = []
+    write_ahead = DispatchStore.write_ahead
+
+    async def watched(self: DispatchStore, claims: Any) -> Any:
+        through.extend(claim.effect_id for claim in claims)
+        return await write_ahead(self, claims)
+
+    monkeypatch.setattr(DispatchStore, "write_ahead", watched)
+    with running() as dest:
+        config = make_config(dest.base_url, {"work": {}, "locked": {"fencing": ["r:{args.n}"]}})
+        client = client_for(config, db)
+        saga = client.submit(serial_plan("mixed", ["work", "locked", "work"]), execution_id="x")
+        await run_until_idle(config, db)
+
+    assert client.get(saga.saga_id).state == "completed"  # type: ignore[union-attr]
+    assert through == ["s2"]
+    requests = {r.effect: r.headers for r in dest.requests}
+    assert sorted(requests) == ["s1", "s2", "s3"]
+    grants = {effect: headers["x-effectus-fencing-grants"] for effect, headers in requests.items()}
+    assert {effect: "r:2" in text for effect, text in grants.items()} == {
+        "s1": False,
+        "s2": True,
+        "s3": False,
+    }
+    sent = fetch(
+        db,
+        "SELECT o.effect_id, a.sent_at IS NOT NULL AS sent, a.fencing_status "
+        "FROM effectus_saga_attempts a JOIN effectus_saga_outbox o USING (dispatch_id) "
+        "WHERE o.saga_id = %s ORDER BY o.effect_id",
+        saga.saga_id,
+    )
+    assert sent == [
+        {"effect_id": "s1", "sent": True, "fencing_status": "not_requested"},
+        {"effect_id": "s2", "sent": True, "fencing_status": "propagated"},
+        {"effect_id": "s3", "sent": True, "fencing_status": "not_requested"},
+    ]

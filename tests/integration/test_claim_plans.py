@@ -52,6 +52,9 @@ CLAIM = {  # what the daemon's claim passes: free slots, owner, lease margin, li
     "verbs": ["work"],
     "timeouts_ms": [1000],
     "max_attempts": [3],
+    "contract_hashes": ["a" * 64],
+    "legacy_hashes": ["b" * 64],
+    "write_ahead": True,
 }
 
 

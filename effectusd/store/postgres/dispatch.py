@@ -1,8 +1,8 @@
 """The dispatch side of the PostgreSQL store: the backend's connection pool runs the shared
 operations (``effectusd.store.dispatch``); the claim is one statement (claim_ready.sql: SKIP
-LOCKED, lease and attempt row, the claim's timeline entry, in one round trip), and the
-recorder writes the next dispatches it has slots for already claimed
-(insert_dispatch_claimed.sql)."""
+LOCKED, lease and attempt row, the claim's timeline entry, in one round trip; for the daemon,
+the write-ahead of the unfenced rows too), and the recorder writes the next dispatches it has
+slots for already claimed and, unfenced, written ahead (insert_dispatch_claimed.sql)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,17 @@ from effectusd.store.records import Claim, claim_from_row
 
 
 class PostgresDispatchStore(DispatchStore):
-    async def _claim(self, wanted: list[tuple[str, int]], total: int) -> list[Claim]:
+    async def _claim(
+        self, wanted: list[tuple[str, int]], total: int, write_ahead: bool
+    ) -> list[Claim]:
         params = claim_ready_params(
-            wanted, total, self.owner, self.lease_margin_s, self.registry.live_limits()
+            wanted,
+            total,
+            self.owner,
+            self.lease_margin_s,
+            self.registry.live_limits(),
+            self.registry.live_pins(),
+            write_ahead=write_ahead,
         )
         rows = await self._read(single("claim_ready", params))
         return [claim_from_row(row) for row in rows]
@@ -38,9 +46,13 @@ def claim_ready_params(
     owner: str,
     margin_s: float,
     live: dict[str, tuple[int, int]],
+    pins: dict[str, tuple[str, str]],
+    *,
+    write_ahead: bool = False,
 ) -> dict[str, Any]:
     """What claim_ready.sql takes: free slots per destination, the overall room, the lease
-    owner and margin, and each verb's live call timeout and retry budget."""
+    owner and margin, each verb's live call timeout, retry budget and the contract hashes it
+    pins, and whether to write rows ahead in the claim. ``pins`` has ``live``'s verbs."""
     return {
         "destinations": [dest for dest, _ in wanted],
         "limits": [free for _, free in wanted],
@@ -50,4 +62,7 @@ def claim_ready_params(
         "verbs": list(live),
         "timeouts_ms": [timeout for timeout, _ in live.values()],
         "max_attempts": [attempts for _, attempts in live.values()],
+        "contract_hashes": [pins[verb][0] for verb in live],
+        "legacy_hashes": [pins[verb][1] for verb in live],
+        "write_ahead": write_ahead,
     }

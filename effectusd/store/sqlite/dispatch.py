@@ -15,7 +15,11 @@ T = TypeVar("T")
 
 
 class SqliteDispatchStore(DispatchStore):
-    async def _claim(self, wanted: list[tuple[str, int]], total: int) -> list[Claim]:
+    async def _claim(
+        self, wanted: list[tuple[str, int]], total: int, write_ahead: bool
+    ) -> list[Claim]:
+        """Never written ahead here (``write_ahead`` is ignored): each claim gets its own
+        write-ahead transaction."""
         return await self._write(self._claim_due(wanted, total))
 
     def _claim_due(self, wanted: list[tuple[str, int]], total: int) -> Operation[list[Claim]]:

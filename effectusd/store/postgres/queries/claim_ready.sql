@@ -5,27 +5,20 @@
 -- Only rows in the partial "ready" index are ever looked at. The call timeout and the retry
 -- budget come from the loaded config (live), not from the row written at enqueue: the row is
 -- brought up to date here, so it shows what this attempt used.
-WITH unsynced AS (
-    -- The claim's commit does not wait for its WAL to reach disk (this transaction only: the
-    -- setting ends with it). A claim lost in a server crash is as if never made: its rows are
-    -- due again and nothing was sent, because a call starts only after its write-ahead has
-    -- committed, synchronously, and WAL is flushed in order: a durable write-ahead means a
-    -- durable claim. The write-ahead and the recorder keep synchronous commits.
-    SELECT set_config('synchronous_commit', 'off', true) AS setting
-),
-wanted AS (
+WITH wanted AS (
     SELECT destination, lim
     FROM unnest(%(destinations)s::text[], %(limits)s::int[]) AS w(destination, lim)
-    CROSS JOIN unsynced
 ),
 live AS (
-    SELECT verb, timeout_ms, max_attempts
-    FROM unnest(%(verbs)s::text[], %(timeouts_ms)s::int[], %(max_attempts)s::int[])
-        AS l(verb, timeout_ms, max_attempts)
+    SELECT verb, timeout_ms, max_attempts, contract_hash, legacy_hash
+    FROM unnest(%(verbs)s::text[], %(timeouts_ms)s::int[], %(max_attempts)s::int[],
+                %(contract_hashes)s::text[], %(legacy_hashes)s::text[])
+        AS l(verb, timeout_ms, max_attempts, contract_hash, legacy_hash)
 ),
 candidates AS (
     SELECT picked.dispatch_id, picked.next_attempt_at,
            live.timeout_ms AS live_timeout_ms, live.max_attempts AS live_max_attempts,
+           live.contract_hash AS live_contract_hash, live.legacy_hash AS live_legacy_hash,
            row_number() OVER (PARTITION BY wanted.destination
                               ORDER BY picked.next_attempt_at) AS turn
     FROM wanted
@@ -45,7 +38,7 @@ candidates AS (
 -- before any gets its second, so idle destinations hold nothing and none is starved. Rows
 -- looked at but not dealt stay locked only until this statement ends.
 due AS (
-    SELECT dispatch_id, live_timeout_ms, live_max_attempts
+    SELECT dispatch_id, live_timeout_ms, live_max_attempts, live_contract_hash, live_legacy_hash
     FROM candidates
     ORDER BY turn, next_attempt_at
     LIMIT %(total)s
@@ -71,15 +64,44 @@ claimed AS (
               o.verb, o.contract_hash, o.delivery, o.method, o.path, o.args_canonical,
               o.args_hash, o.idempotency_key, o.fencing_resources, o.timeout_ms, o.max_attempts,
               o.fence_waits, o.attempt,
-              o.lease_token, o.lease_expires_at, o.created_at
+              o.lease_token, o.lease_expires_at, o.created_at,
+              -- written ahead here: wanted, unfenced, pinned by the live contract of its verb
+              -- (else it is settled unsent: contract drift) and within its retry budget
+              (%(write_ahead)s::boolean AND o.fencing_resources = '[]'::jsonb
+               AND o.contract_hash IN (due.live_contract_hash, due.live_legacy_hash)
+               AND (o.max_attempts IS NULL OR o.attempt - o.fence_waits <= o.max_attempts))
+                  IS TRUE AS ahead
 ),
+-- With write_ahead (the daemon's claim loop), a row the daemon will call as it is (unfenced,
+-- its contract pinned, within its budget: "ahead" above) is written ahead here too: its
+-- attempt row is born "may have been sent" (sent_at, no grants, fencing not requested), as
+-- write_ahead.sql would mark it, and the daemon calls it with no second statement. A fenced
+-- row takes its fencing tokens in its own write-ahead; the others are settled unsent by the
+-- daemon (Pipeline.dispatch_batch). The lease taken in this statement cannot be lost before
+-- it commits, so write_ahead.sql's guard holds trivially.
 opened AS (
     INSERT INTO effectus_saga_attempts
-        (dispatch_id, attempt, request_id, lease_owner, lease_token, lease_expires_at)
-    SELECT dispatch_id, attempt, gen_random_uuid(), %(owner)s, lease_token, lease_expires_at
+        (dispatch_id, attempt, request_id, lease_owner, lease_token, lease_expires_at,
+         sent_at, grants, fencing_status)
+    SELECT dispatch_id, attempt, gen_random_uuid(), %(owner)s, lease_token, lease_expires_at,
+           CASE WHEN ahead THEN clock_timestamp() END,
+           CASE WHEN ahead THEN '[]'::jsonb END,
+           CASE WHEN ahead THEN 'not_requested' END
     FROM claimed
-    RETURNING dispatch_id, request_id
+    RETURNING dispatch_id, request_id, sent_at IS NOT NULL AS written_ahead
+),
+-- The claim's commit does not wait for its WAL to reach the disk when it wrote nothing ahead
+-- (this transaction only: the setting ends with it). A claim lost in a server crash is as if
+-- never made: its rows are due again and nothing was sent, because a call starts only after
+-- its write-ahead has committed, synchronously, and WAL is flushed in order: a durable
+-- write-ahead means a durable claim. A claim that wrote a row ahead is that row's write-ahead,
+-- and commits synchronously. Evaluated after every attempt row is written (it reads them
+-- all); a claim that found nothing locked nothing and has nothing to commit.
+unsynced AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+    WHERE NOT EXISTS (SELECT 1 FROM opened WHERE written_ahead)
 )
-SELECT c.*, opened.request_id, now() AS db_now
+SELECT c.*, opened.request_id, opened.written_ahead, now() AS db_now
 FROM claimed c
 JOIN opened USING (dispatch_id)
+LEFT JOIN unsynced ON true

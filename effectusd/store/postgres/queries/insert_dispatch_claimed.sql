@@ -3,8 +3,9 @@
 -- already applied): in the record transaction, for a destination where that daemon has a
 -- free slot, the next step is claimed where it is written. The row is inserted in_flight,
 -- attempt 1, with its lease and attempt row, exactly as claim_ready.sql would leave it, so
--- nothing downstream can tell the two apart; it skips the claim's second version of the row
--- and its round trip. Its claim's timeline entry is its attempt row, as a claim's is, and its
+-- nothing downstream can tell the two apart (an unfenced one is also written ahead, as the
+-- claim loop's claim writes it); it skips the claim's second version of the row and its
+-- round trip. Its claim's timeline entry is its attempt row, as a claim's is, and its
 -- enqueue's is the row itself (enqueued_by, as insert_dispatch.sql writes it;
 -- effectusd/core/timeline.py). Delivered to no one else: no NOTIFY.
 WITH d AS (
@@ -34,13 +35,21 @@ claimed AS (
               idempotency_key, fencing_resources, timeout_ms, max_attempts, fence_waits,
               attempt, lease_token, lease_expires_at, created_at
 ),
+-- An unfenced row is written ahead where it is born, as claim_ready.sql does for the claim
+-- loop: its attempt row says "may have been sent" from the commit of this transaction (which
+-- is synchronous) and the daemon calls it with no write-ahead statement. A fenced row takes
+-- its tokens in its own write-ahead (write_ahead.sql).
 opened AS (
     INSERT INTO effectus_saga_attempts
-        (dispatch_id, attempt, request_id, lease_owner, lease_token, lease_expires_at)
-    SELECT dispatch_id, attempt, gen_random_uuid(), %(owner)s, lease_token, lease_expires_at
-    FROM claimed
-    RETURNING dispatch_id, request_id
+        (dispatch_id, attempt, request_id, lease_owner, lease_token, lease_expires_at,
+         sent_at, grants, fencing_status)
+    SELECT dispatch_id, attempt, gen_random_uuid(), %(owner)s, lease_token, lease_expires_at,
+           CASE WHEN ahead THEN clock_timestamp() END,
+           CASE WHEN ahead THEN '[]'::jsonb END,
+           CASE WHEN ahead THEN 'not_requested' END
+    FROM (SELECT *, fencing_resources = '[]'::jsonb AS ahead FROM claimed) AS c
+    RETURNING dispatch_id, request_id, sent_at IS NOT NULL AS written_ahead
 )
-SELECT c.*, opened.request_id, now() AS db_now
+SELECT c.*, opened.request_id, opened.written_ahead, now() AS db_now
 FROM claimed c
 JOIN opened USING (dispatch_id)
