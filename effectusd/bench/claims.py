@@ -53,7 +53,8 @@ def claim_latency(
 
 def claim_params(config: Config) -> dict[str, Any]:
     """What the daemon's first claim passes: the free capacity of an idle pipeline, an owner
-    id, the lease margin (as Daemon.run and PostgresDispatchStore.claim build them)."""
+    id, the lease margin, the live verbs, and the write-ahead of what it claims (as Daemon.run
+    and PostgresDispatchStore.claim build them)."""
     capacity = Capacity(
         limits={name: d.max_concurrency for name, d in config.destinations.items()},
         total_limit=config.dispatcher.concurrency,
@@ -66,6 +67,7 @@ def claim_params(config: Config) -> dict[str, Any]:
         config.dispatcher.lease_margin.total_seconds(),
         registry.live_limits(),
         registry.live_pins(),
+        write_ahead=True,
     )
 
 

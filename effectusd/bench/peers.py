@@ -133,7 +133,8 @@ class Comparison:
                 f"{label:<34}{result.steps_per_s:>10.0f}{self.ratio(steps):>8.2f}"
                 f"{result.cpu_us_per_step:>9.0f}{_us(result.db_cpu_us_per_step):>8}  "
                 f"efficiency {result.efficiency}, idle p50 "
-                f"{result.idle_enqueue_to_dispatch_p50_ms} ms, "
+                f"{result.idle_enqueue_to_dispatch_p50_ms} ms (p99 "
+                f"{result.idle_enqueue_to_dispatch_p99_ms}), "
                 f"{result.commits_per_step} commits/step"
             )
         return "\n".join(lines)

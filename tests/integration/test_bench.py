@@ -58,6 +58,7 @@ def test_the_claim_is_timed_with_the_daemons_parameters() -> None:
     assert params["limits"] == [8]
     assert params["total"] == 8
     assert params["margin_s"] == 7.0
+    assert params["write_ahead"] is True
     assert params["owner"].count(":") == 2  # host:pid:random, as a daemon's own
 
 
@@ -102,6 +103,9 @@ def test_bench_reports_claim_latency_and_the_soak(database_url: str) -> None:
     assert result.returncode == 0, result.stderr
     report: dict[str, Any] = json.loads(result.stdout)
     assert report["completed"] == 20 and report["backlog"] == 300
+    assert (
+        0 < report["idle_enqueue_to_dispatch_p50_ms"] <= report["idle_enqueue_to_dispatch_p99_ms"]
+    )
     claims = {key: value for key, value in report.items() if key.startswith("claim_p")}
     assert set(claims) == {
         f"claim_p{pct}_ms_{label}" for pct in (50, 99) for label in ("empty", "batch", "backlog")

@@ -127,9 +127,10 @@ def test_the_claim_alone_commits_without_waiting_for_its_wal(db: str) -> None:
     with running() as dest:
         config = make_config(dest.base_url, {"work": {}})
         client_for(config, db).submit(serial_plan("one", ["work"]), execution_id="x-1")
+    plain = {**claim_params(config), "write_ahead": False}  # the store's claim: nothing ahead
     with psycopg.connect(db, autocommit=True) as conn:
         with conn.transaction(force_rollback=True):
-            claimed = conn.execute(sql(STORE_STATEMENTS, "claim_ready"), claim_params(config))
+            claimed = conn.execute(sql(STORE_STATEMENTS, "claim_ready"), plain)
             assert len(claimed.fetchall()) == 1
             assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
         # the setting ended with the claim's transaction: what the connection runs next (a
