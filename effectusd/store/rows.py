@@ -189,7 +189,13 @@ class TransitionRows:
     def destinations(self) -> set[str]:
         """Destinations that get a new queued dispatch, and the ``woken``: each is woken once
         at commit."""
-        return {params["destination"] for params in self.inserts} | self.woken
+        return self.queued_destinations | self.woken
+
+    @property
+    def queued_destinations(self) -> set[str]:
+        """Destinations that get a new queued dispatch (``inserts``, once ``claim_new`` has
+        taken out the claimed ones): insert_dispatch wakes each at commit."""
+        return {params["destination"] for params in self.inserts}
 
 
 def outcome_params(completion: Completion) -> dict[str, Any]:
@@ -325,8 +331,7 @@ def cancel_siblings(cancels: list[tuple[str, list[str]]]) -> Operation[None]:
 def notify_rows(rows: TransitionRows) -> Operation[None]:
     """Wake the ``woken`` destinations that got no new queued dispatch: insert_dispatch wakes
     those that did, in its own statement."""
-    inserted = {params["destination"] for params in rows.inserts}
-    for destination in sorted(rows.woken - inserted):
+    for destination in sorted(rows.woken - rows.queued_destinations):
         yield ("notify_outbox", {"destination": destination})
 
 

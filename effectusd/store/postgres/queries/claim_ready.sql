@@ -70,10 +70,10 @@ claimed AS (
               (%(write_ahead)s::boolean AND o.fencing_resources = '[]'::jsonb
                AND o.contract_hash IN (due.live_contract_hash, due.live_legacy_hash)
                AND (o.max_attempts IS NULL OR o.attempt - o.fence_waits <= o.max_attempts))
-                  IS TRUE AS ahead
+                  IS TRUE AS written_ahead
 ),
 -- With write_ahead (the daemon's claim loop), a row the daemon will call as it is (unfenced,
--- its contract pinned, within its budget: "ahead" above) is written ahead here too: its
+-- its contract pinned, within its budget: "written_ahead" above) is written ahead here too: its
 -- attempt row is born "may have been sent" (sent_at, no grants, fencing not requested), as
 -- write_ahead.sql would mark it, and the daemon calls it with no second statement. A fenced
 -- row takes its fencing tokens in its own write-ahead; the others are settled unsent by the
@@ -84,24 +84,24 @@ opened AS (
         (dispatch_id, attempt, request_id, lease_owner, lease_token, lease_expires_at,
          sent_at, grants, fencing_status)
     SELECT dispatch_id, attempt, gen_random_uuid(), %(owner)s, lease_token, lease_expires_at,
-           CASE WHEN ahead THEN clock_timestamp() END,
-           CASE WHEN ahead THEN '[]'::jsonb END,
-           CASE WHEN ahead THEN 'not_requested' END
+           CASE WHEN written_ahead THEN clock_timestamp() END,
+           CASE WHEN written_ahead THEN '[]'::jsonb END,
+           CASE WHEN written_ahead THEN 'not_requested' END
     FROM claimed
-    RETURNING dispatch_id, request_id, sent_at IS NOT NULL AS written_ahead
+    RETURNING dispatch_id, request_id
 ),
 -- The claim's commit does not wait for its WAL to reach the disk when it wrote nothing ahead
 -- (this transaction only: the setting ends with it). A claim lost in a server crash is as if
 -- never made: its rows are due again and nothing was sent, because a call starts only after
 -- its write-ahead has committed, synchronously, and WAL is flushed in order: a durable
 -- write-ahead means a durable claim. A claim that wrote a row ahead is that row's write-ahead,
--- and commits synchronously. Evaluated after every attempt row is written (it reads them
--- all); a claim that found nothing locked nothing and has nothing to commit.
+-- and commits synchronously. Only the setting at commit counts, after the whole statement; a
+-- claim that found nothing locked nothing and has nothing to commit.
 unsynced AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
-    WHERE NOT EXISTS (SELECT 1 FROM opened WHERE written_ahead)
+    WHERE NOT EXISTS (SELECT 1 FROM claimed WHERE written_ahead)
 )
-SELECT c.*, opened.request_id, opened.written_ahead, now() AS db_now
+SELECT c.*, opened.request_id, now() AS db_now
 FROM claimed c
 JOIN opened USING (dispatch_id)
 LEFT JOIN unsynced ON true

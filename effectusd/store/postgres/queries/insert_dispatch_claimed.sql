@@ -33,7 +33,8 @@ claimed AS (
     RETURNING dispatch_id, saga_id, effect_id, direction, execution_id, destination, verb,
               contract_hash, delivery, method, path, args_canonical, args_hash,
               idempotency_key, fencing_resources, timeout_ms, max_attempts, fence_waits,
-              attempt, lease_token, lease_expires_at, created_at
+              attempt, lease_token, lease_expires_at, created_at,
+              fencing_resources = '[]'::jsonb AS written_ahead
 ),
 -- An unfenced row is written ahead where it is born, as claim_ready.sql does for the claim
 -- loop: its attempt row says "may have been sent" from the commit of this transaction (which
@@ -44,12 +45,12 @@ opened AS (
         (dispatch_id, attempt, request_id, lease_owner, lease_token, lease_expires_at,
          sent_at, grants, fencing_status)
     SELECT dispatch_id, attempt, gen_random_uuid(), %(owner)s, lease_token, lease_expires_at,
-           CASE WHEN ahead THEN clock_timestamp() END,
-           CASE WHEN ahead THEN '[]'::jsonb END,
-           CASE WHEN ahead THEN 'not_requested' END
-    FROM (SELECT *, fencing_resources = '[]'::jsonb AS ahead FROM claimed) AS c
-    RETURNING dispatch_id, request_id, sent_at IS NOT NULL AS written_ahead
+           CASE WHEN written_ahead THEN clock_timestamp() END,
+           CASE WHEN written_ahead THEN '[]'::jsonb END,
+           CASE WHEN written_ahead THEN 'not_requested' END
+    FROM claimed
+    RETURNING dispatch_id, request_id
 )
-SELECT c.*, opened.request_id, opened.written_ahead, now() AS db_now
+SELECT c.*, opened.request_id, now() AS db_now
 FROM claimed c
 JOIN opened USING (dispatch_id)
