@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from effectusd.core.canonical import (
     CanonicalJSONError,
@@ -20,6 +19,7 @@ from effectusd.core.expressions import (
     resolve,
     substitute_facts,
 )
+from effectusd.core.frozen import frozen
 from effectusd.core.identity import argument_hash, idempotency_key
 from effectusd.core.plan import CheckedStep
 from effectusd.core.registry import Registry
@@ -27,14 +27,14 @@ from effectusd.core.states import Direction
 from effectusd.core.templates import Template, TemplateError
 
 
-@dataclass(frozen=True)
+@frozen
 class SagaRef:
     saga_id: str
     namespace: str
     execution_id: str
 
 
-@dataclass(frozen=True)
+@frozen
 class DispatchSpec:
     """One outbox row to insert (state queued). Field names are the column names."""
 

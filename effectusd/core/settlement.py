@@ -19,10 +19,11 @@ nothing else. The rules, in the order they apply:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import StrEnum
 
 from effectusd.core.engine import settle
+from effectusd.core.frozen import frozen
 from effectusd.core.registry import Registry
 from effectusd.core.states import DispatchState, OutcomeClass, SettledBy
 from effectusd.core.transition import Completion, DispatchFacts, SagaFacts, Transition
@@ -34,7 +35,7 @@ class Verdict(StrEnum):
     APPLY = "apply"  # the transition is written (after the late evidence, when ``late``)
 
 
-@dataclass(frozen=True)
+@frozen
 class LockedDispatch:
     """The dispatch row as locked: the engine's facts plus what the guard compares."""
 
@@ -43,7 +44,7 @@ class LockedDispatch:
     lease_expired: bool
 
 
-@dataclass(frozen=True)
+@frozen
 class AttemptFacts:
     """The attempt row the outcome is for."""
 
@@ -52,7 +53,7 @@ class AttemptFacts:
     sent: bool = False  # this attempt was written ahead (may have been sent)
 
 
-@dataclass(frozen=True)
+@frozen
 class SettlementFacts:
     dispatch: LockedDispatch
     attempt: AttemptFacts
@@ -61,7 +62,7 @@ class SettlementFacts:
     saga: Callable[[], SagaFacts]
 
 
-@dataclass(frozen=True)
+@frozen
 class Settlement:
     verdict: Verdict
     why: str

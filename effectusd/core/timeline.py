@@ -43,11 +43,12 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from typing import Any
 
 from effectusd.core.enqueue import DispatchSpec
+from effectusd.core.frozen import frozen
 from effectusd.core.states import Direction, DispatchState, StepState
 from effectusd.core.transition import Completion, Event, enqueued_event, settled_event
 
@@ -89,7 +90,7 @@ def derived_event_id(dispatch_id: int, attempt: int, kind: str = CLAIMED) -> int
 # -- writing: what the rows carry ------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class Carried:
     """One transition's timeline, split: the events to store, and the entries its rows carry
     (the settlement on the attempt row it settles, each enqueue on its new outbox row)."""

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from effectusd.core.canonical import JsonValue
 from effectusd.core.enqueue import DispatchSpec, SagaRef
+from effectusd.core.frozen import frozen
 from effectusd.core.plan import CheckedPlan
 from effectusd.core.states import (
     Delivery,
@@ -27,7 +28,7 @@ from effectusd.core.states import (
 ENGINE = "engine"
 
 
-@dataclass(frozen=True)
+@frozen
 class StepFacts:
     effect_id: str
     sequence: int
@@ -41,7 +42,7 @@ class StepFacts:
     succeeded_order: int | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class SagaFacts:
     saga_id: str
     namespace: str
@@ -60,7 +61,7 @@ class SagaFacts:
         return SagaRef(self.saga_id, self.namespace, self.execution_id)
 
 
-@dataclass(frozen=True)
+@frozen
 class DispatchFacts:
     dispatch_id: int
     effect_id: str
@@ -77,7 +78,7 @@ class DispatchFacts:
     budget_base: int | None = 0
 
 
-@dataclass(frozen=True)
+@frozen
 class FenceWait:
     """The write-ahead found a fencing resource held by another live dispatch; nothing was
     sent. ``waited`` runs from the first busy write-ahead of this wait (database clock);
@@ -101,7 +102,7 @@ class HeldAttempt(Protocol):
     def lease_token(self) -> str: ...
 
 
-@dataclass(frozen=True)
+@frozen
 class Completion:
     """What one attempt ended with, as reported by the executor, a reclaim, a guard or a person."""
 
@@ -153,7 +154,7 @@ class Completion:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class Event:
     kind: str
     effect_id: str | None = None
@@ -201,7 +202,7 @@ def enqueued_event(spec: DispatchSpec, actor: str) -> Event:
     )
 
 
-@dataclass(frozen=True)
+@frozen
 class StepUpdate:
     effect_id: str
     state: StepState
@@ -212,7 +213,7 @@ class StepUpdate:
     succeeded_order: int | None = None  # set when a step of a parallel plan succeeds
 
 
-@dataclass(frozen=True)
+@frozen
 class SagaUpdate:
     state: SagaState
     stop_reason: str | None

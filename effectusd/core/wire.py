@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from itertools import pairwise
 
 from effectusd.core.canonical import CanonicalJSONError, canonical_text, parse_json
+from effectusd.core.frozen import frozen
 from effectusd.core.states import Direction, OutcomeClass
 
 # --- request headers: the engine's identity for one attempt ----------------------------------
@@ -97,7 +98,7 @@ class FencingGrant:
     token: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class RequestIdentity:
     """One attempt's identity, as the reserved request headers carry it: the executor's
     Invocation is one with what to send, the destination kit's EffectusRequest one with what

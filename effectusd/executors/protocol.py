@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
 
+from effectusd.core.frozen import frozen
 from effectusd.core.states import OutcomeClass
 from effectusd.core.wire import FencingGrant, RequestIdentity
 
 __all__ = ["CallResult", "Executor", "FencingGrant", "Invocation"]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Invocation(RequestIdentity):
     """Everything an executor needs for one attempt: the identity, which travels in reserved
     headers (request_id is unique per attempt; the deadline is sent as RFC 3339), and the
@@ -26,7 +27,7 @@ class Invocation(RequestIdentity):
     trace_headers: Mapping[str, str] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CallResult:
     outcome: OutcomeClass
     status_code: int | None = None

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from effectusd.core.frozen import frozen
 from effectusd.core.states import Delivery, Direction, FencingStatus
+from effectusd.store.rows import DELIVERIES, DIRECTIONS
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Claim:
     """One leased dispatch, ready to be written ahead and called."""
 
@@ -54,7 +55,7 @@ class Claim:
         return (self.lease_expires_at - self.db_now).total_seconds()
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class WriteAhead:
     """The grants to store with ``sent_at`` for one claim (empty when unfenced)."""
 
@@ -68,12 +69,12 @@ def claim_from_row(row: Mapping[str, Any]) -> Claim:
         dispatch_id=row["dispatch_id"],
         saga_id=row["saga_id"],
         effect_id=row["effect_id"],
-        direction=Direction(row["direction"]),
+        direction=DIRECTIONS[row["direction"]],
         execution_id=row["execution_id"],
         destination=row["destination"],
         verb=row["verb"],
         contract_hash=row["contract_hash"],
-        delivery=Delivery(row["delivery"]),
+        delivery=DELIVERIES[row["delivery"]],
         method=row["method"],
         path=row["path"],
         body=row["args_canonical"].encode("utf-8"),
