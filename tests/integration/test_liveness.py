@@ -110,9 +110,10 @@ def deeply_nested(depth: int) -> str:
 
 
 async def test_a_saga_row_no_loader_can_decode_stops_that_saga_only(store_url: str) -> None:
-    """Facts nested past Python's JSON loader's recursion limit (written behind submit's back, as
-    an older version or a manual edit could): recording that saga's outcome cannot even read
-    its row. The daemon keeps running, the saga blocks with the failure as evidence."""
+    """Facts nested past what any of our JSON loaders reads (Python's recursion limit, orjson's
+    1,024 levels; written behind submit's back, as an older version or a manual edit could):
+    recording that saga's outcome cannot even read its row. The daemon keeps running, the saga
+    blocks with the failure as evidence."""
     with running() as dest:
         config = make_config(dest.base_url, {"work": {}})
         client = client_for(config, store_url)
@@ -124,7 +125,7 @@ async def test_a_saga_row_no_loader_can_decode_stops_that_saga_only(store_url: s
         with backends.connection(store_url) as conn:
             conn.execute(
                 f"UPDATE effectus_saga_instances SET facts = {mark}{cast} WHERE saga_id = {mark}",
-                (deeply_nested(999), poisoned),
+                (deeply_nested(2000), poisoned),
             )
             conn.commit()
         await run_until_idle(config, store_url)

@@ -3,6 +3,8 @@ already has one open: that is how a submit joins the application's transaction).
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
 from functools import cache, partial
@@ -45,6 +47,27 @@ def set_based(
     if len(rows) < 2 or many not in statements.names():
         return None  # one row: the plain statement plans and runs faster than the array form
     return sql(statements, many), {"rows": orjson.dumps(rows).decode()}
+
+
+_LONG_INTEGER = re.compile(rb"[0-9]{20}")
+
+
+def loads_document(data: bytes | bytearray | memoryview | str) -> Any:
+    """A json/jsonb value as the standard library reads it, in a fifth of its time: orjson
+    reads it, except where the two differ. orjson reads an integer past 64 bits as a float
+    (the standard library keeps it exact; jsonb keeps any number) and refuses a number past
+    the float range (the standard library gives inf): a run of twenty digits, or a text
+    orjson refuses, is read by the standard library. One difference is kept: orjson reads
+    nesting up to 1,024 levels, past the standard library's recursion limit (about 990
+    here), which effectusd never writes (64 levels at most). The daemon's locked reads and
+    claims load about ten such values per step (step results, facts, fencing resources)."""
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    if _LONG_INTEGER.search(raw) is None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(raw)
 
 
 def with_array_texts(params: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -9,10 +9,11 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
 from effectusd.backends.operation import Operation, one_statement
-from effectusd.backends.postgres.runner import run_async, sql
+from effectusd.backends.postgres.runner import loads_document, run_async, sql
 from effectusd.backends.statements import Statements
 
 T = TypeVar("T")
@@ -36,7 +37,7 @@ class PoolSession:
             max_size=max_size,
             open=False,
             kwargs={"autocommit": True},
-            configure=_generic_plans,
+            configure=_configure,
         )
         await pool.open(wait=True)
         return cls(pool, statements)
@@ -60,8 +61,10 @@ class PoolSession:
         await self.pool.close()
 
 
-async def _generic_plans(conn: psycopg.AsyncConnection[Any]) -> None:
-    """The daemon's statements are planned once per connection, not once per call: psycopg
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Each pooled connection: generic plans, and json/jsonb read by ``loads_document``.
+
+    The daemon's statements are planned once per connection, not once per call: psycopg
     prepares a statement from its fifth call, and PostgreSQL still planned each call of the
     claim, the write-ahead and the recorder's reads anew for its parameters (a custom plan,
     which it keeps choosing while it guesses that pays): 0.5 to 0.75 ms on each claim and
@@ -69,6 +72,7 @@ async def _generic_plans(conn: psycopg.AsyncConnection[Any]) -> None:
     server's time per step under load. Every statement of the hot path finds its rows by key
     or through its partial index whatever the parameters' values (pinned over a large
     backlog, with statistics and without: tests/integration/test_claim_plans.py)."""
+    set_json_loads(loads_document, conn)
     await conn.execute("SET plan_cache_mode = force_generic_plan")
 
 
