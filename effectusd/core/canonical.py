@@ -144,11 +144,48 @@ def _is_valid_unicode(text: str) -> bool:
 
 
 def canonical_bytes(value: object, path: str = "$") -> bytes:
-    """The RFC 8785 bytes of ``value``; raises CanonicalJSONError listing every problem."""
+    """The RFC 8785 bytes of ``value``; raises CanonicalJSONError listing every problem.
+
+    A value of the plainest kind is written by the standard library's C encoder, whose
+    output is the same bytes for it (``_plain``), in a fifth of ``rfc8785``'s time; any other
+    value is checked path by path and written by ``rfc8785``."""
+    if _plain(value, MAX_JSON_DEPTH):
+        try:
+            return _PLAIN.encode(value).encode("utf-8")
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: reported below, where it is
     problems = json_problems(value, path)
     if problems:
         raise CanonicalJSONError(problems)
     return rfc8785.dumps(value)  # type: ignore[arg-type]
+
+
+# For a ``_plain`` value these are RFC 8785's bytes: members sorted by key (ASCII keys sort
+# the same by code point as by UTF-16 code unit), no whitespace, text as is but for the
+# escapes both write (quote, backslash, the C0 controls, \b \t \n \f \r short, the rest
+# \u00xx in lowercase), integers of at most 2^53-1 in plain digits as a double prints them.
+_PLAIN = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _plain(value: object, depth_left: int) -> bool:
+    """``value`` holds only None, booleans, safe integers, text, lists and objects with ASCII
+    keys (exactly those types, no subclass), nested no deeper than ``json_problems`` allows.
+    False means "not sure", never "invalid": such a value takes the checked path."""
+    kind = type(value)
+    if kind is str or value is None or kind is bool:
+        return True
+    if kind is int:
+        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER  # type: ignore[operator]
+    if depth_left <= 0:
+        return False
+    if kind is dict:
+        return all(
+            type(key) is str and key.isascii() and _plain(item, depth_left - 1)
+            for key, item in value.items()  # type: ignore[attr-defined]
+        )
+    if kind is list:
+        return all(_plain(item, depth_left - 1) for item in value)  # type: ignore[attr-defined]
+    return False  # floats (RFC 8785 writes them as ECMAScript does), tuples, anything else
 
 
 def canonical_text(value: object, path: str = "$") -> str:

@@ -8,6 +8,7 @@ from collections import UserDict
 from typing import Any
 
 import pytest
+import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -262,3 +263,76 @@ def test_parse_json_keeps_its_hooks_across_calls() -> None:
             parse_json(b'{"a":1,"a":1}')
         with pytest.raises(ValueError, match="NaN"):
             parse_json("[NaN]")
+
+
+# --- the plain fast path (canonical._plain): the same bytes as rfc8785 -----------------------
+
+# Only what the fast path takes (ASCII keys; text of any kind, control characters, lone
+# surrogates included), and at its edges the values it must leave to rfc8785 (any key, integers
+# past 2^53-1, floats, tuples, too deep).
+plain_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-MAX_SAFE_INTEGER - 2, max_value=MAX_SAFE_INTEGER + 2)
+    | st.text()
+    | st.text(alphabet=st.characters(max_codepoint=0x20))
+    | st.sampled_from(["\ud800", "\u2028", "\x7f", '"\\/', "\U0001f600", "\ue000"])
+)
+plain_values = st.recursive(
+    plain_scalars,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(alphabet=st.characters(max_codepoint=0x7F)), children, max_size=4)
+        | st.dictionaries(st.text(max_size=3), children, max_size=3)
+        | st.tuples(children)
+        | st.floats(allow_nan=False, allow_infinity=False).map(lambda number: [number])
+    ),
+    max_leaves=25,
+)
+
+
+def _reference(value: Any) -> bytes | list[str]:
+    """What canonical_bytes gave before its fast path: the checked rfc8785 bytes, or every
+    problem."""
+    problems = json_problems(value)
+    return problems if problems else rfc8785.dumps(value)
+
+
+@given(plain_values)
+def test_the_fast_path_writes_exactly_the_bytes_rfc8785_writes(value: Any) -> None:
+    expected = _reference(value)
+    if isinstance(expected, list):
+        with pytest.raises(CanonicalJSONError) as refused:
+            canonical_bytes(value)
+        assert refused.value.problems == expected
+    else:
+        assert canonical_bytes(value) == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"b": 1, "a": [True, None, 'x\n\x01"\\'], "c": {"é": 2}},  # a non-ASCII key: rfc8785
+        {"\U0001f600": 1, "\ue000": 2},  # UTF-16 order differs from code point order here
+        {"n": MAX_SAFE_INTEGER + 1},  # refused, by path
+        {"s": "\udc00"},  # a lone surrogate: refused, by path
+        [[[[1]]]] * 2,
+        "\u2028\x7f",
+    ],
+)
+def test_values_at_the_fast_paths_edges_match_rfc8785(value: Any) -> None:
+    expected = _reference(value)
+    if isinstance(expected, list):
+        with pytest.raises(CanonicalJSONError) as refused:
+            canonical_bytes(value)
+        assert refused.value.problems == expected
+    else:
+        assert canonical_bytes(value) == expected
+
+
+def test_a_value_nested_past_the_limit_is_refused_on_either_path() -> None:
+    deep: Any = 1
+    for _ in range(70):
+        deep = [deep]
+    with pytest.raises(CanonicalJSONError, match="nests deeper than 64"):
+        canonical_bytes(deep)
