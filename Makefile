@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # The bench measures PostgreSQL (the production store); it makes its own scratch database there.
 BENCH_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
 
-.PHONY: install test lint demo bench bench-peers chaos clean
+.PHONY: install test lint demo bench bench-peers bench-instructions chaos clean
 
 $(BIN)/effectusd: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ bench: install
 bench-peers: install
 	$(BIN)/pip install --quiet -e '.[peers]'
 	$(BIN)/python -m effectusd.bench.peers --database-url $(BENCH_DATABASE_URL)
+
+# The daemon's instructions per step under callgrind (needs valgrind; a few minutes): the figure
+# to compare two revisions by when the machine's speed moves (docs/performance.md).
+bench-instructions: install
+	$(BIN)/python -m effectusd.bench.instructions --database-url $(BENCH_DATABASE_URL)
 
 # The long chaos run (about fifteen minutes): prints the evidence table published in docs/evidence.md.
 chaos: install

@@ -177,6 +177,20 @@ def test_database_cpu_counts_the_backends_of_its_own_database_only(empty_databas
     assert elsewhere.seconds < here.seconds / 4
 
 
+def test_database_cpu_counts_a_backend_that_starts_while_it_samples(empty_database: str) -> None:
+    # The sampler reads a process's title once and remembers it: a backend forked while it
+    # runs (a pool growing) must still be found and counted, not remembered as someone else.
+    name = empty_database.rsplit("/", 1)[1]
+    with DatabaseCpu(name) as meter:
+        before = set(meter.last)
+        with psycopg.connect(empty_database) as late:
+            late.execute("SELECT count(*) FROM generate_series(1, 3000000)").fetchone()
+            pid = late.info.backend_pid
+    assert pid not in before
+    assert pid in meter.last
+    assert meter.seconds is not None and meter.seconds >= 0.05
+
+
 def test_database_cpu_is_none_when_no_backend_of_the_database_is_seen() -> None:
     with DatabaseCpu("effectusd_no_such_database") as meter:
         pass
