@@ -1,7 +1,7 @@
 """`make bench-instructions`: the daemon's instructions per step, a figure the machine's speed
 does not move.
 
-On a shared VM the same code's steps/s, and its CPU µs per step too, moved by more than a
+On a shared VM the same code's steps/s, and its CPU µs per step too, moved by about a
 factor of two within an hour (docs/performance.md, round six): a change worth 5% cannot be
 seen in them. This runs the in-process drain of ``effectusd bench`` under valgrind's
 callgrind twice, over N and over 2N sagas of K steps, counting only the drain (the counters
