@@ -28,7 +28,14 @@ from effectusd.bench.claims import (
     claim_params,
     time_claims,
 )
-from effectusd.bench.database import drop_database, read_latencies, scalar, scratch_database, sql
+from effectusd.bench.database import (
+    drop_database,
+    read_latencies,
+    scalar,
+    scratch_database,
+    settled_scalar,
+    sql,
+)
 from effectusd.bench.harness import (
     bench_plan,
     checked,
@@ -67,6 +74,8 @@ class BenchResult:
     bare_calls_per_s: float  # the same executor class, same concurrency and sink, no database
     efficiency: float  # steps_per_s / bare_calls_per_s
     wal_bytes_per_step: float  # whole-cluster WAL: other writers on the server count too
+    # row versions the drain wrote in the bench's database (inserted, updated, deleted)
+    rows_written_per_step: float
     rss_mb: float  # resident set of the process that ran the daemon, after the run
     # CPU the daemon's process spent per step (all of it: claim, write-ahead, call, record),
     # and the bare loop's per call: unlike rates, these hardly move when the machine is busy
@@ -176,7 +185,8 @@ def _throughput(
     bare, bare_cpu_us = asyncio.run(_bare_calls_per_s(config, concurrency))
     progress(f"submitting {sagas} saga(s) of {steps} step(s)…")
     _submit_all(config, url, sagas, steps)
-    commits_before = scalar(url, "commits")
+    commits_before = settled_scalar(url, "commits")  # the submit's sessions have reported
+    rows_before = scalar(url, "rows_written")
     wal_before = scalar(url, "wal_position")
     progress(
         f"dispatching {sagas * steps} step(s) at concurrency {concurrency} ({chosen})"
@@ -188,7 +198,8 @@ def _throughput(
     rss_mb = daemon_rss_mb()
     with connect(url) as conn:
         states = {row[0]: int(row[1]) for row in conn.execute(sql("outcomes")).fetchall()}
-    commits = _settled_commits(url) - commits_before
+    commits = settled_scalar(url, "commits") - commits_before
+    rows_written = scalar(url, "rows_written") - rows_before
     latencies = read_latencies(url)
     progress("measuring idle enqueue→dispatch latency…")
     idle = asyncio.run(_idle_latency(config, url, samples=IDLE_SAMPLES))
@@ -211,6 +222,7 @@ def _throughput(
         bare_calls_per_s=round(bare, 1),
         efficiency=round(total / seconds / bare, 3),
         wal_bytes_per_step=round(wal_bytes / total, 1),
+        rows_written_per_step=round(rows_written / total, 2),
         rss_mb=round(rss_mb, 1),
         cpu_us_per_step=round(cpu_seconds / total * 1e6, 1),
         bare_cpu_us_per_call=round(bare_cpu_us, 1),
@@ -361,15 +373,6 @@ def _submit_one_at_a_time(config: Config, url: str, samples: int) -> None:
             while not conn.execute(sql("sent"), {"saga_id": saga.saga_id}).fetchone():
                 time.sleep(0.002)
             time.sleep(0.02)  # idle again: nothing in flight, nothing queued
-
-
-def _settled_commits(url: str, patience_s: float = 10.0) -> int:
-    """xact_commit once the daemon's sessions have gone: a backend reports its counts at most
-    once a second while it lives, and always when it exits."""
-    give_up = time.monotonic() + patience_s
-    while scalar(url, "other_backends") and time.monotonic() < give_up:
-        time.sleep(0.05)
-    return scalar(url, "commits")
 
 
 def format_result(result: BenchResult) -> str:

@@ -4,6 +4,7 @@ of the store's production folder) and the readings taken with them."""
 from __future__ import annotations
 
 import os
+import time
 import uuid
 
 from effectusd.backends.postgres import connect, database_name, with_database
@@ -41,3 +42,12 @@ def scalar(url: str, query: str) -> int:
         row = conn.execute(sql(query)).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def settled_scalar(url: str, query: str, patience_s: float = 10.0) -> int:
+    """A pg_stat_database reading once the other sessions of the database have gone: a
+    backend reports its counts at most once a second while it lives, and always on exit."""
+    give_up = time.monotonic() + patience_s
+    while scalar(url, "other_backends") and time.monotonic() < give_up:
+        time.sleep(0.05)
+    return scalar(url, query)

@@ -26,7 +26,7 @@ from typing import Any
 
 from effectusd.backends.postgres import connection_keywords, database_name
 from effectusd.bench import BenchResult, run_bench
-from effectusd.bench.database import drop_database, scratch_database
+from effectusd.bench.database import drop_database, scalar, scratch_database, settled_scalar
 from effectusd.bench.harness import start_sink
 from effectusd.bench.measures import DatabaseCpu
 
@@ -42,6 +42,8 @@ class PeerResult:
     jobs_per_s: float
     cpu_us_per_job: float  # CPU of the process running pgqueuer and its handler, per job
     db_cpu_us_per_job: float | None  # its database's backends', when on this machine
+    wal_bytes_per_job: float  # whole-cluster WAL, as effectusd bench reads its own
+    rows_written_per_job: float  # row versions written in its database (pg_stat_database)
 
 
 async def _drain_pgqueuer(url: str, sink: str, jobs: int, concurrency: int) -> PeerResult:
@@ -60,6 +62,8 @@ async def _drain_pgqueuer(url: str, sink: str, jobs: int, concurrency: int) -> P
     finally:
         await setup.close()
 
+    rows_before = settled_scalar(url, "rows_written")  # the enqueue's session has reported
+    wal_before = scalar(url, "wal_position")
     connection = await asyncpg.connect(**connection_keywords(url))
     connector = aiohttp.TCPConnector(limit=concurrency)
     called = 0
@@ -88,11 +92,20 @@ async def _drain_pgqueuer(url: str, sink: str, jobs: int, concurrency: int) -> P
             seconds = time.perf_counter() - started
             cpu_us = (time.process_time() - cpu_started) / jobs * 1e6
     await connection.close()
+    wal_bytes = scalar(url, "wal_position") - wal_before
+    rows_written = settled_scalar(url, "rows_written") - rows_before
     if called != jobs:
         raise RuntimeError(f"pgqueuer drained {called} of {jobs} job(s): the run is not comparable")
     db_us = None if database_cpu.seconds is None else round(database_cpu.seconds / jobs * 1e6, 1)
     return PeerResult(
-        jobs, concurrency, round(seconds, 3), round(jobs / seconds, 1), round(cpu_us, 1), db_us
+        jobs,
+        concurrency,
+        round(seconds, 3),
+        round(jobs / seconds, 1),
+        round(cpu_us, 1),
+        db_us,
+        round(wal_bytes / jobs, 1),
+        round(rows_written / jobs, 2),
     )
 
 
@@ -113,6 +126,8 @@ class Comparison:
     pgqueuer_runs: list[float]
     pgqueuer_cpu_us_per_job: float
     pgqueuer_db_cpu_us_per_job: float | None
+    pgqueuer_wal_bytes_per_job: float
+    pgqueuer_rows_written_per_job: float
     effectusd: dict[int, BenchResult]  # steps per saga → result
 
     def ratio(self, steps: int) -> float:
@@ -122,16 +137,21 @@ class Comparison:
         runs = " / ".join(f"{rate:.0f}" for rate in self.pgqueuer_runs)
         lines = [
             f"concurrency {self.concurrency}, one no-op HTTP sink, aiohttp on both sides",
-            f"{'what':<34}{'rate/s':>10}{'ratio':>8}{'CPU µs':>9}{'DB µs':>8}  notes",
+            "per unit (a job, a step): CPU of the queue's process and of its database's "
+            "backends, WAL bytes, row versions written",
+            f"{'what':<34}{'rate/s':>10}{'ratio':>8}{'CPU µs':>9}{'DB µs':>8}{'WAL B':>8}"
+            f"{'rows':>6}  notes",
             f"{'pgqueuer + aiohttp POST per job':<34}{self.pgqueuer_jobs_per_s:>10.0f}"
             f"{1.0:>8.2f}{self.pgqueuer_cpu_us_per_job:>9.0f}"
-            f"{_us(self.pgqueuer_db_cpu_us_per_job):>8}  runs {runs}",
+            f"{_us(self.pgqueuer_db_cpu_us_per_job):>8}{self.pgqueuer_wal_bytes_per_job:>8.0f}"
+            f"{self.pgqueuer_rows_written_per_job:>6.1f}  runs {runs}",
         ]
         for steps, result in sorted(self.effectusd.items(), reverse=True):
             label = f"effectusd, {steps}-step sagas"
             lines.append(
                 f"{label:<34}{result.steps_per_s:>10.0f}{self.ratio(steps):>8.2f}"
-                f"{result.cpu_us_per_step:>9.0f}{_us(result.db_cpu_us_per_step):>8}  "
+                f"{result.cpu_us_per_step:>9.0f}{_us(result.db_cpu_us_per_step):>8}"
+                f"{result.wal_bytes_per_step:>8.0f}{result.rows_written_per_step:>6.1f}  "
                 f"efficiency {result.efficiency}, idle p50 "
                 f"{result.idle_enqueue_to_dispatch_p50_ms} ms (p99 "
                 f"{result.idle_enqueue_to_dispatch_p99_ms}), "
@@ -146,6 +166,8 @@ class Comparison:
             "pgqueuer_runs": self.pgqueuer_runs,
             "pgqueuer_cpu_us_per_job": self.pgqueuer_cpu_us_per_job,
             "pgqueuer_db_cpu_us_per_job": self.pgqueuer_db_cpu_us_per_job,
+            "pgqueuer_wal_bytes_per_job": self.pgqueuer_wal_bytes_per_job,
+            "pgqueuer_rows_written_per_job": self.pgqueuer_rows_written_per_job,
             "effectusd": {str(steps): asdict(result) for steps, result in self.effectusd.items()},
             "ratios": {str(steps): self.ratio(steps) for steps in self.effectusd},
         }
@@ -186,7 +208,16 @@ def compare(
         run.db_cpu_us_per_job for run in (before, after) if run.db_cpu_us_per_job is not None
     ]
     db = round(statistics.mean(db_runs), 1) if len(db_runs) == 2 else None
-    return Comparison(concurrency, round(statistics.mean(runs), 1), runs, cpu, db, results)
+    return Comparison(
+        concurrency,
+        round(statistics.mean(runs), 1),
+        runs,
+        cpu,
+        db,
+        round(statistics.mean([before.wal_bytes_per_job, after.wal_bytes_per_job]), 1),
+        round(statistics.mean([before.rows_written_per_job, after.rows_written_per_job]), 2),
+        results,
+    )
 
 
 def _us(value: float | None) -> str:
