@@ -133,6 +133,13 @@ class Comparison:
     def ratio(self, steps: int) -> float:
         return round(self.effectusd[steps].steps_per_s / self.pgqueuer_jobs_per_s, 2)
 
+    @property
+    def pgqueuer_efficiency(self) -> float:
+        """pgqueuer's rate over the bare client loop's (the mean of those measured beside
+        effectusd's runs): the efficiency effectusd reports, for the peer."""
+        bare = statistics.mean(result.bare_calls_per_s for result in self.effectusd.values())
+        return round(self.pgqueuer_jobs_per_s / bare, 3)
+
     def table(self) -> str:
         runs = " / ".join(f"{rate:.0f}" for rate in self.pgqueuer_runs)
         lines = [
@@ -144,7 +151,8 @@ class Comparison:
             f"{'pgqueuer + aiohttp POST per job':<34}{self.pgqueuer_jobs_per_s:>10.0f}"
             f"{1.0:>8.2f}{self.pgqueuer_cpu_us_per_job:>9.0f}"
             f"{_us(self.pgqueuer_db_cpu_us_per_job):>8}{self.pgqueuer_wal_bytes_per_job:>8.0f}"
-            f"{self.pgqueuer_rows_written_per_job:>6.1f}  runs {runs}",
+            f"{self.pgqueuer_rows_written_per_job:>6.1f}  runs {runs}, "
+            f"efficiency {self.pgqueuer_efficiency}",
         ]
         for steps, result in sorted(self.effectusd.items(), reverse=True):
             label = f"effectusd, {steps}-step sagas"
@@ -168,6 +176,7 @@ class Comparison:
             "pgqueuer_db_cpu_us_per_job": self.pgqueuer_db_cpu_us_per_job,
             "pgqueuer_wal_bytes_per_job": self.pgqueuer_wal_bytes_per_job,
             "pgqueuer_rows_written_per_job": self.pgqueuer_rows_written_per_job,
+            "pgqueuer_efficiency": self.pgqueuer_efficiency,
             "effectusd": {str(steps): asdict(result) for steps, result in self.effectusd.items()},
             "ratios": {str(steps): self.ratio(steps) for steps in self.effectusd},
         }

@@ -1,0 +1,65 @@
+"""`make bench-peers`: the table and the JSON it makes of one run's readings (the runs
+themselves need the peers extra and a server; this is what is printed from them)."""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, fields, replace
+from typing import Any
+
+from effectusd.bench import BenchResult
+from effectusd.bench.peers import Comparison
+
+
+def _bench(**values: Any) -> BenchResult:
+    required: dict[str, Any] = {
+        f.name: 1
+        for f in fields(BenchResult)
+        if f.default is MISSING and f.default_factory is MISSING
+    }
+    return replace(BenchResult(**{**required, "transport": "aiohttp"}), **values)
+
+
+def _comparison() -> Comparison:
+    return Comparison(
+        concurrency=32,
+        pgqueuer_jobs_per_s=2000.0,
+        pgqueuer_runs=[1800.0, 2200.0],
+        pgqueuer_cpu_us_per_job=300.0,
+        pgqueuer_db_cpu_us_per_job=150.0,
+        pgqueuer_wal_bytes_per_job=1500.0,
+        pgqueuer_rows_written_per_job=4.0,
+        effectusd={
+            5: _bench(steps_per_s=1200.0, bare_calls_per_s=6000.0, rows_written_per_step=8.8),
+            1: _bench(steps_per_s=1400.0, bare_calls_per_s=4000.0, rows_written_per_step=8.0),
+        },
+    )
+
+
+def test_the_ratio_is_effectusds_rate_over_the_mean_of_pgqueuers_runs() -> None:
+    comparison = _comparison()
+    assert comparison.ratio(5) == 0.6 and comparison.ratio(1) == 0.7
+
+
+def test_the_peers_efficiency_is_over_the_mean_of_the_bare_loops_measured_in_the_run() -> None:
+    assert _comparison().pgqueuer_efficiency == 0.4  # 2,000 / mean(6,000, 4,000)
+
+
+def test_the_table_shows_each_sides_cost_per_unit_beside_its_rate() -> None:
+    lines = _comparison().table().splitlines()
+    header = next(line for line in lines if line.startswith("what"))
+    assert header.split()[1:7] == ["rate/s", "ratio", "CPU", "µs", "DB", "µs"]
+    assert "WAL B" in header and "rows" in header
+    peer = next(line for line in lines if line.startswith("pgqueuer"))
+    assert peer.split()[6:11] == ["2000", "1.00", "300", "150", "1500"]
+    assert "runs 1800 / 2200" in peer and "efficiency 0.4" in peer
+    five = next(line for line in lines if line.startswith("effectusd, 5-step"))
+    assert five.split()[3:5] == ["1200", "0.60"] and " 8.8  " in five
+
+
+def test_the_json_carries_the_same_readings() -> None:
+    report = _comparison().as_json()
+    assert report["ratios"] == {"5": 0.6, "1": 0.7}
+    assert report["pgqueuer_rows_written_per_job"] == 4.0
+    assert report["pgqueuer_wal_bytes_per_job"] == 1500.0
+    assert report["pgqueuer_efficiency"] == 0.4
+    assert report["effectusd"]["5"]["rows_written_per_step"] == 8.8
