@@ -211,20 +211,23 @@ def compare(
             )
         progress(f"pgqueuer again: {jobs} job(s)…")
         after = run_pgqueuer(server_url, sink, jobs, concurrency)
-    runs = [before.jobs_per_s, after.jobs_per_s]
-    cpu = round(statistics.mean([before.cpu_us_per_job, after.cpu_us_per_job]), 1)
     db_runs = [
         run.db_cpu_us_per_job for run in (before, after) if run.db_cpu_us_per_job is not None
     ]
     db = round(statistics.mean(db_runs), 1) if len(db_runs) == 2 else None
+
+    def both(reading: str, digits: int = 1) -> float:
+        """The mean of a reading of the run before effectusd's and the run after."""
+        return round(statistics.fmean(getattr(run, reading) for run in (before, after)), digits)
+
     return Comparison(
         concurrency,
-        round(statistics.mean(runs), 1),
-        runs,
-        cpu,
+        both("jobs_per_s"),
+        [before.jobs_per_s, after.jobs_per_s],
+        both("cpu_us_per_job"),
         db,
-        round(statistics.mean([before.wal_bytes_per_job, after.wal_bytes_per_job]), 1),
-        round(statistics.mean([before.rows_written_per_job, after.rows_written_per_job]), 2),
+        both("wal_bytes_per_job"),
+        both("rows_written_per_job", 2),
         results,
     )
 
