@@ -201,12 +201,6 @@ class DestinationConfig(BaseModel):
         return value
 
 
-class VerbConfig(BaseModel):
-    """A verb as written in config: a VerbContract without its name (the table key)."""
-
-    model_config = ConfigDict(extra="allow")
-
-
 class Config(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -240,9 +234,6 @@ class Config(BaseModel):
         if missing:
             raise ValueError("; ".join(missing))
         return self
-
-    def verb(self, name: str) -> VerbContract:
-        return self.verbs[name]
 
     def fence_wait_limit(self) -> timedelta:
         """``fencing.wait_limit``, or by default twice the longest dispatch lease (call timeout

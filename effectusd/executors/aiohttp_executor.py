@@ -34,7 +34,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from types import SimpleNamespace
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import quote
 
 import aiohttp
@@ -169,8 +169,6 @@ class _TransportRetryRefused(aiohttp.ClientError):
 class AiohttpExecutor(BaseHttpExecutor[tuple[str, URL, bytes, dict[str, str], Any], _Wire]):
     """Executor for one HTTP destination on aiohttp. Callers limit concurrency to
     ``max_concurrency``."""
-
-    transport: ClassVar[str] = "aiohttp"
 
     def __init__(
         self, name: str, config: DestinationConfig, *, environ: Mapping[str, str] | None = None

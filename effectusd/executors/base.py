@@ -10,7 +10,7 @@ import os
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import ClassVar, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from effectusd.config import DestinationConfig
 from effectusd.core import wire as contract
@@ -79,8 +79,6 @@ class BaseHttpExecutor(Generic[Request, WireT]):
     Subclasses build a transport request and exchange it; this class owns the invariant parts:
     validation, the overall deadline, classification, and what an error may say.
     """
-
-    transport: ClassVar[str]  # the DestinationConfig.transport value that selects this class
 
     def __init__(
         self, name: str, config: DestinationConfig, *, environ: Mapping[str, str] | None = None

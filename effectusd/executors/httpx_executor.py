@@ -12,7 +12,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from typing import Any, ClassVar
+from typing import Any
 
 import h11
 import httpx
@@ -74,8 +74,6 @@ class _Wire(Wire):
 
 class HttpExecutor(BaseHttpExecutor[httpx.Request, _Wire]):
     """Executor for one HTTP destination on httpx. Callers limit concurrency to max_concurrency."""
-
-    transport: ClassVar[str] = "httpx"
 
     def __init__(
         self, name: str, config: DestinationConfig, *, environ: Mapping[str, str] | None = None

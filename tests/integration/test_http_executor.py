@@ -89,7 +89,7 @@ async def executor(
     config: DestinationConfig, **kwargs: Any
 ) -> AsyncIterator[BaseHttpExecutor[Any, Any]]:
     ex = executor_for("payments", config, **kwargs)
-    assert ex.transport == Chosen.transport
+    assert isinstance(ex, EXECUTOR_CLASSES[Chosen.transport])
     try:
         yield ex
     finally:
