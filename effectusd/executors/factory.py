@@ -8,10 +8,10 @@ from typing import Any
 from effectusd.config import DestinationConfig
 from effectusd.executors.aiohttp_executor import AiohttpExecutor
 from effectusd.executors.base import BaseHttpExecutor
-from effectusd.executors.httpx_executor import HttpExecutor
+from effectusd.executors.httpx_executor import HttpxExecutor
 
 EXECUTOR_CLASSES: dict[str, type[BaseHttpExecutor[Any, Any]]] = {
-    "httpx": HttpExecutor,
+    "httpx": HttpxExecutor,
     "aiohttp": AiohttpExecutor,
 }
 

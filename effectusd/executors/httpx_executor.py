@@ -40,7 +40,7 @@ class _Wire(Wire):
 
     __slots__ = ("_executor", "events")
 
-    def __init__(self, executor: HttpExecutor) -> None:
+    def __init__(self, executor: HttpxExecutor) -> None:
         super().__init__()
         self._executor = executor
         self.events: list[str] = []
@@ -72,7 +72,7 @@ class _Wire(Wire):
         return "reused" if self.reached_request_io else None
 
 
-class HttpExecutor(BaseHttpExecutor[httpx.Request, _Wire]):
+class HttpxExecutor(BaseHttpExecutor[httpx.Request, _Wire]):
     """Executor for one HTTP destination on httpx. Callers limit concurrency to max_concurrency."""
 
     def __init__(

@@ -20,7 +20,7 @@ from effectusd.config import ConfigError, DestinationConfig, parse_config
 from effectusd.core.states import OutcomeClass
 from effectusd.executors.aiohttp_executor import AiohttpExecutor, _CheckedConnector
 from effectusd.executors.factory import EXECUTOR_CLASSES, executor_for
-from effectusd.executors.httpx_executor import HttpExecutor
+from effectusd.executors.httpx_executor import HttpxExecutor
 from tests.integration.test_http_executor import (
     SHORT,
     Chosen,
@@ -47,7 +47,7 @@ async def test_transport_field_selects_the_executor_class() -> None:
         for transport in ("httpx", "aiohttp")
     }
     try:
-        assert isinstance(chosen["httpx"], HttpExecutor)
+        assert isinstance(chosen["httpx"], HttpxExecutor)
         assert isinstance(chosen["aiohttp"], AiohttpExecutor)
         assert set(EXECUTOR_CLASSES) == {"httpx", "aiohttp"}
     finally:

@@ -7,7 +7,7 @@ on an asyncio.Event the test controls. Every contract rule is checked on both ba
 ``kit`` and ``shop`` fixtures are parametrised); tests of PostgreSQL's own behaviour (a key held
 by an open transaction, serialization failures, the advisory-locked install) are marked
 ``postgres``, and SQLite's own (the write lock, busy timeouts) are in
-test_destination_sqlite.py. End-to-end tests put effectusd's HttpExecutor in front of
+test_destination_sqlite.py. End-to-end tests put effectusd's HttpxExecutor in front of
 contrib/kit_shop_service.py; the one-command tests start the contrib services as processes.
 """
 
@@ -57,7 +57,7 @@ from effectusd.destination import (
     write_transaction,
 )
 from effectusd.destination.asgi import effectus_endpoint
-from effectusd.executors.httpx_executor import HttpExecutor
+from effectusd.executors.httpx_executor import HttpxExecutor
 from effectusd.executors.protocol import FencingGrant, Invocation
 from tests.conftest import create_database, drop_database
 from tests.support.services import serving as process_serving
@@ -696,7 +696,7 @@ async def test_install_is_idempotent_and_safe_when_instances_start_together() ->
         drop_database(url)
 
 
-# --- end to end: effectusd's HttpExecutor against the kit shop ------------------------------
+# --- end to end: effectusd's HttpxExecutor against the kit shop ------------------------------
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
@@ -712,9 +712,9 @@ async def sqlite_shop(sqlite_server: Kit, sqlite_db: str) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def executor_for(base_url: str) -> AsyncIterator[HttpExecutor]:
+async def executor_for(base_url: str) -> AsyncIterator[HttpxExecutor]:
     config = DestinationConfig.model_validate({"base_url": base_url, "timeout": "10s"})
-    executor = HttpExecutor("shop", config)
+    executor = HttpxExecutor("shop", config)
     try:
         yield executor
     finally:
@@ -729,13 +729,13 @@ def shop_url(request: pytest.FixtureRequest, kit_server: Kit) -> str:
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def shop(shop_url: str, kit: Kit) -> AsyncIterator[HttpExecutor]:
+async def shop(shop_url: str, kit: Kit) -> AsyncIterator[HttpxExecutor]:
     async with executor_for(shop_url) as executor:
         yield executor
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def pg_shop(postgresql_shop: str, pg_kit: Kit) -> AsyncIterator[HttpExecutor]:
+async def pg_shop(postgresql_shop: str, pg_kit: Kit) -> AsyncIterator[HttpxExecutor]:
     async with executor_for(postgresql_shop) as executor:
         yield executor
 
@@ -747,7 +747,7 @@ def charge(key: str, amount: int = 1250, **changes: Any) -> Invocation:
 
 
 async def test_executor_gets_success_then_the_same_result_replayed(
-    shop: HttpExecutor, kit: Kit
+    shop: HttpxExecutor, kit: Kit
 ) -> None:
     first = await shop.call(charge("a"))
     again = await shop.call(charge("a", attempt=2, grants=(FencingGrant("account:acct-1", 11),)))
@@ -758,7 +758,7 @@ async def test_executor_gets_success_then_the_same_result_replayed(
 
 
 async def test_executor_gets_stale_fence_for_a_token_below_the_watermark(
-    shop: HttpExecutor, kit: Kit
+    shop: HttpxExecutor, kit: Kit
 ) -> None:
     await shop.call(charge("a", grants=(FencingGrant("account:acct-1", 10),)))
     stale = await shop.call(charge("b", grants=(FencingGrant("account:acct-1", 9),)))
@@ -767,7 +767,7 @@ async def test_executor_gets_stale_fence_for_a_token_below_the_watermark(
 
 
 async def test_executor_gets_a_permanent_decline_on_every_attempt(
-    shop: HttpExecutor, kit: Kit
+    shop: HttpxExecutor, kit: Kit
 ) -> None:
     results = [await shop.call(charge("big", amount=20_000, attempt=n)) for n in (1, 2)]
     assert [(r.outcome, r.status_code) for r in results] == [(OutcomeClass.PERMANENT, 402)] * 2
@@ -775,7 +775,7 @@ async def test_executor_gets_a_permanent_decline_on_every_attempt(
 
 
 async def test_executor_gets_permanent_for_a_key_reused_with_other_arguments(
-    shop: HttpExecutor,
+    shop: HttpxExecutor,
 ) -> None:
     await shop.call(charge("a"))
     reused = await shop.call(charge("a", amount=99, attempt=2))
@@ -784,7 +784,7 @@ async def test_executor_gets_permanent_for_a_key_reused_with_other_arguments(
 
 @postgres
 async def test_executor_gets_unknown_while_the_key_is_in_progress_then_the_replay(
-    pg_shop: HttpExecutor, pg_kit: Kit, kit_db: str
+    pg_shop: HttpxExecutor, pg_kit: Kit, kit_db: str
 ) -> None:
     shop, kit, inv = pg_shop, pg_kit, charge("a")
 
@@ -814,7 +814,7 @@ async def test_executor_gets_unknown_while_the_key_is_in_progress_then_the_repla
 
 
 async def test_every_shop_endpoint_answers_the_example_shop_shapes(
-    shop: HttpExecutor, kit: Kit
+    shop: HttpxExecutor, kit: Kit
 ) -> None:
     def step(key: str, path: str, args: dict[str, Any]) -> Invocation:
         return invocation(key, args=args, path=path)

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from effectusd.executors.httpx_executor import HttpExecutor
+from effectusd.executors.httpx_executor import HttpxExecutor
 from effectusd.executors.protocol import CallResult, Invocation
 from tests.support import backends
 from tests.support.destination import HeldUntilMoreThan, Request, Response, running
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.postgres
 class PausedExecutor:
     """Wraps the real executor; the first call waits until the test lets it go (a zombie)."""
 
-    def __init__(self, inner: HttpExecutor) -> None:
+    def __init__(self, inner: HttpxExecutor) -> None:
         self.inner = inner
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
@@ -82,7 +82,7 @@ async def test_late_completion_after_lease_expiry_is_kept_as_evidence(
         client = client_for(config, store_url)
         saga = client.submit(serial_plan("zombie", ["pay"]), execution_id="z-1").saga_id
 
-        zombie = PausedExecutor(HttpExecutor("dest", config.destinations["dest"]))
+        zombie = PausedExecutor(HttpxExecutor("dest", config.destinations["dest"]))
         async with daemon_running(config, store_url, executors={"dest": zombie}):
             await asyncio.wait_for(zombie.entered.wait(), 20)  # written ahead, call not yet made
             expire_leases(store_url)
@@ -117,7 +117,7 @@ async def test_late_answer_does_not_settle_when_a_later_attempt_was_sent(store_u
         config = make_config(dest.base_url, verbs)
         client = client_for(config, store_url)
         saga = client.submit(serial_plan("z2", ["pay"]), execution_id="z-2").saga_id
-        zombie = PausedExecutor(HttpExecutor("dest", config.destinations["dest"]))
+        zombie = PausedExecutor(HttpxExecutor("dest", config.destinations["dest"]))
         async with daemon_running(config, store_url, executors={"dest": zombie}):
             await asyncio.wait_for(zombie.entered.wait(), 20)
             expire_leases(store_url)

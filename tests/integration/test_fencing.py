@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from effectusd.cli import main
 from effectusd.core.canonical import parse_json
-from effectusd.executors.httpx_executor import HttpExecutor
+from effectusd.executors.httpx_executor import HttpxExecutor
 from tests.conformance.support import StoreUnderTest
 from tests.integration.test_dispatcher_leases import PausedExecutor, expire_leases, wait_for
 from tests.support import backends
@@ -126,7 +126,7 @@ async def test_zombie_attempt_is_rejected_stale_and_the_saga_still_completes(db:
         config = make_config(dest.base_url, verbs)
         client = client_for(config, db)
         saga = client.submit(fenced_plan("acc-1", 1), execution_id="z-1").saga_id
-        zombie = PausedExecutor(HttpExecutor("dest", config.destinations["dest"]))
+        zombie = PausedExecutor(HttpxExecutor("dest", config.destinations["dest"]))
         async with daemon_running(config, db, executors={"dest": zombie}):
             await asyncio.wait_for(zombie.entered.wait(), 20)
             expire_leases(db)
