@@ -13,8 +13,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Generic, TypeVar
 
 from effectusd.config import DestinationConfig
-from effectusd.core import wire as contract
 from effectusd.core.states import OutcomeClass
+from effectusd.core.wire import (
+    WireError,
+    encode_request_headers,
+    has_control,
+    is_reserved_header,
+    is_token,
+)
 from effectusd.executors.classify import Wire, classify
 from effectusd.executors.protocol import CallResult, Invocation
 
@@ -36,9 +42,9 @@ def static_headers(
     for header, value in config.headers.items():
         # Config validation already refuses these; a model built without validation must
         # still not be able to send a second, conflicting identity header.
-        if contract.is_reserved_header(header) or header.strip().lower() == "authorization":
+        if is_reserved_header(header) or header.strip().lower() == "authorization":
             continue
-        if not contract.is_token(header) or contract.has_control(value):
+        if not is_token(header) or has_control(value):
             raise ValueError(f"destination {name!r}: header {header!r} is not a valid HTTP header")
         headers[header] = value
     variable = config.bearer_token_env
@@ -119,15 +125,15 @@ class BaseHttpExecutor(Generic[Request, WireT]):
         wire.request_id = inv.request_id
         total = min(inv.timeout, self._timeout)
         try:
-            if not contract.is_token(inv.method):
+            if not is_token(inv.method):
                 raise InvalidInvocation("method is not an HTTP token")
-            headers = contract.encode_request_headers(inv)
+            headers = encode_request_headers(inv)
             if inv.trace_headers:  # made by our own propagator; config cannot set these
                 headers.update(inv.trace_headers)
             request = self._build(inv, headers, total, wire)
         except Exception as exc:  # noqa: BLE001 - nothing was sent, whatever went wrong
             # Only our own messages are shown: others may quote the URL, i.e. argument values.
-            ours = isinstance(exc, InvalidInvocation | contract.WireError)
+            ours = isinstance(exc, InvalidInvocation | WireError)
             reason = str(exc) if ours else error_name(exc)
             return wire.not_sent(started, f"invalid invocation: {reason}")
         if total <= 0:

@@ -12,13 +12,22 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from effectusd.core import wire as contract
 from effectusd.core.canonical import parse_json, printable
 from effectusd.core.states import OutcomeClass
+from effectusd.core.wire import (
+    FENCING,
+    OUTCOME,
+    REPLY_HEADERS,
+    REQUEST_ID,
+    decode_fencing,
+    decode_outcome,
+    echo_matches,
+    is_retry_after,
+)
 from effectusd.executors.protocol import CallResult
 from effectusd.executors.storable import body_digest, unstorable_reasons
 
-ANSWER_HEADERS = (*contract.REPLY_HEADERS, contract.REQUEST_ID)  # every header classification reads
+ANSWER_HEADERS = (*REPLY_HEADERS, REQUEST_ID)  # every header classification reads
 MAX_ERROR_CHARS = 500
 NOT_SENT = "not_sent"
 MAYBE_SENT = "maybe_sent"
@@ -48,7 +57,7 @@ class Wire:
         self.status_code = status
         # Stored and shown to operators: only values the protocol defines are kept verbatim, so
         # a destination that puts a token (or junk) in these headers does not get it stored.
-        found = [name for name in contract.REPLY_HEADERS if name in headers]
+        found = [name for name in REPLY_HEADERS if name in headers]
         self.headers = {name: _evidence_value(name, headers[name]) for name in found}
 
     def result(
@@ -71,7 +80,7 @@ class Wire:
             evidence["request_id_echo"] = self.echo
         if self.body is not None:
             evidence["body"] = self.body
-        acknowledged = contract.decode_fencing(self.headers.get(contract.FENCING))
+        acknowledged = decode_fencing(self.headers.get(FENCING))
         return CallResult(
             outcome=outcome,
             status_code=self.status_code,
@@ -116,27 +125,27 @@ def _header_outcome(
 ) -> tuple[OutcomeClass, str | None]:
     """What the status, the request-ID echo and X-Effectus-Outcome decide, with the reason
     when they leave the outcome unknown. SUCCESS means the body decides."""
-    echoed = headers.get(contract.REQUEST_ID)
+    echoed = headers.get(REQUEST_ID)
     if echoed is not None:
         # An answer naming another request is not this one's, whatever it says: e.g. a
         # stray second response left on a kept-alive connection by an earlier exchange.
-        matched = contract.echo_matches(echoed, wire.request_id)
+        matched = echo_matches(echoed, wire.request_id)
         wire.echo = "matched" if matched else "mismatched"
         if not matched:
-            doubt = f"HTTP {status} whose {contract.REQUEST_ID} echo names another request"
+            doubt = f"HTTP {status} whose {REQUEST_ID} echo names another request"
             return OutcomeClass.UNKNOWN, doubt
-    value = headers.get(contract.OUTCOME)
-    named = contract.decode_outcome(value)
+    value = headers.get(OUTCOME)
+    named = decode_outcome(value)
     if 200 <= status < 300:
         if value is not None and named is not OutcomeClass.SUCCESS:
             # A 2xx that also names a failure contradicts itself; trust neither half.
-            return OutcomeClass.UNKNOWN, f"HTTP {status} contradicted by {contract.OUTCOME}"
+            return OutcomeClass.UNKNOWN, f"HTTP {status} contradicted by {OUTCOME}"
         return OutcomeClass.SUCCESS, None
     if named is not None and named is not OutcomeClass.SUCCESS:
         return named, None
     if status in status_map:
         return status_map[status], None
-    doubt = f"HTTP {status} without a valid {contract.OUTCOME} or status_map entry"
+    doubt = f"HTTP {status} without a valid {OUTCOME} or status_map entry"
     return OutcomeClass.UNKNOWN, doubt
 
 
@@ -163,11 +172,11 @@ def _success_body(wire: Wire, started: float, status: int, body: bytes) -> CallR
 def _evidence_value(name: str, value: str) -> str:
     """The header's value if it is one the protocol defines, else only that it was invalid."""
     stripped = value.strip()
-    if name == contract.OUTCOME:
-        valid = contract.decode_outcome(stripped) is not None
-    elif name == contract.FENCING:
+    if name == OUTCOME:
+        valid = decode_outcome(stripped) is not None
+    elif name == FENCING:
         stripped = stripped.lower()
-        valid = contract.decode_fencing(stripped)
+        valid = decode_fencing(stripped)
     else:
-        valid = contract.is_retry_after(stripped)
+        valid = is_retry_after(stripped)
     return stripped if valid else f"(invalid, {len(value)} characters)"
