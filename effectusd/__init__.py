@@ -1,6 +1,7 @@
 """effectusd: a transactional-outbox saga dispatcher."""
 
 from effectusd.client import AsyncClient, Client, Submission, SubmitResult
+from effectusd.config import ConfigError
 from effectusd.core.checker import CheckIssue, PlanCheckError, check
 from effectusd.core.database_url import DatabaseURLError
 from effectusd.core.errors import (
@@ -46,6 +47,7 @@ __all__ = [
     "CheckIssue",
     "CheckedPlan",
     "Client",
+    "ConfigError",
     "DatabaseURLError",
     "Direction",
     "DispatchState",

@@ -27,6 +27,7 @@ from pydantic import (
 from effectusd.core.contracts import VerbContract
 from effectusd.core.database_url import parse_database_url
 from effectusd.core.durations import parse_duration
+from effectusd.core.errors import EffectusError
 from effectusd.core.registry import DEFAULT_FENCE_WAIT_LIMIT
 from effectusd.core.states import OutcomeClass
 from effectusd.core.wire import has_control, is_reserved_header, is_token
@@ -48,7 +49,7 @@ def is_credential_header(name: str) -> bool:
     )
 
 
-class ConfigError(ValueError):
+class ConfigError(EffectusError, ValueError):
     """A configuration that cannot be used. The message names file, key and reason."""
 
 

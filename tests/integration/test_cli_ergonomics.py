@@ -84,6 +84,24 @@ def test_a_database_url_no_store_understands_exits_3_without_repeating_it(
     assert "hunter2" not in result.output and "db.internal" not in result.output
 
 
+# --- config files -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", EVERY_DATABASE_COMMAND)
+def test_a_refused_config_file_exits_3_naming_the_file_and_the_key(
+    command: list[str], tmp_path: Path
+) -> None:
+    # ConfigError is an EffectusError now; the command line still answers it as invalid input.
+    config = tmp_path / "effectusd.toml"
+    config.write_text("[dispatcher]\nconcurency = 8\n")
+
+    result = run(*command, config=config)
+
+    assert result.exit_code == 3, result.output
+    assert result.stderr.startswith(f"error: {config}: dispatcher.concurency: ")
+    assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)
+
+
 # --- durations --------------------------------------------------------------------------------
 
 

@@ -47,11 +47,13 @@ def test_every_error_the_client_raises_is_an_effectus_error() -> None:
         "WrongConnection",
         "SagaNotFound",
         "WaitTimeout",
+        "ConfigError",
     ):
         assert issubclass(getattr(effectusd, name), EffectusError), name
         assert name in effectusd.__all__
     # the standard bases callers may already catch stay
     assert issubclass(effectusd.SubmitError, ValueError)
+    assert issubclass(effectusd.ConfigError, ValueError)
     assert issubclass(effectusd.SagaNotFound, LookupError)
     assert issubclass(effectusd.WaitTimeout, TimeoutError)
     assert issubclass(WrongConnection, TypeError)
