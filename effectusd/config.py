@@ -7,6 +7,7 @@ Every error names the file, the key and the reason, e.g.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tomllib
 from datetime import timedelta
@@ -37,6 +38,14 @@ Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "cookie2", "set-cookie"})
 CREDENTIAL_NAME_PARTS = ("api-key", "apikey", "api_key", "token", "secret", "password")
 DEFAULT_DATABASE_URL = "sqlite:///effectusd.db"  # the embedded default for one machine
+# Keys earlier releases accepted that nothing reads any more: a file holding one still loads,
+# with a warning naming the key (refusing it would stop a daemon over a key that did nothing).
+REMOVED_KEYS = {
+    ("fencing", "lease_ttl"): "never read: a dispatch's lease is its call timeout plus "
+    "dispatcher.lease_margin",
+}
+
+log = logging.getLogger("effectusd.config")
 
 
 def is_credential_header(name: str) -> bool:
@@ -91,7 +100,6 @@ class FencingConfig(BaseModel):
     # thing under its first name). "memory": local_advisory, tests only.
     provider: Literal["store", "postgres", "memory"] = "store"
     test_setup: bool = False
-    lease_ttl: Duration = timedelta(seconds=60)
     # How long a dispatch waits for a resource another dispatch holds before it is blocked
     # (blocked_fence). Unset: Config.fence_wait_limit(), longer than any dead holder's lease.
     wait_limit: Duration | None = None
@@ -256,9 +264,18 @@ def _format_validation_error(source: str, error: ValidationError) -> str:
     return "\n".join(lines)
 
 
+def _without_removed_keys(data: dict[str, Any], source: str) -> dict[str, Any]:
+    for (table, key), why in REMOVED_KEYS.items():
+        section = data.get(table)
+        if isinstance(section, dict) and key in section:
+            log.warning("%s: %s.%s is ignored (%s); remove it", source, table, key, why)
+            data = {**data, table: {name: v for name, v in section.items() if name != key}}
+    return data
+
+
 def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
     try:
-        return Config.model_validate(data)
+        return Config.model_validate(_without_removed_keys(data, source))
     except ValidationError as exc:
         raise ConfigError(_format_validation_error(source, exc)) from None
 

@@ -3,11 +3,12 @@ secret value (reserved headers, unknown destinations, credentials in URLs or hea
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 
-from effectusd.config import ConfigError, load_config
+from effectusd.config import ConfigError, FencingConfig, load_config
 
 VALID_TOML = """
 [destinations.payments]
@@ -159,3 +160,28 @@ def test_the_config_template_used_by_the_error_cases_is_itself_valid(tmp_path: P
 
     assert config.destinations["payments"].headers == {"X-Team": "t"}
     assert config.verbs["payments.charge"].destination == "payments"
+
+
+def test_a_removed_key_still_loads_with_a_warning_naming_the_file_and_the_key(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # fencing.lease_ttl was accepted and never read; a file that still holds it must load.
+    path = tmp_path / "effectusd.toml"
+    path.write_text('[fencing]\nprovider = "store"\nlease_ttl = "97s"\n')
+
+    with caplog.at_level(logging.WARNING, logger="effectusd.config"):
+        config = load_config(path)
+
+    assert config.fencing.provider == "store"
+    assert "lease_ttl" not in FencingConfig.model_fields
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "effectusd.config"]
+    assert warning.startswith(f"{path}: fencing.lease_ttl is ignored")
+    assert "97s" not in warning
+
+
+def test_a_misspelt_key_is_still_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "effectusd.toml"
+    path.write_text('[fencing]\nlease_tl = "60s"\n')
+
+    with pytest.raises(ConfigError, match=r"fencing\.lease_tl: Extra inputs are not permitted"):
+        load_config(path)
