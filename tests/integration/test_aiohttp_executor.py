@@ -68,7 +68,8 @@ def test_unknown_transport_is_refused_at_load_naming_the_key() -> None:
 def test_the_connector_hooks_are_methods_aiohttp_calls() -> None:
     """The proof of "not sent" is recorded by overriding these connector methods (in place of
     aiohttp's trace signals). An aiohttp that renamed one would leave the override dead: the
-    not-sent cases of the shared suite would then fail; this names the cause."""
+    not-sent cases of the shared suite would then fail; this names the cause. (pyproject.toml
+    caps aiohttp at the minor series these pass on.)"""
     for name in ("connect", "_get", "_wait_for_available_connection", "_create_connection"):
         assert callable(getattr(aiohttp.TCPConnector, name, None)), name
         assert name in vars(_CheckedConnector), name
