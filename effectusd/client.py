@@ -37,7 +37,6 @@ from effectusd.core.canonical import JsonValue
 from effectusd.core.errors import AmbiguousSaga, SagaNotFound, WaitTimeout, WrongConnection
 from effectusd.core.identity import saga_id as derive_saga_id
 from effectusd.core.plan import CheckedPlan, PlanSpec
-from effectusd.core.registry import Registry
 from effectusd.core.states import SagaState
 from effectusd.core.submission import ensure_checked, prepare_submission
 from effectusd.core.views import SagaSummary, SagaView, summarize
@@ -62,14 +61,6 @@ class Submission:
 
 
 __all__ = ["AsyncClient", "Client", "Submission", "SubmitResult"]
-
-
-def registry_from_config(config: Config) -> Registry:
-    return Registry(
-        verbs=dict(config.verbs),
-        destination_timeouts={name: dest.timeout for name, dest in config.destinations.items()},
-        fence_wait_limit=config.fence_wait_limit(),
-    )
 
 
 def default_actor() -> str:
@@ -152,7 +143,7 @@ class _ClientBase:
         url = database_url or pool_url(pool) or self.config.database.url
         self.backend = backend_for(url)
         self.database_url = self.backend.url
-        self.registry = registry_from_config(self.config)
+        self.registry = self.config.registry()
         self.namespace = self.config.namespace
         self.connection = connection
         self.pool = pool

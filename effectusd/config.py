@@ -29,7 +29,7 @@ from effectusd.core.contracts import VerbContract
 from effectusd.core.database_url import parse_database_url
 from effectusd.core.durations import parse_duration
 from effectusd.core.errors import EffectusError
-from effectusd.core.registry import DEFAULT_FENCE_WAIT_LIMIT
+from effectusd.core.registry import DEFAULT_FENCE_WAIT_LIMIT, Registry
 from effectusd.core.states import OutcomeClass
 from effectusd.core.wire import has_control, is_reserved_header, is_token
 
@@ -243,6 +243,15 @@ class Config(BaseModel):
         if missing:
             raise ValueError("; ".join(missing))
         return self
+
+    def registry(self) -> Registry:
+        """The live verb registry of this configuration: what the daemon, the client, the
+        console and the operator commands check plans against and dispatch by."""
+        return Registry(
+            verbs=dict(self.verbs),
+            destination_timeouts={name: dest.timeout for name, dest in self.destinations.items()},
+            fence_wait_limit=self.fence_wait_limit(),
+        )
 
     def fence_wait_limit(self) -> timedelta:
         """``fencing.wait_limit``, or by default twice the longest dispatch lease (call timeout

@@ -13,7 +13,6 @@ from effectusd.backends.postgres.runner import sql as named_sql
 from effectusd.bench import database
 from effectusd.bench.database import drop_database, scratch_database
 from effectusd.bench.measures import percentile
-from effectusd.client import registry_from_config
 from effectusd.config import Config
 from effectusd.dispatcher.capacity import Capacity
 from effectusd.dispatcher.daemon import new_owner_id
@@ -59,7 +58,7 @@ def claim_params(config: Config) -> dict[str, Any]:
         limits={name: d.max_concurrency for name, d in config.destinations.items()},
         total_limit=config.dispatcher.concurrency,
     )
-    registry = registry_from_config(config)
+    registry = config.registry()
     return claim_ready_params(
         list(capacity.free().items()),
         capacity.room,

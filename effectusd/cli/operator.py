@@ -29,7 +29,6 @@ actor_option = click.option(
 
 def _operator_action(obj: Context, build: Callable[..., Any], as_json: bool) -> None:
     """Run one operator operation (built by ``build(registry)``) and report it."""
-    from effectusd.client import registry_from_config
     from effectusd.core.operator_decisions import RefusalKind, Refused
 
     codes = {
@@ -38,7 +37,7 @@ def _operator_action(obj: Context, build: Callable[..., Any], as_json: bool) -> 
         RefusalKind.INVALID: EXIT_INVALID,
     }
     try:
-        operation = build(registry_from_config(obj.config))
+        operation = build(obj.config.registry())
         with obj.connect() as conn:
             report = obj.backend.run(conn, operation)
     except Refused as exc:
@@ -204,7 +203,7 @@ def adopt_contract(
     adoption with your evidence and sends the saga on, as `retry` does.
     """
     from effectusd import operator
-    from effectusd.client import default_actor, registry_from_config
+    from effectusd.client import default_actor
     from effectusd.core import operator_decisions as decide
 
     if (saga_id is None) == (verb is None):
@@ -225,7 +224,7 @@ def adopt_contract(
         )
         return
     assert verb is not None
-    registry = registry_from_config(obj.config)
+    registry = obj.config.registry()
     try:
         text = decide.required_evidence(evidence)
         if verb not in registry.verbs:

@@ -18,7 +18,6 @@ from typing import Any
 
 from effectusd.backends import Backend
 from effectusd.backends.operation import Operation
-from effectusd.client import registry_from_config
 from effectusd.config import Config
 from effectusd.core import operator_decisions as decide
 from effectusd.core.canonical import JsonValue
@@ -175,7 +174,7 @@ class ConsoleService:
     def __init__(self, config: Config, backend: Backend) -> None:
         self.config = config
         self.backend = backend
-        self.registry = registry_from_config(config)
+        self.registry = config.registry()
 
     async def sagas(self, filters: Filters) -> list[dict[str, Any]]:
         rows = await self.backend.run_async(

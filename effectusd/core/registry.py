@@ -15,7 +15,7 @@ from effectusd.core.durations import to_milliseconds
 
 DEFAULT_TIMEOUT = timedelta(seconds=10)
 # How long a dispatch waits for a fencing resource held by another dispatch before it blocks;
-# the config's default is longer than a dead holder's lease (client.registry_from_config).
+# the config's default is longer than a dead holder's lease (Config.registry).
 DEFAULT_FENCE_WAIT_LIMIT = timedelta(minutes=5)
 
 

@@ -14,7 +14,6 @@ from typing import Any
 
 from effectusd.backends import backend_for
 from effectusd.backends.errors import DATABASE_ERRORS, LISTEN_LOST, failure_name
-from effectusd.client import registry_from_config
 from effectusd.config import Config, ConfigError
 from effectusd.console import Console
 from effectusd.dispatcher.capacity import Capacity
@@ -76,7 +75,7 @@ class Daemon:
         self.tracer_provider = tracer_provider
         self.database_url = database_url
         self.owner = owner or new_owner_id()
-        self.registry = registry_from_config(config)
+        self.registry = config.registry()
         self._executors = executors
         self.stopping = asyncio.Event()
         self.wake = asyncio.Event()

@@ -22,7 +22,7 @@ from effectusd.backends.postgres import STORE_STATEMENTS as POSTGRES_STATEMENTS
 from effectusd.backends.postgres.session import PoolSession
 from effectusd.backends.sqlite import STORE_STATEMENTS as SQLITE_STATEMENTS
 from effectusd.backends.sqlite.session import ThreadSession
-from effectusd.client import Client, registry_from_config
+from effectusd.client import Client
 from effectusd.config import Config
 from effectusd.core.engine import Completion
 from effectusd.core.registry import Registry
@@ -88,7 +88,7 @@ class StoreUnderTest:
 
     @property
     def registry(self) -> Registry:
-        return registry_from_config(self.config)
+        return self.config.registry()
 
     # -- store-neutral ----------------------------------------------------------------------
     @contextmanager

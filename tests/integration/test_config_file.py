@@ -4,6 +4,7 @@ secret value (reserved headers, unknown destinations, credentials in URLs or hea
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -185,3 +186,21 @@ def test_a_misspelt_key_is_still_refused_naming_it(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match=r"fencing\.lease_tl: Extra inputs are not permitted"):
         load_config(path)
+
+
+def test_the_registry_holds_the_configs_verbs_destination_timeouts_and_fence_wait_limit(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "effectusd.toml"
+    path.write_text(
+        VALID_TOML.format(headers='timeout = "7s"', destination="payments")
+        + '[verbs."payments.refund"]\ndestination = "payments"\npath = "/refunds"\ntimeout = "2s"\n'
+    )
+    config = load_config(path)
+
+    registry = config.registry()
+
+    assert set(registry.verbs) == {"payments.charge", "payments.refund"}
+    assert registry.timeout_for(registry.verbs["payments.charge"]) == timedelta(seconds=7)
+    assert registry.timeout_for(registry.verbs["payments.refund"]) == timedelta(seconds=2)
+    assert registry.fence_wait_limit == config.fence_wait_limit() == timedelta(minutes=5)

@@ -11,7 +11,6 @@ import psycopg
 import pytest
 
 from effectusd.backends import backend_for
-from effectusd.client import registry_from_config
 from effectusd.fencing.store import StoreFencing
 from effectusd.store.dialects import open_dispatch_store
 from tests.support.destination import Request, Response, running
@@ -119,7 +118,7 @@ async def test_the_recorders_lock_keeps_a_claim_off_a_sibling_not_yet_sent(db: s
     saga = client_for(config, db).submit(fan_plan(), execution_id="fan-3").saga_id
     text = (files("effectusd.store.postgres") / "queries" / "lock_dispatches.sql").read_text()
     store = await open_dispatch_store(
-        backend_for(db), registry_from_config(config), "daemon", 30.0, StoreFencing()
+        backend_for(db), config.registry(), "daemon", 30.0, StoreFencing()
     )
     try:
         with psycopg.connect(db) as recorder:

@@ -67,7 +67,6 @@ def test_a_submit_joins_a_transaction_of_pythons_sqlite3_module(
 
 WORKER = """
 import asyncio, json, sys
-from effectusd.client import registry_from_config
 from effectusd.core.engine import Completion
 from effectusd.core.states import OutcomeClass
 from effectusd.fencing.store import StoreFencing
@@ -79,7 +78,7 @@ from tests.conformance.support import conformance_config
 async def main(path, owner):
     store = SqliteDispatchStore(
         ThreadSession(path, STORE_STATEMENTS),
-        registry_from_config(conformance_config()),
+        conformance_config().registry(),
         owner,
         30.0,
         StoreFencing(),
