@@ -52,6 +52,14 @@ class ConfigError(ValueError):
     """A configuration that cannot be used. The message names file, key and reason."""
 
 
+def not_utf8(error: UnicodeDecodeError) -> str:
+    """Why a file could not be read as UTF-8 text, without quoting what it holds."""
+    return (
+        f"is not UTF-8 text (byte {error.start + 1} cannot be decoded); save it as UTF-8, "
+        "without a byte order mark"
+    )
+
+
 class DatabaseConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     url: str = DEFAULT_DATABASE_URL
@@ -281,6 +289,8 @@ def load_config(path: str | os.PathLike[str] | None) -> Config:
             data = tomllib.loads(file.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"{file}: file not found") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{file}: {not_utf8(exc)}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{file}: not valid TOML: {exc}") from None
         config = parse_config(data, str(file))

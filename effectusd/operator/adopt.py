@@ -19,7 +19,7 @@ from effectusd.core.canonical import canonical_text
 from effectusd.core.engine import resume_enqueue
 from effectusd.core.enqueue import build_dispatch
 from effectusd.core.expressions import ResolutionError
-from effectusd.core.operator_decisions import Action, RefusalKind, Refused
+from effectusd.core.operator_decisions import Action, RefusalKind, Refused, operator_text
 from effectusd.core.plan import CheckedStep
 from effectusd.core.registry import Registry
 from effectusd.core.states import DispatchState, SagaState
@@ -45,6 +45,7 @@ def adopt_contract(
     verb: str | None = None,
 ) -> Operation[ActionReport]:
     """Adopt the loaded contract of ``verb`` (default: of every drifted verb of the saga)."""
+    operator_text(actor, evidence)
     locked = yield from lock_saga(saga_id)
     adopting = _verbs_to_adopt(locked, registry, verb)
     adoption = adopt(saga_id, locked.saga.plan, registry.verbs, adopting)
