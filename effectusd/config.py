@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -34,6 +35,23 @@ from effectusd.core.wire import has_control, is_reserved_header, is_token
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "cookie2", "set-cookie"})
+# Headers that frame the message or manage the connection: the transport writes them for the
+# body it sends. Set in config they contradict it (a chunked or gzip claim on a plain body)
+# and every call fails, possibly after leaving: refused like the reserved ones.
+TRANSPORT_HEADERS = frozenset(
+    {
+        "transfer-encoding",
+        "content-encoding",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "proxy-connection",
+        "host",
+    }
+)
 CREDENTIAL_NAME_PARTS = ("api-key", "apikey", "api_key", "token", "secret", "password")
 DEFAULT_DATABASE_URL = "sqlite:///effectusd.db"  # the embedded default for one machine
 
@@ -188,6 +206,12 @@ class DestinationConfig(BaseModel):
                 f"reserved header(s) {', '.join(reserved)} cannot be set in config "
                 "(Idempotency-Key and every X-Effectus-* header belong to the engine)"
             )
+        transport = sorted(name for name in value if name.lower() in TRANSPORT_HEADERS)
+        if transport:
+            raise ValueError(
+                f"{', '.join(transport)}: framing and connection headers cannot be set in "
+                "config (the HTTP transport writes them for the body it sends)"
+            )
         credentials = sorted(name for name in value if is_credential_header(name))
         if credentials:
             raise ValueError(
@@ -199,6 +223,27 @@ class DestinationConfig(BaseModel):
         if broken:
             raise ValueError(f"{', '.join(broken)}: the value holds control characters")
         return value
+
+    def bearer_token(self, name: str, environ: Mapping[str, str]) -> str | None:
+        """The token ``bearer_token_env`` names, from ``environ`` (None without one).
+        ConfigError naming destination ``name`` and the variable, never its value, when the
+        variable is unset, empty, or holds what a header cannot carry (a CR or LF inside)."""
+        variable = self.bearer_token_env
+        if variable is None:
+            return None
+        token = environ.get(variable)
+        where = f"destination {name!r}: environment variable {variable} (bearer_token_env)"
+        if token is None:
+            raise ConfigError(f"{where} is not set")
+        token = token.strip()
+        if not token:
+            raise ConfigError(f"{where} is empty")
+        if not all("!" <= char <= "~" for char in token):
+            raise ConfigError(
+                f"{where} holds characters not allowed in an HTTP header (a line break, a "
+                "space or a control character inside the token)"
+            )
+        return token
 
     @field_validator("status_map")
     @classmethod

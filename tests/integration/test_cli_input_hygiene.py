@@ -92,3 +92,75 @@ def test_a_config_file_that_is_not_utf8_exits_3_naming_the_file(tmp_path: Path) 
     assert result.exit_code == 3, result.output
     assert result.stderr.startswith(f"error: {config}: is not UTF-8 text")
     assert "Traceback" not in result.output
+
+
+# --- run: settings it cannot start with --------------------------------------------------------
+
+TOKEN_VARIABLE = "EFFECTUSD_TEST_PAYMENTS_TOKEN"
+BEARER_TOML = f"""
+[destinations.payments]
+base_url = "http://127.0.0.1:9"
+bearer_token_env = "{TOKEN_VARIABLE}"
+
+[verbs."payments.charge"]
+destination = "payments"
+path = "/charges"
+"""
+TOKEN_SECRET = "s3cr3t-t0ken"
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (None, "is not set"),
+        (f"{TOKEN_SECRET}\r\nX-Forged: 1", "holds characters not allowed in an HTTP header"),
+        (f"{TOKEN_SECRET}\nmore", "holds characters not allowed in an HTTP header"),
+        ("  ", "is empty"),
+    ],
+    ids=["unset", "crlf", "lf", "blank"],
+)
+def test_run_with_an_unusable_bearer_variable_exits_3_naming_it_never_its_value(
+    value: str | None, reason: str, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from effectusd.cli import main
+    from tests.conftest import migrated_sqlite
+
+    config = tmp_path / "effectusd.toml"
+    config.write_text(BEARER_TOML)
+    url = migrated_sqlite(tmp_path)
+
+    result = CliRunner().invoke(
+        main,
+        ["--config", str(config), "--database-url", url, "run", "--until-idle"],
+        env={"EFFECTUSD_CONFIG": None, "EFFECTUSD_DATABASE_URL": None, TOKEN_VARIABLE: value},
+    )
+
+    assert result.exit_code == 3, result.output
+    assert result.stderr.startswith(
+        f"error: destination 'payments': environment variable {TOKEN_VARIABLE} "
+        f"(bearer_token_env) {reason}"
+    )
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert TOKEN_SECRET not in result.output and "Traceback" not in result.output
+
+
+def test_run_on_a_busy_http_port_exits_3_naming_the_port(tmp_path: Path) -> None:
+    import socket
+
+    from tests.conftest import migrated_sqlite
+
+    url = migrated_sqlite(tmp_path)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+
+        result = run("run", "--until-idle", "--http-port", str(port), database_url=url)
+
+    assert result.exit_code == 3, result.output
+    assert result.stderr.startswith(f"error: cannot serve on 127.0.0.1:{port}: ")
+    assert "--http-port" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
