@@ -1,8 +1,8 @@
 """Human-readable output for the CLI (the --json forms print the same views as JSON).
 
 Stored text (evidence, actors, errors, stop reasons) reaches a terminal only through
-``_text``: one line each, every control character escaped, so no value can start a line of
-its own that passes for another entry.
+``printable_lines``: one line each, every control character escaped, so no value can start a
+line of its own that passes for another entry.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from effectusd.core.canonical import escape_unprintable
+from effectusd.core.canonical import printable_lines
 from effectusd.core.views import (
     DispatchView,
     SagaSummary,
@@ -71,12 +71,7 @@ def saga_list(rows: list[SagaSummary]) -> str:
             f"{_short(row.saga_id):14} {row.state:22} {row.plan_id:16} "
             f"{_short(row.execution_id, 24):24} {_age(row.created_at)}"
         )
-    return _text(lines)
-
-
-def _text(lines: Sequence[str]) -> str:
-    """Lines for a terminal: whatever a stored value holds, each line stays one line."""
-    return "\n".join(escape_unprintable(line) for line in lines)
+    return printable_lines(lines)
 
 
 def saga_detail(view: SagaView) -> str:
@@ -95,7 +90,7 @@ def saga_detail(view: SagaView) -> str:
         lines.extend(f"  {action}" for action in view.next_actions)
     lines += ["", "timeline"]
     lines.extend(_event_line(event) for event in view.timeline)
-    return _text(lines)
+    return printable_lines(lines)
 
 
 def _saga_header(view: SagaView) -> list[str]:

@@ -11,7 +11,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from typing import Any
 
@@ -146,6 +146,12 @@ def escape_unprintable(text: str) -> str:
     """``text`` with every unprintable character written as its ``\\uXXXX`` escape, so that
     stored text printed to a terminal is one line that shows what it holds."""
     return _UNPRINTABLE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+def printable_lines(lines: Iterable[str]) -> str:
+    """Lines for a terminal, joined: each stays one line whatever a stored value in it holds,
+    so none can pass for another entry."""
+    return "\n".join(escape_unprintable(line) for line in lines)
 
 
 def printable(text: str, limit: int) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from effectusd.backends.operation import Operation
 from effectusd.core.adoption import adopt, drifted_verbs
-from effectusd.core.canonical import canonical_text
+from effectusd.core.canonical import canonical_text, printable_lines
 from effectusd.core.engine import resume_enqueue
 from effectusd.core.enqueue import build_dispatch
 from effectusd.core.expressions import ResolutionError
@@ -207,7 +207,7 @@ class VerbAdoptionReport:
         lines += [f"  refused   {r['saga_id']}: {r['error']}" for r in self.refused]
         lines += [f"  skipped   {r['saga_id']}: {r['error']}" for r in self.skipped]
         lines.append(f"  by        {self.actor}: {self.evidence}")
-        return "\n".join(lines)
+        return printable_lines(lines)  # stop reasons and errors may quote destinations
 
 
 def candidates() -> Operation[list[str]]:

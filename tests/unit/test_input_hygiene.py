@@ -26,6 +26,7 @@ from effectusd.core.operator_decisions import RefusalKind, Refused, Resolution
 from effectusd.core.registry import Registry
 from effectusd.core.submission import prepare_submission
 from effectusd.core.views import SagaView, TimelineEvent
+from effectusd.operator.report import ActionReport
 from tests.unit.conftest import make_core_verbs
 
 SAGA = "a" * 64
@@ -189,6 +190,24 @@ def test_sagas_show_prints_stored_control_characters_escaped_so_no_line_can_be_f
     assert len(timeline) == 1
     assert timeline[0].endswith(f"evidence: asked by phone\\u000a{FAKE_LINE}")
     assert "\x1b" not in text and "canceled\\u001b[2J by alice" in text
+
+
+def test_an_operator_actions_summary_keeps_a_stored_reason_on_its_own_line() -> None:
+    # A stop reason may quote what a destination answered.
+    report = ActionReport(
+        action="retry",
+        saga_id=SAGA,
+        actor="user:alice",
+        evidence="fence holder is gone",
+        saga_state={"from": "blocked_fence", "to": "running"},
+        decision="send_again",
+        detail={"reason": f"destination said: no\n{FAKE_LINE}"},
+    )
+
+    lines = report.summary().splitlines()
+
+    assert FAKE_LINE not in lines and len(lines) == 4
+    assert lines[2] == f"  reason    destination said: no\\u000a{FAKE_LINE}"
 
 
 # --- U+0000 in what is submitted -------------------------------------------------------------
