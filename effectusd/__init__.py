@@ -1,4 +1,10 @@
-"""effectusd: a transactional-outbox saga dispatcher."""
+"""effectusd: a transactional-outbox saga dispatcher.
+
+``Daemon`` (effectusd.dispatcher.daemon) is imported on first use: the client library does
+not need the dispatcher's HTTP stack.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from effectusd.client import AsyncClient, Client, Submission, SubmitResult
 from effectusd.config import ConfigError
@@ -11,6 +17,7 @@ from effectusd.core.errors import (
     SagaNotFound,
     SchemaNotReady,
     WaitTimeout,
+    WaitUnreachable,
     WrongConnection,
 )
 from effectusd.core.plan import CheckedPlan, PlanSpec
@@ -48,6 +55,7 @@ __all__ = [
     "CheckedPlan",
     "Client",
     "ConfigError",
+    "Daemon",
     "DatabaseURLError",
     "Direction",
     "DispatchState",
@@ -72,6 +80,7 @@ __all__ = [
     "SubmitResult",
     "TimelineEvent",
     "WaitTimeout",
+    "WaitUnreachable",
     "WrongConnection",
     "check",
     "compensate",
@@ -82,3 +91,14 @@ __all__ = [
     "step",
 ]
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from effectusd.dispatcher.daemon import Daemon
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Daemon":
+        from effectusd.dispatcher.daemon import Daemon
+
+        return Daemon
+    raise AttributeError(f"module 'effectusd' has no attribute {name!r}")

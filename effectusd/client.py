@@ -34,7 +34,13 @@ from effectusd.backends.connections import (
 from effectusd.backends.operation import Operation
 from effectusd.config import Config, load_config
 from effectusd.core.canonical import JsonValue
-from effectusd.core.errors import AmbiguousSaga, SagaNotFound, WaitTimeout, WrongConnection
+from effectusd.core.errors import (
+    AmbiguousSaga,
+    SagaNotFound,
+    WaitTimeout,
+    WaitUnreachable,
+    WrongConnection,
+)
 from effectusd.core.identity import saga_id as derive_saga_id
 from effectusd.core.plan import CheckedPlan, PlanSpec
 from effectusd.core.states import SagaState
@@ -75,13 +81,32 @@ def settled(view: SagaView) -> bool:
     return view.state.is_terminal or view.state.is_blocked
 
 
+def until_states(until: Until) -> frozenset[SagaState] | None:
+    """The states ``until`` names; None for the default and for a predicate."""
+    if until is None or callable(until):
+        return None
+    return frozenset(SagaState(state) for state in until)  # ValueError: no such state
+
+
 def until_predicate(until: Until) -> Callable[[SagaView], bool]:
     if until is None:
         return settled
     if callable(until):
         return until
-    states = frozenset(SagaState(state) for state in until)  # ValueError: no such state
+    states = until_states(until) or frozenset()
     return lambda view: view.state in states
+
+
+def never_reached(states: frozenset[SagaState] | None, view: SagaView) -> WaitUnreachable | None:
+    """A saga that finished in a state ``until`` does not name never moves again: waiting
+    out the timeout would only delay the same answer (docs/design.md section 11, Waiting).
+    A blocked saga is waited for: an operator may move it on."""
+    if states is None or not view.state.is_terminal or view.state in states:
+        return None
+    wanted = " or ".join(sorted(state.value for state in states)) or "in an empty set of states"
+    return WaitUnreachable(
+        f"saga {view.saga_id} finished {view.state.value}: it will never be {wanted}", view
+    )
 
 
 def locate(
@@ -282,8 +307,9 @@ class Client(_ClientBase):
         """The saga's view once ``until`` holds (default: terminal or blocked). Wakes on the
         store's notification of the saga's state changes (PostgreSQL; looking again at least
         every ``backend.poll_interval_s``), polls on SQLite. SagaNotFound if there is no such
-        saga, WaitTimeout (with the last view) if ``until`` still fails after ``timeout``s."""
-        done = until_predicate(until)
+        saga, WaitTimeout (with the last view) if ``until`` still fails after ``timeout``s, at
+        once (WaitUnreachable) when the saga finished in a state ``until`` does not name."""
+        done, states = until_predicate(until), until_states(until)
         deadline = time.monotonic() + timeout
         with self.backend.saga_changes() as changes:  # listening before the first read
             while True:
@@ -292,6 +318,8 @@ class Client(_ClientBase):
                     raise SagaNotFound(f"saga {saga_id} does not exist")
                 if done(view):
                     return view
+                if (final := never_reached(states, view)) is not None:
+                    raise final
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise _waited_too_long(view, timeout)
@@ -371,7 +399,7 @@ class AsyncClient(_ClientBase):
 
     async def wait(self, saga_id: str, timeout: float = 30.0, *, until: Until = None) -> SagaView:
         """``Client.wait``, asynchronously."""
-        done = until_predicate(until)
+        done, states = until_predicate(until), until_states(until)
         deadline = time.monotonic() + timeout
         async with self.backend.saga_changes_async() as changes:
             while True:
@@ -380,6 +408,8 @@ class AsyncClient(_ClientBase):
                     raise SagaNotFound(f"saga {saga_id} does not exist")
                 if done(view):
                     return view
+                if (final := never_reached(states, view)) is not None:
+                    raise final
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise _waited_too_long(view, timeout)

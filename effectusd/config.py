@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import tomllib
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -36,6 +37,23 @@ from effectusd.core.wire import has_control, is_reserved_header, is_token
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "cookie2", "set-cookie"})
+# Headers that frame the message or manage the connection: the transport writes them for the
+# body it sends. Set in config they contradict it (a chunked or gzip claim on a plain body)
+# and every call fails, possibly after leaving: refused like the reserved ones.
+TRANSPORT_HEADERS = frozenset(
+    {
+        "transfer-encoding",
+        "content-encoding",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "proxy-connection",
+        "host",
+    }
+)
 CREDENTIAL_NAME_PARTS = ("api-key", "apikey", "api_key", "token", "secret", "password")
 DEFAULT_DATABASE_URL = "sqlite:///effectusd.db"  # the embedded default for one machine
 # Keys earlier releases accepted that nothing reads any more: a file holding one still loads,
@@ -60,6 +78,14 @@ def is_credential_header(name: str) -> bool:
 
 class ConfigError(EffectusError, ValueError):
     """A configuration that cannot be used. The message names file, key and reason."""
+
+
+def not_utf8(error: UnicodeDecodeError) -> str:
+    """Why a file could not be read as UTF-8 text, without quoting what it holds."""
+    return (
+        f"is not UTF-8 text (byte {error.start + 1} cannot be decoded); save it as UTF-8, "
+        "without a byte order mark"
+    )
 
 
 class DatabaseConfig(BaseModel):
@@ -189,6 +215,12 @@ class DestinationConfig(BaseModel):
                 f"reserved header(s) {', '.join(reserved)} cannot be set in config "
                 "(Idempotency-Key and every X-Effectus-* header belong to the engine)"
             )
+        transport = sorted(name for name in value if name.lower() in TRANSPORT_HEADERS)
+        if transport:
+            raise ValueError(
+                f"{', '.join(transport)}: framing and connection headers cannot be set in "
+                "config (the HTTP transport writes them for the body it sends)"
+            )
         credentials = sorted(name for name in value if is_credential_header(name))
         if credentials:
             raise ValueError(
@@ -200,6 +232,27 @@ class DestinationConfig(BaseModel):
         if broken:
             raise ValueError(f"{', '.join(broken)}: the value holds control characters")
         return value
+
+    def bearer_token(self, name: str, environ: Mapping[str, str]) -> str | None:
+        """The token ``bearer_token_env`` names, from ``environ`` (None without one).
+        ConfigError naming destination ``name`` and the variable, never its value, when the
+        variable is unset, empty, or holds what a header cannot carry (a CR or LF inside)."""
+        variable = self.bearer_token_env
+        if variable is None:
+            return None
+        token = environ.get(variable)
+        where = f"destination {name!r}: environment variable {variable} (bearer_token_env)"
+        if token is None:
+            raise ConfigError(f"{where} is not set")
+        token = token.strip()
+        if not token:
+            raise ConfigError(f"{where} is empty")
+        if not all("!" <= char <= "~" for char in token):
+            raise ConfigError(
+                f"{where} holds characters not allowed in an HTTP header (a line break, a "
+                "space or a control character inside the token)"
+            )
+        return token
 
     @field_validator("status_map")
     @classmethod
@@ -299,6 +352,8 @@ def load_config(path: str | os.PathLike[str] | None) -> Config:
             data = tomllib.loads(file.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"{file}: file not found") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{file}: {not_utf8(exc)}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{file}: not valid TOML: {exc}") from None
         config = parse_config(data, str(file))

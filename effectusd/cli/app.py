@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from effectusd.backends import Backend, Connection, backend_for
 from effectusd.backends.errors import UNAVAILABLE
 from effectusd.client import Client
-from effectusd.config import Config, ConfigError, load_config
+from effectusd.config import Config, ConfigError, load_config, not_utf8
 from effectusd.core.canonical import MAX_JSON_DEPTH, parse_json
 from effectusd.core.checker import PlanCheckError
 from effectusd.core.database_url import DatabaseURLError
@@ -98,6 +98,8 @@ def read_json_file(path: str, what: str) -> Any:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         fail(f"{path}: cannot read {what}: {exc.strerror}", EXIT_INVALID)
+    except UnicodeDecodeError as exc:
+        fail(f"{path}: {what} {not_utf8(exc)}", EXIT_INVALID)
     try:
         return parse_json(text, MAX_JSON_DEPTH)
     except ValueError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Sequence
@@ -137,7 +138,21 @@ def run(
         raise  # exits 6 (EffectusGroup): SchemaBehind too, though it is a MigrationError
     except MigrationError as exc:
         fail(str(exc), EXIT_CONFLICT)
+    except OSError as exc:
+        if exc.errno not in UNBINDABLE:
+            raise
+        where = f"{config.observability.http_host}:{config.observability.http_port}"
+        fail(
+            f"cannot serve on {where}: {exc.strerror}; choose another --http-port "
+            "(observability.http_port), or stop what holds it",
+            EXIT_INVALID,
+        )
     sys.exit(code)
+
+
+# Why the observability/console port cannot be listened on: in use, not this host's, or
+# privileged. A setting to change, so one line and exit 3 rather than a traceback.
+UNBINDABLE = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES})
 
 
 def require_postgres(url: str, what: str) -> None:

@@ -22,8 +22,26 @@ from effectusd.cli.app import (
 # Each of resolve/retry/cancel is one transaction that locks the saga row, then its dispatch
 # rows; a refusal (the state does not allow it) exits 4 and names the state, writes nothing.
 
+
+def _one_line(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--actor and --evidence go on the timeline and into the log: a control character (a
+    newline that would print as a line of its own) is a usage error naming the option."""
+    from effectusd.core.canonical import unprintable_problem
+
+    problem = None if value is None else unprintable_problem(value)
+    if problem is not None:
+        raise click.BadParameter(problem, ctx=ctx, param=param)
+    return value
+
+
+def evidence_option(help: str) -> Callable[[Any], Any]:
+    return click.option("--evidence", help=help, callback=_one_line)
+
+
 actor_option = click.option(
-    "--actor", help="Who is acting, for the timeline (default: user:<your OS user>)."
+    "--actor",
+    help="Who is acting, for the timeline (default: user:<your OS user>).",
+    callback=_one_line,
 )
 
 
@@ -83,7 +101,7 @@ def _saga_action(
 @click.option("--retry", "send_again", is_flag=True, help="Send again: same key, new attempt.")
 @click.option("--fail", "give_up", is_flag=True, help="Treat as a permanent failure.")
 @click.option("--result", "result_json", help="With --committed: the step's result (JSON).")
-@click.option("--evidence", help="What you checked (required; goes on the timeline).")
+@evidence_option("What you checked (required; goes on the timeline).")
 @click.option(
     "--direction",
     type=click.Choice(["forward", "compensation"]),
@@ -145,7 +163,7 @@ def resolve(
 
 @main.command("retry")
 @click.argument("saga_id")
-@click.option("--evidence", help="Why it is safe to send again now (goes on the timeline).")
+@evidence_option("Why it is safe to send again now (goes on the timeline).")
 @actor_option
 @json_option
 @click.pass_obj
@@ -162,7 +180,7 @@ def retry_command(
 
 @main.command()
 @click.argument("saga_id")
-@click.option("--evidence", help="Why it is canceled (goes on the timeline).")
+@evidence_option("Why it is canceled (goes on the timeline).")
 @actor_option
 @json_option
 @click.pass_obj
@@ -180,7 +198,7 @@ def cancel(
 @main.command("adopt-contract")
 @click.argument("saga_id", required=False)
 @click.option("--verb", help="Every saga blocked_contract on this verb (instead of SAGA_ID).")
-@click.option("--evidence", help="Why the changed contract is right for these sagas (required).")
+@evidence_option("Why the changed contract is right for these sagas (required).")
 @actor_option
 @json_option
 @click.pass_obj

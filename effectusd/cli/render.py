@@ -1,10 +1,16 @@
-"""Human-readable output for the CLI (the --json forms print the same views as JSON)."""
+"""Human-readable output for the CLI (the --json forms print the same views as JSON).
+
+Stored text (evidence, actors, errors, stop reasons) reaches a terminal only through
+``printable_lines``: one line each, every control character escaped, so no value can start a
+line of its own that passes for another entry.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from effectusd.core.canonical import printable_lines
 from effectusd.core.views import (
     DispatchView,
     SagaSummary,
@@ -65,7 +71,7 @@ def saga_list(rows: list[SagaSummary]) -> str:
             f"{_short(row.saga_id):14} {row.state:22} {row.plan_id:16} "
             f"{_short(row.execution_id, 24):24} {_age(row.created_at)}"
         )
-    return "\n".join(lines)
+    return printable_lines(lines)
 
 
 def saga_detail(view: SagaView) -> str:
@@ -84,7 +90,7 @@ def saga_detail(view: SagaView) -> str:
         lines.extend(f"  {action}" for action in view.next_actions)
     lines += ["", "timeline"]
     lines.extend(_event_line(event) for event in view.timeline)
-    return "\n".join(lines)
+    return printable_lines(lines)
 
 
 def _saga_header(view: SagaView) -> list[str]:

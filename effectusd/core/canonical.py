@@ -11,7 +11,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from typing import Any
 
@@ -39,6 +39,8 @@ _PATH_SHOWN = 120  # a too-deep path is cut here: 64 levels of long keys would d
 # JCS writes integral doubles below 1e21 as plain digits; past 2^53-1 those digits would read
 # back as an integer we refuse, so such doubles are refused up front (no silent round-trip loss).
 _PLAIN_DIGITS_LIMIT = 1e21
+# JSON allows U+0000 in text; PostgreSQL's jsonb and text do not, so no store takes it.
+NUL_REASON = "%s contains U+0000 (NUL), which PostgreSQL cannot store"
 
 
 class CanonicalJSONError(ValueError):
@@ -57,14 +59,17 @@ def join_path(path: str, key: str | int) -> str:
     return f"{path}[{json.dumps(key, ensure_ascii=True)}]"
 
 
-def json_problems(value: object, path: str = "$", max_depth: int = MAX_JSON_DEPTH) -> list[str]:
-    """Every reason ``value`` is not canonical JSON, each prefixed with where it is.
+def json_problems(
+    value: object, path: str = "$", max_depth: int = MAX_JSON_DEPTH, *, storable: bool = True
+) -> list[str]:
+    """Every reason ``value`` is not canonical JSON, each prefixed with where it is; with
+    ``storable`` (the default: what is to be written), U+0000 in a string or key too.
 
     Containers nested past ``max_depth`` are reported, not entered: the walk's own recursion
     is bounded by the limit, so even a 100,000-level value cannot exhaust the stack.
     """
     problems: list[str] = []
-    _walk(value, path, problems, max_depth)
+    _walk(value, path, problems, max_depth, storable)
     return problems
 
 
@@ -83,7 +88,7 @@ def size_problem(data: bytes, limit: int, what: str) -> str | None:
     return f"{what}: {len(data)} bytes of canonical JSON, over the limit of {limit}"
 
 
-def _walk(value: object, path: str, problems: list[str], depth_left: int) -> None:
+def _walk(value: object, path: str, problems: list[str], depth_left: int, storable: bool) -> None:
     if value is None or isinstance(value, bool):
         return
     if isinstance(value, int):
@@ -101,6 +106,8 @@ def _walk(value: object, path: str, problems: list[str], depth_left: int) -> Non
     if isinstance(value, str):
         if not _is_valid_unicode(value):
             problems.append(f"{path}: string contains a lone surrogate")
+        if storable and "\x00" in value:
+            problems.append(f"{path}: {NUL_REASON % 'string'}")
         return
     if isinstance(value, dict | list | tuple) and depth_left <= 0:
         shown = path if len(path) <= _PATH_SHOWN else path[: _PATH_SHOWN - 1] + "…"
@@ -114,25 +121,55 @@ def _walk(value: object, path: str, problems: list[str], depth_left: int) -> Non
             if not _is_valid_unicode(key):
                 problems.append(f"{path}: object key contains a lone surrogate")
                 continue
-            _walk(item, join_path(path, key), problems, depth_left - 1)
+            if storable and "\x00" in key:
+                problems.append(f"{path}: {NUL_REASON % 'object key'}")
+                continue
+            _walk(item, join_path(path, key), problems, depth_left - 1, storable)
         return
     if isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            _walk(item, join_path(path, index), problems, depth_left - 1)
+            _walk(item, join_path(path, index), problems, depth_left - 1, storable)
         return
     problems.append(f"{path}: {type(value).__name__} is not a JSON type")
 
 
-# Characters that are not storable text (NUL), not printable, or not encodable (surrogates).
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+# Characters that are not storable text (NUL), not encodable (surrogates), or that a terminal
+# or a log reader would not show as themselves: the C0 and C1 controls and DEL (a newline
+# starts a line of its own, an escape sequence rewrites the screen), the line and paragraph
+# separators, and the bidirectional overrides and isolates (they reorder what is shown).
+_UNPRINTABLE = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+
+
+def escape_unprintable(text: str) -> str:
+    """``text`` with every unprintable character written as its ``\\uXXXX`` escape, so that
+    stored text printed to a terminal is one line that shows what it holds."""
+    return _UNPRINTABLE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+def printable_lines(lines: Iterable[str]) -> str:
+    """Lines for a terminal, joined: each stays one line whatever a stored value in it holds,
+    so none can pass for another entry."""
+    return "\n".join(escape_unprintable(line) for line in lines)
 
 
 def printable(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters, every unstorable or unprintable one escaped: what
     may go into evidence, an error column or a log line whatever a destination sent."""
-    cut = text[:limit]
-    escaped = _UNPRINTABLE.sub(lambda match: f"\\u{ord(match.group()):04x}", cut)
-    return escaped + ("…" if len(text) > limit else "")
+    return escape_unprintable(text[:limit]) + ("…" if len(text) > limit else "")
+
+
+def unprintable_problem(text: str) -> str | None:
+    """Why ``text`` may not be written where people read it (a timeline, a log, a terminal):
+    the first unprintable character, by code point and position; None when there is none."""
+    found = _UNPRINTABLE.search(text)
+    if found is None:
+        return None
+    return (
+        f"holds U+{ord(found.group()):04X}, a control or formatting character (character "
+        f"{found.start() + 1}): give one line of printable text"
+    )
 
 
 def _is_valid_unicode(text: str) -> bool:
@@ -154,7 +191,7 @@ def canonical_bytes(value: object, path: str = "$") -> bytes:
             return _PLAIN.encode(value).encode("utf-8")
         except UnicodeEncodeError:
             pass  # a lone surrogate: reported below, where it is
-    problems = json_problems(value, path)
+    problems = json_problems(value, path, storable=False)  # JSON allows U+0000
     if problems:
         raise CanonicalJSONError(problems)
     return rfc8785.dumps(value)  # type: ignore[arg-type]

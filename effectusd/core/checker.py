@@ -149,6 +149,8 @@ def structure_issues(error: ValidationError) -> list[CheckIssue]:
             message = 'missing: give {"verb": …, "args": …}, or "none" when nothing needs undoing'
         elif item["type"] == "missing":
             message = "missing"
+        elif item["type"] == "too_short" and path == "steps":
+            message = "a plan needs at least one step"
         issues.append(CheckIssue(path, message))
     return _dedupe(issues)
 

@@ -48,3 +48,8 @@ class WaitTimeout(EffectusError, TimeoutError):
     def __init__(self, message: str, view: SagaView | None = None) -> None:
         super().__init__(message)
         self.view = view
+
+
+class WaitUnreachable(WaitTimeout):
+    """``wait`` gave up at once: the saga finished in a state ``until`` does not name, and a
+    finished saga never moves again (``view`` is where it finished)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import StrEnum
 
-from effectusd.core.canonical import JsonValue, json_problems, parse_json
+from effectusd.core.canonical import JsonValue, json_problems, parse_json, unprintable_problem
 from effectusd.core.engine import DispatchFacts
 from effectusd.core.engine import resumed_stop_reason as resumed_stop_reason
 from effectusd.core.errors import EffectusError
@@ -140,6 +140,16 @@ def required_evidence(evidence: str | None) -> str:
 def optional_evidence(evidence: str | None) -> str | None:
     text = (evidence or "").strip()
     return text or None
+
+
+def operator_text(actor: str, evidence: str | None) -> None:
+    """Refused (INVALID, naming the field) when the actor or the evidence holds a character
+    that would not show as itself on the timeline, in the log or on a terminal: a newline in
+    evidence would print as a line of its own, one that can pass for another action."""
+    for name, text in (("actor", actor), ("evidence", evidence)):
+        problem = None if text is None else unprintable_problem(text)
+        if problem is not None:
+            raise Refused(RefusalKind.INVALID, f"{name} {problem}")
 
 
 def resolve_target(

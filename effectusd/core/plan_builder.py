@@ -130,6 +130,8 @@ class Step:
     verb: str
     args: Args
     compensate: Compensation | NoCompensation
+    # The steps this one runs after; None: after the step before it (no "after" in the JSON).
+    after: tuple[str, ...] | str | None = None
 
 
 def step(
@@ -138,10 +140,20 @@ def step(
     args: Args | None = None,
     *,
     compensate: Compensation | NoCompensation,
+    after: Iterable[str] | None = None,
 ) -> Step:
     """One step: call ``verb`` with ``args``; ``compensate`` is required, as in the JSON form
-    (``compensate(verb, args)`` or ``no_compensation``)."""
-    return Step(id, verb, args or {}, compensate)
+    (``compensate(verb, args)`` or ``no_compensation``). ``after`` names the steps it runs
+    after, as ``"after"`` does in the JSON form (``[]``: at once); left out, the step runs
+    after the one before it and the JSON form has no ``"after"``, so the digest is the same.
+    A single string is not split into letters: check() reports it, as it would in JSON."""
+    return Step(
+        id,
+        verb,
+        args or {},
+        compensate,
+        after if after is None or isinstance(after, str) else tuple(after),
+    )
 
 
 class Plan(Mapping[str, JsonValue]):
@@ -205,12 +217,15 @@ def _step_json(each: Step) -> dict[str, JsonValue]:
         compensation = NO_COMPENSATION
     else:
         compensation = each.compensate  # not the builder's: check() reports it by path
-    return {
+    document: dict[str, JsonValue] = {
         "id": each.id,
         "verb": each.verb,
         "args": _encode(each.args),
         "compensate": compensation,
     }
+    if each.after is not None:
+        document["after"] = each.after if isinstance(each.after, str) else list(each.after)
+    return document
 
 
 def _encode(value: Any, depth_left: int = _COPY_DEPTH) -> JsonValue:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Generic, TypeVar
 
-from effectusd.config import DestinationConfig
+from effectusd.config import TRANSPORT_HEADERS, DestinationConfig
 from effectusd.core.states import OutcomeClass
 from effectusd.core.wire import (
     WireError,
@@ -42,22 +42,16 @@ def static_headers(
     for header, value in config.headers.items():
         # Config validation already refuses these; a model built without validation must
         # still not be able to send a second, conflicting identity header.
-        if is_reserved_header(header) or header.strip().lower() == "authorization":
+        lowered = header.strip().lower()
+        if is_reserved_header(header) or lowered in TRANSPORT_HEADERS:
+            continue
+        if lowered == "authorization":
             continue
         if not is_token(header) or has_control(value):
             raise ValueError(f"destination {name!r}: header {header!r} is not a valid HTTP header")
         headers[header] = value
-    variable = config.bearer_token_env
-    if variable is not None:
-        token = environ.get(variable)
-        where = f"destination {name!r}: environment variable {variable} (bearer_token_env)"
-        if token is None:
-            raise ValueError(f"{where} is not set")
-        token = token.strip()
-        if not token:
-            raise ValueError(f"{where} is empty")
-        if not all("!" <= char <= "~" for char in token):
-            raise ValueError(f"{where} holds characters not allowed in an HTTP header")
+    token = config.bearer_token(name, environ)  # ConfigError: `run` exits 3 naming it
+    if token is not None:
         headers["Authorization"] = f"Bearer {token}"
     return headers
 

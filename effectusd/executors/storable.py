@@ -14,32 +14,17 @@ from typing import Any
 from effectusd.core.canonical import json_problems
 
 MAX_REASONS = 3
-_NUL = "string contains U+0000"
 
 
 def unstorable_reasons(value: Any) -> list[str]:
     """Why ``value`` cannot be stored as JSON, without saying where or what (both may be the
     destination's data): at most ``MAX_REASONS`` distinct reasons, empty when it can."""
     try:
-        problems = json_problems(value)
-        has_nul = _has_nul(value)
+        problems = json_problems(value)  # U+0000 included: PostgreSQL refuses it
     except RecursionError:
         return ["nested too deeply"]
     # Each problem is "path: reason"; the path may quote object keys, so only the reason stays.
-    reasons = sorted({problem.rpartition(": ")[2] for problem in problems})
-    if has_nul:
-        reasons.insert(0, _NUL)  # PostgreSQL jsonb and text refuse it, whatever JSON allows
-    return reasons[:MAX_REASONS]
-
-
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(key) or _has_nul(item) for key, item in value.items())
-    if isinstance(value, list | tuple):
-        return any(_has_nul(item) for item in value)
-    return False
+    return sorted({problem.rpartition(": ")[2] for problem in problems})[:MAX_REASONS]
 
 
 def body_digest(body: bytes) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from effectusd.core.operator_decisions import (
     Resolution,
     contract_refusal,
     fresh_budget,
+    operator_text,
     resolution_refusal,
     resolve_target,
     retry_target,
@@ -57,6 +58,7 @@ def resolve(
     """Settle the blocked_unknown dispatch of ``effect_id`` from what the operator found out,
     or (``direction`` compensation) the compensation that blocked a blocked_compensation saga:
     committed means it was undone by hand, and compensation goes on below it."""
+    operator_text(actor, evidence)
     locked = yield from lock_saga(saga_id)
     target = resolve_target(
         saga_id,
@@ -258,6 +260,7 @@ def retry(
 ) -> Operation[ActionReport]:
     """Send the dispatch that blocked the saga again (blocked_fence, blocked_contract,
     blocked_compensation); build it now when the saga blocked before it existed."""
+    operator_text(actor, evidence)
     locked = yield from lock_saga(saga_id)
     target = retry_target(saga_id, locked.state, locked.dispatches)
     if target is not None:

@@ -15,11 +15,11 @@ from typing import Any
 
 from effectusd.backends.operation import Operation
 from effectusd.core.adoption import adopt, drifted_verbs
-from effectusd.core.canonical import canonical_text
+from effectusd.core.canonical import canonical_text, printable_lines
 from effectusd.core.engine import resume_enqueue
 from effectusd.core.enqueue import build_dispatch
 from effectusd.core.expressions import ResolutionError
-from effectusd.core.operator_decisions import Action, RefusalKind, Refused
+from effectusd.core.operator_decisions import Action, RefusalKind, Refused, operator_text
 from effectusd.core.plan import CheckedStep
 from effectusd.core.registry import Registry
 from effectusd.core.states import DispatchState, SagaState
@@ -45,6 +45,7 @@ def adopt_contract(
     verb: str | None = None,
 ) -> Operation[ActionReport]:
     """Adopt the loaded contract of ``verb`` (default: of every drifted verb of the saga)."""
+    operator_text(actor, evidence)
     locked = yield from lock_saga(saga_id)
     adopting = _verbs_to_adopt(locked, registry, verb)
     adoption = adopt(saga_id, locked.saga.plan, registry.verbs, adopting)
@@ -206,7 +207,7 @@ class VerbAdoptionReport:
         lines += [f"  refused   {r['saga_id']}: {r['error']}" for r in self.refused]
         lines += [f"  skipped   {r['saga_id']}: {r['error']}" for r in self.skipped]
         lines.append(f"  by        {self.actor}: {self.evidence}")
-        return "\n".join(lines)
+        return printable_lines(lines)  # stop reasons and errors may quote destinations
 
 
 def candidates() -> Operation[list[str]]:

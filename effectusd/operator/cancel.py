@@ -15,6 +15,7 @@ from effectusd.core.operator_decisions import (
     Refused,
     cancel_effect,
     cancel_reason,
+    operator_text,
 )
 from effectusd.core.registry import Registry
 from effectusd.core.states import Direction, DispatchState
@@ -41,6 +42,7 @@ def cancel(
 ) -> Operation[ActionReport]:
     """Record the cancel request; cancel the forward dispatch and compensate now when it
     cannot have taken effect, else leave that to the engine when its outcome arrives."""
+    operator_text(actor, evidence)
     locked = yield from lock_saga(saga_id)
     forward = _live_forward(locked.dispatches)
     effect = cancel_effect(saga_id, locked.state, locked.row["cancel_requested_by"], forward)

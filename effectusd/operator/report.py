@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from effectusd.core.canonical import printable_lines
 from effectusd.core.transition import Transition
 from effectusd.operator.locked_saga import Locked
 
@@ -42,7 +43,7 @@ class ActionReport:
         for key, value in self.detail.items():
             lines.append(f"  {key:9} {value}")
         lines.append(f"  by        {self.actor}" + (f": {self.evidence}" if self.evidence else ""))
-        return "\n".join(lines)
+        return printable_lines(lines)  # stop reasons and errors may quote destinations
 
 
 def enqueued(transition: Transition) -> list[dict[str, str]]:

@@ -23,6 +23,7 @@ from effectusd import (
     SagaView,
     StepState,
     WaitTimeout,
+    WaitUnreachable,
 )
 from tests.conformance.support import StoreUnderTest, step
 from tests.support.harness import serial_plan
@@ -154,3 +155,41 @@ async def test_wait_for_a_set_of_states_and_its_timeout(store: StoreUnderTest) -
         client.wait("0" * 64, 1)
     with pytest.raises(ValueError, match="finished"):
         client.wait(saga, 1, until={"finished"})  # no such state
+
+
+async def test_wait_for_a_state_a_finished_saga_can_never_reach_raises_at_once(
+    store: StoreUnderTest,
+) -> None:
+    client = store.client()
+    saga = store.submit(serial_plan("p", ["pay"]), "order-1")
+    daemon = await store.dispatch_store()
+    await step(daemon, OutcomeClass.SUCCESS, result={"id": 1})
+    assert client.get(saga).state is SagaState.COMPLETED  # type: ignore[union-attr]
+
+    # Each would otherwise wait WAIT_S and raise a plain WaitTimeout.
+    with pytest.raises(WaitUnreachable, match="finished completed: it will never be compensated"):
+        client.wait(saga, WAIT_S, until={"compensated"})
+    with pytest.raises(WaitUnreachable) as raised:
+        await AsyncClient(store.config, database_url=store.url).wait(
+            saga, WAIT_S, until={SagaState.FAILED, SagaState.COMPENSATED}
+        )
+
+    assert isinstance(raised.value, WaitTimeout) and raised.value.view is not None
+    assert raised.value.view.state is SagaState.COMPLETED
+    # what can still hold is answered as before
+    assert client.wait(saga, WAIT_S, until={"completed"}).state is SagaState.COMPLETED
+
+
+async def test_wait_for_a_state_of_a_blocked_saga_keeps_waiting_an_operator_may_move_it(
+    store: StoreUnderTest,
+) -> None:
+    client = store.client()
+    saga = store.submit(serial_plan("p", ["pay"]), "order-1")
+    daemon = await store.dispatch_store()
+    await step(daemon, OutcomeClass.UNKNOWN)  # at most once: blocked
+
+    with pytest.raises(WaitTimeout) as late:
+        client.wait(saga, 0.1, until={"completed"})
+
+    assert not isinstance(late.value, WaitUnreachable)
+    assert late.value.view is not None and late.value.view.state is SagaState.BLOCKED_UNKNOWN

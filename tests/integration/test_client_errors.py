@@ -48,6 +48,7 @@ def test_every_error_the_client_raises_is_an_effectus_error() -> None:
         "SagaNotFound",
         "WaitTimeout",
         "ConfigError",
+        "WaitUnreachable",
     ):
         assert issubclass(getattr(effectusd, name), EffectusError), name
         assert name in effectusd.__all__
@@ -56,8 +57,24 @@ def test_every_error_the_client_raises_is_an_effectus_error() -> None:
     assert issubclass(effectusd.ConfigError, ValueError)
     assert issubclass(effectusd.SagaNotFound, LookupError)
     assert issubclass(effectusd.WaitTimeout, TimeoutError)
+    assert issubclass(effectusd.WaitUnreachable, effectusd.WaitTimeout)
     assert issubclass(WrongConnection, TypeError)
     assert issubclass(MigrationError, EffectusError) and issubclass(Refused, EffectusError)
+
+
+def test_the_daemon_is_exported_from_effectusd_and_imported_only_when_asked_for() -> None:
+    import subprocess
+    import sys
+
+    from effectusd.dispatcher.daemon import Daemon
+
+    assert effectusd.Daemon is Daemon and "Daemon" in effectusd.__all__
+    # The client library alone does not load the dispatcher (nor its HTTP stack).
+    probe = "import sys, effectusd; print('effectusd.dispatcher' in sys.modules)"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert loaded.stdout.strip() == "False", loaded.stderr
+    with pytest.raises(AttributeError, match="no attribute 'Deamon'"):
+        effectusd.Deamon  # noqa: B018
 
 
 def test_a_connection_of_the_other_store_is_refused_and_nothing_is_written(

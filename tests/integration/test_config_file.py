@@ -22,6 +22,48 @@ path = "/charges"
 
 
 @pytest.mark.parametrize(
+    "header",
+    [
+        "Transfer-Encoding",
+        "Content-Encoding",
+        "connection",
+        "Keep-Alive",
+        "Upgrade",
+        "TE",
+        "Trailer",
+        "Proxy-Connection",
+    ],
+)
+def test_config_refuses_framing_and_connection_headers_that_would_fail_every_call(
+    tmp_path: Path, header: str
+) -> None:
+    # Transfer-Encoding: chunked or Content-Encoding: gzip on a plain body made every call
+    # fail, perhaps after it left, so the saga blocked as if the call might have happened.
+    path = tmp_path / "effectusd.toml"
+    headers = f'headers = {{ "X-Team" = "t", "{header}" = "{CONFIG_SECRET}" }}'
+    path.write_text(VALID_TOML.format(headers=headers, destination="payments"))
+
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+
+    message = str(refused.value)
+    assert message.startswith(f"{path}: destinations.payments.headers: {header}: framing")
+    assert "X-Team" not in message and CONFIG_SECRET not in message
+
+
+@pytest.mark.parametrize("header", ["Content-Length", "Host"])
+def test_config_refuses_the_headers_the_transport_computes_as_reserved(
+    tmp_path: Path, header: str
+) -> None:
+    path = tmp_path / "effectusd.toml"
+    headers = f'headers = {{ "{header}" = "{CONFIG_SECRET}" }}'
+    path.write_text(VALID_TOML.format(headers=headers, destination="payments"))
+
+    with pytest.raises(ConfigError, match=f"destinations.payments.headers: .*{header}"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
     ("headers", "destination", "key", "reasons"),
     [
         pytest.param(

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,38 @@ def test_the_example_env_file_names_the_database_url_the_daemon_reads() -> None:
     assert isinstance(parse_database_url(url.group(1)), PostgresDatabase)
 
 
+def secret_variables(config: dict[str, Any]) -> set[str]:
+    """The environment variables a (parsed TOML) config takes secrets from: each
+    destination's bearer_token_env and each console token's env."""
+    names = {
+        destination["bearer_token_env"]
+        for destination in config.get("destinations", {}).values()
+        if "bearer_token_env" in destination
+    }
+    tokens = config.get("console", {}).get("tokens", {})
+    return names | {token["env"] for token in tokens.values()}
+
+
+def documented_configs() -> list[dict[str, Any]]:
+    """Every TOML example of docs/configuration.md and docs/operations.md, and the compose
+    stack's configuration."""
+    blocks = []
+    for doc in ("configuration.md", "operations.md"):
+        text = (ROOT / "docs" / doc).read_text(encoding="utf-8")
+        blocks += re.findall(r"```toml\n(.*?)```", text, re.DOTALL)
+    blocks.append((COMPOSE_DIR / "effectusd.toml").read_text(encoding="utf-8"))
+    return [tomllib.loads(block) for block in blocks]
+
+
+def test_the_example_env_file_lists_every_secret_variable_the_documented_configs_name() -> None:
+    env = (CONTRIB / "systemd/effectusd.env.example").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^#? ?([A-Z][A-Z0-9_]*)=", env, re.MULTILINE))
+    wanted = set().union(*(secret_variables(config) for config in documented_configs()))
+
+    assert {"PAYMENTS_TOKEN", "EFFECTUSD_CONSOLE_TOKEN_ONCALL"} <= wanted  # the docs' own
+    assert wanted | {"EFFECTUSD_DATABASE_URL"} <= listed, sorted(wanted - listed)
+
+
 # --- compose and its configuration ---------------------------------------------------------
 
 
@@ -186,6 +219,8 @@ def test_every_password_in_the_compose_file_is_a_reference_to_the_environment() 
         for key, value in service["environment"].items():
             if "PASSWORD" in key:
                 assert re.fullmatch(r"\$\{POSTGRES_PASSWORD(:\?[^}]*)?\}", value), (name, key)
+            elif "TOKEN" in key:
+                assert re.fullmatch(rf"\$\{{{key}:\?[^}}]*\}}", value), (name, key)
             elif "://" in value:
                 assert urlsplit(value).password is None, (name, key)
     url = services["effectusd"]["environment"]["EFFECTUSD_DATABASE_URL"]
@@ -206,6 +241,21 @@ def test_the_destinations_are_the_shop_service_on_the_port_it_listens_on() -> No
         url = urlsplit(destination.base_url)
         assert (url.hostname, url.port) == ("shop", listens), name
         assert destination.timeout < compose_config().dispatcher.shutdown_grace, name
+
+
+def test_compose_serves_the_console_behind_a_token_it_passes_by_reference() -> None:
+    config = compose_config()
+    environment = compose()["services"]["effectusd"]["environment"]
+
+    assert config.console.enabled and config.observability.http_port is not None
+    # Beyond the container's loopback (the published port reaches it), so tokens are a must.
+    assert config.observability.http_host == "0.0.0.0" and config.console.tokens
+    assert any(token.scope == "write" for token in config.console.tokens.values())
+    for token in config.console.tokens.values():
+        assert environment[token.env].startswith(f"${{{token.env}:?")
+    assert "EFFECTUSD_CONSOLE_TOKEN_ONCALL=$(openssl rand -hex 16)" in (
+        COMPOSE_DIR / "compose.yaml"
+    ).read_text(encoding="utf-8")
 
 
 def test_the_daemon_container_may_finish_its_drain_before_it_is_killed() -> None:
@@ -253,6 +303,16 @@ def test_the_image_is_python_slim_runs_effectusd_as_a_user_and_stops_with_sigter
         if word == "COPY" and not args.startswith("--from"):
             for source in args.split()[:-1]:
                 assert (ROOT / source).exists(), f"COPY {source}: not in the build context"
+
+
+def test_the_image_runs_the_daemon_on_the_port_its_healthcheck_probes() -> None:
+    # Whatever config is mounted: `run` alone opens no port unless the config sets one.
+    stage = dict(final_stage())
+    command = json.loads(stage["CMD"])
+    probed = re.search(r"http://127\.0\.0\.1:(\d+)/healthz", stage["HEALTHCHECK"])
+
+    assert command[0] == "run" and probed is not None
+    assert option(command, "--http-port") == probed.group(1) == stage["EXPOSE"]
 
 
 def test_the_healthcheck_asks_the_port_the_compose_config_serves_health_on() -> None:

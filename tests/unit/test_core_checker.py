@@ -147,7 +147,7 @@ def test_explicit_none_compensation_is_accepted(
 
 BAD_INPUTS: list[tuple[str, Callable[[Plan], None], str, str]] = [
     ("steps_not_a_list", _set("steps", value="charge"), "steps", "list"),
-    ("steps_empty", _set("steps", value=[]), "steps", "at least 1"),
+    ("steps_empty", _set("steps", value=[]), "steps", "at least one step"),
     ("plan_id_missing", _delete("plan_id"), "plan_id", "missing"),
     ("step_verb_missing", _delete("steps", 1, "verb"), "steps[1].verb", "missing"),
     ("step_extra_key", _set("steps", 1, "retries", value=3), "steps[1].retries", "Extra"),

@@ -416,3 +416,84 @@ def test_unsupported_fact_types_are_all_named_by_path() -> None:
         Plan("p", facts=NullableFacts, steps=[step("a", "v", compensate=no_compensation)])
     with pytest.raises(TypeError, match="facts must be"):
         Plan("p", facts="order", steps=[])  # type: ignore[arg-type]
+
+
+# --- parallel steps ----------------------------------------------------------------------------
+
+
+def test_a_fan_out_and_its_join_built_with_after_are_the_json_form_with_the_same_digest(
+    example_verbs: dict[str, VerbContract],
+) -> None:
+    release = compensate("inventory.release", {"reservation_id": result("hold", "/id")})
+    plan = Plan(
+        "shop",
+        facts={"order": str},
+        steps=[
+            step("hold", "inventory.reserve", {"order": fact("order")}, compensate=release),
+            step("reserve-a", "inventory.reserve", compensate=no_compensation, after=["hold"]),
+            step("reserve-b", "inventory.reserve", compensate=no_compensation, after=("hold",)),
+            step("notify", "shipping.schedule", compensate=no_compensation, after=[]),
+            step(
+                "charge",
+                "payments.charge",
+                {"account_id": result("reserve-a", "/account"), "amount": 1},
+                compensate=no_compensation,
+                after=iter(["reserve-a", "reserve-b"]),
+            ),
+        ],
+    )
+    as_json = plan.to_json()
+
+    assert [each.get("after") for each in as_json["steps"]] == [
+        None,
+        ["hold"],
+        ["hold"],
+        [],
+        ["reserve-a", "reserve-b"],
+    ]
+    assert "after" not in as_json["steps"][0]  # left out: no "after", as a sequential plan
+    built = plan.check(example_verbs)
+    assert built == check(json.loads(json.dumps(as_json)), example_verbs)
+    assert [s.after for s in built.steps][1:] == [
+        ("hold",),
+        ("hold",),
+        (),
+        ("reserve-a", "reserve-b"),
+    ]
+
+
+def test_after_naming_an_unknown_step_is_reported_at_the_json_forms_path(
+    example_verbs: dict[str, VerbContract],
+) -> None:
+    plan = Plan(
+        "p",
+        steps=[
+            step("a", "inventory.reserve", compensate=no_compensation),
+            step("b", "inventory.reserve", compensate=no_compensation, after=["a", "ghost"]),
+        ],
+    )
+
+    with pytest.raises(PlanCheckError) as raised:
+        plan.check(example_verbs)
+
+    assert [str(issue) for issue in raised.value.issues] == [
+        "steps[1].after[1]: unknown step 'ghost'"
+    ]
+
+
+@pytest.mark.parametrize("steps", [[], None], ids=["empty-list", "missing"])
+def test_a_plan_without_steps_is_refused_in_our_words_at_steps(
+    steps: list[Any] | None, example_verbs: dict[str, VerbContract]
+) -> None:
+    document: dict[str, Any] = {"plan_id": "p"}
+    if steps is not None:
+        document["steps"] = steps
+
+    with pytest.raises(PlanCheckError) as raised:
+        check(document, example_verbs)
+
+    expected = "a plan needs at least one step" if steps is not None else "missing"
+    assert [str(issue) for issue in raised.value.issues] == [f"steps: {expected}"]
+    with pytest.raises(PlanCheckError) as built:
+        Plan("p", steps=[]).check(example_verbs)
+    assert [str(issue) for issue in built.value.issues] == ["steps: a plan needs at least one step"]

@@ -1,5 +1,6 @@
 """Random valid plans built with the Python builder are their JSON form, drawn side by side,
-and check to the same digest as that form and as its JSON text (docs/design.md section 4)."""
+and check to the same digest as that form and as its JSON text (docs/design.md section 4),
+sequential or parallel (`after`)."""
 
 from __future__ import annotations
 
@@ -106,9 +107,17 @@ def plan_pairs(draw: st.DrawFn) -> tuple[Plan, dict[str, Any]]:
     )
     names = sorted(facts)
     built_steps, json_steps = [], []
+    # Each step's transitive dependencies: the only steps whose results it may use.
+    needs: dict[str, set[str]] = {}
     for index in range(draw(st.integers(1, 4))):
         step_id, verb = f"s{index}", draw(st.sampled_from(sorted(PROPERTY_VERBS)))
-        earlier = [f"s{before}" for before in range(index)]
+        before = [f"s{each}" for each in range(index)]
+        after: list[str] | None = draw(
+            st.none() | st.lists(st.sampled_from(before), unique=True) if before else st.none()
+        )
+        direct = before[-1:] if after is None else after
+        needs[step_id] = set(direct).union(*(needs[each] for each in direct))
+        earlier = sorted(needs[step_id])
         built_args, json_args = draw(args_pair(names, earlier))
         if draw(st.booleans()):
             undo = draw(st.sampled_from(sorted(PROPERTY_VERBS)))
@@ -117,8 +126,9 @@ def plan_pairs(draw: st.DrawFn) -> tuple[Plan, dict[str, Any]]:
             json_comp: Any = {"verb": undo, "args": json_undo}
         else:
             built_comp, json_comp = no_compensation, "none"
-        built_steps.append(step(step_id, verb, built_args, compensate=built_comp))
-        json_steps.append({"id": step_id, "verb": verb, "args": json_args, "compensate": json_comp})
+        built_steps.append(step(step_id, verb, built_args, compensate=built_comp, after=after))
+        json_step = {"id": step_id, "verb": verb, "args": json_args, "compensate": json_comp}
+        json_steps.append(json_step if after is None else {**json_step, "after": after})
     plan = Plan(
         "random",
         facts={name: PYTHON_TYPE[kind] for name, kind in facts.items()},
