@@ -16,9 +16,15 @@ import pytest
 
 from tests.integration.test_operator import UNKNOWN, answer, events
 from tests.support import required
-from tests.support.console import TOKEN_ENV, TOKENS, WRITE_TOKEN, with_console
+from tests.support.console import (
+    TOKEN_ENV,
+    TOKENS,
+    WRITE_TOKEN,
+    daemon_with_console,
+    with_console,
+)
 from tests.support.destination import running
-from tests.support.harness import client_for, daemon_running, make_config
+from tests.support.harness import client_for, make_config
 
 pytestmark = pytest.mark.postgres
 
@@ -114,7 +120,7 @@ async def test_an_operator_resolves_a_blocked_saga_in_chromium_and_sees_it_compl
         }
         client = client_for(config, db)
         saga = client.submit(plan, execution_id="b-1").saga_id
-        async with daemon_running(config, db) as daemon:
+        async with daemon_with_console(config, db) as daemon:
             async with asyncio.timeout(WAIT_S):
                 while getattr(client.get(saga), "state", None) != "blocked_unknown":
                     await asyncio.sleep(0.05)
