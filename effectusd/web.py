@@ -176,7 +176,9 @@ class WebServer:
 
 
 async def _close_after(_request: web.Request, response: web.StreamResponse) -> None:
+    """One request per connection (the hook runs after aiohttp chose its headers)."""
     response.force_close()
+    response.headers["Connection"] = "close"
 
 
 async def serve_until_cancelled(

@@ -45,11 +45,15 @@ def redirect(location: str, headers: Mapping[str, str] | None = None) -> web.Res
 
 async def form_fields(request: web.Request) -> dict[str, str]:
     """An application/x-www-form-urlencoded body, one value per name (the last); any other
-    body is no fields. Bytes that are not UTF-8 become U+FFFD, never an error."""
+    body is no fields. BadInput if it is not UTF-8, as a browser sends it."""
     if request.content_type != FORM_TYPE:
         return {}
-    text = (await request.read()).decode("utf-8", errors="replace")
-    return {k: v[-1] for k, v in parse_qs(text, keep_blank_values=True).items()}
+    try:
+        text = (await request.read()).decode("utf-8")
+        fields = parse_qs(text, keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError:
+        raise BadInput("the form's fields are not UTF-8 text") from None
+    return {k: v[-1] for k, v in fields.items()}
 
 
 class Console:
@@ -78,6 +82,12 @@ class Console:
             return text_response(421, "this console answers on loopback\n")
         if request.path == "/api" or request.path.startswith("/api/"):
             return await self.api.handle(request)
+        try:
+            return await self._handle_page(request)
+        except BadInput as exc:
+            return html_response(422, page("Bad request", tag("p", exc)))
+
+    async def _handle_page(self, request: web.Request) -> web.Response:
         if request.path == "/login":
             return await self._login(request)
         if request.path == "/logout":
@@ -93,7 +103,7 @@ class Console:
             return text_response(405, "GET or POST\n")
         try:
             return await self._page(request, session)
-        except BadInput as exc:
+        except BadInput as exc:  # a filter: the request is wrong, not its content
             body = page("Bad request", tag("p", exc), self._who(session))
             return html_response(400, body)
 
