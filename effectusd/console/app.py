@@ -72,6 +72,7 @@ class Console:
         self.service = ConsoleService(config, backend)
         self.api = Api(self.service, self.guard, outcomes)
         self.outcomes = outcomes
+        self.schemas = {name: verb.result_schema for name, verb in config.verbs.items()}
 
     def install(self, app: web.Application) -> None:
         """Every path the application has no route for yet is the console's."""
@@ -109,7 +110,9 @@ class Console:
 
     async def _page(self, request: web.Request, session: Session) -> web.Response:
         who = self._who(session)
-        csrf = self._csrf(session)
+        # no forms for a viewer who may not act: the pages say why instead
+        csrf = session.csrf if session.principal.can_write else None
+        why = self.guard.why_read_only(session.principal)
         path = request.path
         if path == "/":
             data = await self.service.overview()
@@ -118,7 +121,8 @@ class Console:
             return self._ok("Overview", pages.overview(data), who)
         if path == "/blocked":
             summaries = await self.service.blocked()
-            return self._ok("Blocked work", pages.blocked(summaries, csrf), who)
+            body = pages.blocked(summaries, csrf, self.schemas, why)
+            return self._ok("Blocked work", body, who)
         if path == "/sagas":
             return await self._search(request, who)
         match = re.fullmatch(r"/sagas/(.+)", path)
@@ -127,7 +131,7 @@ class Console:
             if view is not None:
                 did = request.query.get("did", "")
                 notice = f"{did} recorded" if did in ACTIONS else ""
-                body = pages.saga_detail(view, csrf, notice)
+                body = pages.saga_detail(view, csrf, notice, self.schemas, why)
                 return self._ok(f"Saga {view['plan_id']} / {view['execution_id']}", body, who)
         return html_response(404, page("Not found", tag("p", "No such page."), who))
 
@@ -188,10 +192,6 @@ class Console:
             return text_response(403, "sign out with the button\n")
         self.guard.close_session(request)
         return redirect("/login", {"Set-Cookie": self.guard.clear_cookie(request)})
-
-    @staticmethod
-    def _csrf(session: Session) -> str:
-        return session.csrf
 
     def _who(self, session: Session) -> Html:
         scope = "write" if session.principal.can_write else "read"

@@ -40,6 +40,17 @@ def _port(base: str) -> int:
     return port
 
 
+async def _resolve_raw(base: str, saga: str, body: bytes) -> bytes:
+    """POST ``body`` as it is to the API's resolve, with the write token."""
+    return await exchange(
+        _port(base),
+        f"POST /api/sagas/{saga}/resolve HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {WRITE_TOKEN}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body,
+    )
+
+
 async def test_a_chunked_action_body_is_read_so_the_operator_and_evidence_are_recorded(
     db: str,
 ) -> None:
@@ -86,13 +97,7 @@ async def test_json_nested_32000_deep_is_refused_and_changes_nothing(db: str) ->
         deep = b'{"effect_id": "s1", "decision": "committed", "evidence": "e", "result": '
         deep += b"[" * 32_000 + b"]" * 32_000 + b"}"
         async with console_running(with_console(config, tokens=TOKENS), db) as base:
-            answer_ = await exchange(
-                _port(base),
-                f"POST /api/sagas/{saga}/resolve HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                f"Authorization: Bearer {WRITE_TOKEN}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(deep)}\r\n\r\n".encode()
-                + deep,
-            )
+            answer_ = await _resolve_raw(base, saga, deep)
     assert status_of(answer_) == 422, answer_[:300]
     assert "nests deeper" in json_of(answer_)["error"]  # type: ignore[index]
     assert snapshot(db, saga) == before
@@ -110,13 +115,7 @@ async def test_unstorable_text_in_evidence_or_actor_is_422_naming_the_field_and_
         fields[field] = f"{PRIVATE}{bad}"
         body = json.dumps(fields).encode()  # "\u0000" and "\ud800" as JSON escapes
         async with console_running(with_console(config, tokens=TOKENS), db) as base:
-            api = await exchange(
-                _port(base),
-                f"POST /api/sagas/{saga}/resolve HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                f"Authorization: Bearer {WRITE_TOKEN}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n".encode()
-                + body,
-            )
+            api = await _resolve_raw(base, saga, body)
             async with httpx.AsyncClient(base_url=base) as http:
                 await login(http, WRITE_TOKEN)
                 csrf = csrf_of((await http.get(f"/sagas/{saga}")).text)
