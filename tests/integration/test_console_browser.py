@@ -62,6 +62,19 @@ async def _in_thread(function: Any, *args: Any) -> Any:
     return await asyncio.to_thread(function, *args)
 
 
+def _sign_in(driver: Any, token: str) -> None:
+    """Sign in on the login page the browser shows."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.find_element(By.NAME, "token").send_keys(token)
+    sign_in = driver.find_element(By.CSS_SELECTOR, "form[action='/login'] button")
+    sign_in.click()
+    # the sign-in page has the same header links: wait until the signed-in page replaced it
+    WebDriverWait(driver, WAIT_S).until(ready.staleness_of(sign_in))
+
+
 def _sign_in_and_resolve(driver: Any, base: str, saga: str) -> str:
     """What an operator does: sign in, open Blocked, resolve the saga's step with evidence.
     Returns the text of the saga page once it says completed."""
@@ -73,11 +86,7 @@ def _sign_in_and_resolve(driver: Any, base: str, saga: str) -> str:
     wait = WebDriverWait(driver, WAIT_S)
     driver.get(f"{base}/blocked")  # no session yet: the console sends us to sign in
     wait.until(ready.url_contains("/login"))
-    driver.find_element(By.NAME, "token").send_keys(WRITE_TOKEN)
-    sign_in = driver.find_element(By.CSS_SELECTOR, "form[action='/login'] button")
-    sign_in.click()
-    # the sign-in page has the same header links: wait until the signed-in page replaced it
-    wait.until(ready.staleness_of(sign_in))
+    _sign_in(driver, WRITE_TOKEN)
     wait.until(ready.presence_of_element_located((By.LINK_TEXT, "Blocked"))).click()
     card = wait.until(
         ready.presence_of_element_located((By.CSS_SELECTOR, f"div[data-saga='{saga}']"))
@@ -155,10 +164,7 @@ def _read_only_view(driver: Any, base: str, saga: str) -> tuple[int, str]:
 
     wait = WebDriverWait(driver, WAIT_S)
     driver.get(f"{base}/login")
-    driver.find_element(By.NAME, "token").send_keys(READ_TOKEN)
-    sign_in = driver.find_element(By.CSS_SELECTOR, "form[action='/login'] button")
-    sign_in.click()
-    wait.until(ready.staleness_of(sign_in))
+    _sign_in(driver, READ_TOKEN)
     driver.get(f"{base}/sagas/{saga}")
     wait.until(ready.presence_of_element_located((By.CSS_SELECTOR, "div.step[data-step='s1']")))
     forms = driver.find_elements(By.CSS_SELECTOR, "form.action")

@@ -51,13 +51,22 @@ async def test_a_chunked_body_reaches_the_handler_whole() -> None:
     ("request_bytes", "status"),
     [
         ("POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: ²\r\n\r\n".encode(), 400),
+        ("POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: ²\r\n\r\n".encode("latin-1"), 400),
         (b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: -1\r\n\r\n", 400),
         (b"GET /" + b"a" * 65_537 + b" HTTP/1.1\r\nHost: h\r\n\r\n", 400),
         (b"GET /x HTTP/1.1\r\nHost: h\r\nX-Long: " + b"a" * 20_000 + b"\r\n\r\n", 400),
         (b"POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
         (b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 70000\r\n\r\n" + b"a" * 70_000, 413),
     ],
-    ids=["superscript-length", "negative-length", "64kib-line", "long-header", "bad-chunk", "big"],
+    ids=[
+        "superscript-length",
+        "superscript-length-latin1",
+        "negative-length",
+        "64kib-line",
+        "long-header",
+        "bad-chunk",
+        "big",
+    ],
 )
 async def test_a_malformed_request_is_answered_with_a_4xx_and_logged_without_a_traceback(
     request_bytes: bytes, status: int, caplog: pytest.LogCaptureFixture
