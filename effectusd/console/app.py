@@ -85,7 +85,7 @@ class Console:
             return await self.api.handle(request)
         try:
             return await self._handle_page(request)
-        except BadInput as exc:
+        except BadInput as exc:  # a form that is not UTF-8
             return html_response(422, page("Bad request", tag("p", exc)))
 
     async def _handle_page(self, request: web.Request) -> web.Response:
@@ -102,11 +102,7 @@ class Console:
             return await self._form_action(request, session)
         if request.method != "GET":
             return text_response(405, "GET or POST\n")
-        try:
-            return await self._page(request, session)
-        except BadInput as exc:  # a filter: the request is wrong, not its content
-            body = page("Bad request", tag("p", exc), self._who(session))
-            return html_response(400, body)
+        return await self._page(request, session)
 
     async def _page(self, request: web.Request, session: Session) -> web.Response:
         who = self._who(session)
