@@ -31,7 +31,7 @@ class ObservabilityServer:
         self.metrics = metrics
         self.healthy = healthy
         self.ready = ready
-        what = "metrics, health and more" if extra else "metrics and health"
+        what = "metrics, health and added routes (the console)" if extra else "metrics and health"
         self.http = WebServer(what, self._install, *extra)
 
     async def start(self, host: str, port: int) -> int:
