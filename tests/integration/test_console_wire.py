@@ -106,15 +106,16 @@ async def test_json_nested_32000_deep_is_refused_and_changes_nothing(db: str) ->
 @pytest.mark.parametrize("field", ["evidence", "actor"])
 @pytest.mark.parametrize("bad", ["\x00", "\ud800"], ids=["nul", "lone-surrogate"])
 async def test_unstorable_text_in_evidence_or_actor_is_422_naming_the_field_and_writes_nothing(
-    db: str, field: str, bad: str
+    store_url: str, field: str, bad: str
 ) -> None:
+    """On either store: SQLite would keep a NUL that PostgreSQL refuses mid-transaction."""
     with running(answer({("s1", "forward", None): UNKNOWN})) as dest:
-        config, saga = await _blocked_unknown(db, dest.base_url)
-        before = snapshot(db, saga)
+        config, saga = await _blocked_unknown(store_url, dest.base_url)
+        before = snapshot(store_url, saga)
         fields = {"effect_id": "s1", "decision": "committed", "evidence": "ledger", "actor": "a"}
         fields[field] = f"{PRIVATE}{bad}"
         body = json.dumps(fields).encode()  # "\u0000" and "\ud800" as JSON escapes
-        async with console_running(with_console(config, tokens=TOKENS), db) as base:
+        async with console_running(with_console(config, tokens=TOKENS), store_url) as base:
             api = await _resolve_raw(base, saga, body)
             async with httpx.AsyncClient(base_url=base) as http:
                 await login(http, WRITE_TOKEN)
@@ -133,7 +134,7 @@ async def test_unstorable_text_in_evidence_or_actor_is_422_naming_the_field_and_
     assert form.status_code == 422, form.text
     assert (f"{field}:" if bad == "\x00" else "not UTF-8") in form.text
     assert PRIVATE not in form.text
-    assert snapshot(db, saga) == before
+    assert snapshot(store_url, saga) == before
 
 
 async def test_another_local_apps_cookie_neither_loops_sign_in_nor_stales_forms(db: str) -> None:
