@@ -26,7 +26,7 @@ from tests.support.console import (
 )
 from tests.support.destination import running
 from tests.support.harness import client_for, make_config, serial_plan
-from tests.support.wire import chunked, exchange, json_of, status_of
+from tests.support.wire import chunked, exchange, json_of, status_of, tracebacks
 
 pytestmark = pytest.mark.postgres
 
@@ -75,7 +75,7 @@ async def test_a_chunked_action_body_is_read_so_the_operator_and_evidence_are_re
 
 
 async def test_a_query_number_that_is_not_ascii_digits_is_400_naming_the_parameter(
-    db: str,
+    db: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = make_config("http://127.0.0.1:9", {"pay": {}})
     async with console_running(with_console(config, tokens=TOKENS), db) as base:
@@ -88,9 +88,12 @@ async def test_a_query_number_that_is_not_ascii_digits_is_400_naming_the_paramet
     assert answers[0].json()["error"].startswith("limit:")
     assert answers[2].json()["error"].startswith("plan_id:")
     assert page.status_code == 400 and "limit:" in page.text
+    assert tracebacks(caplog) == []
 
 
-async def test_json_nested_32000_deep_is_refused_and_changes_nothing(db: str) -> None:
+async def test_json_nested_32000_deep_is_refused_and_changes_nothing(
+    db: str, caplog: pytest.LogCaptureFixture
+) -> None:
     with running(answer({("s1", "forward", None): UNKNOWN})) as dest:
         config, saga = await _blocked_unknown(db, dest.base_url)
         before = snapshot(db, saga)
@@ -101,12 +104,13 @@ async def test_json_nested_32000_deep_is_refused_and_changes_nothing(db: str) ->
     assert status_of(answer_) == 422, answer_[:300]
     assert "nests deeper" in json_of(answer_)["error"]  # type: ignore[index]
     assert snapshot(db, saga) == before
+    assert tracebacks(caplog) == []
 
 
 @pytest.mark.parametrize("field", ["evidence", "actor"])
 @pytest.mark.parametrize("bad", ["\x00", "\ud800"], ids=["nul", "lone-surrogate"])
 async def test_unstorable_text_in_evidence_or_actor_is_422_naming_the_field_and_writes_nothing(
-    store_url: str, field: str, bad: str
+    store_url: str, field: str, bad: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """On either store: SQLite would keep a NUL that PostgreSQL refuses mid-transaction."""
     with running(answer({("s1", "forward", None): UNKNOWN})) as dest:
@@ -135,6 +139,7 @@ async def test_unstorable_text_in_evidence_or_actor_is_422_naming_the_field_and_
     assert (f"{field}:" if bad == "\x00" else "not UTF-8") in form.text
     assert PRIVATE not in form.text
     assert snapshot(store_url, saga) == before
+    assert tracebacks(caplog) == []
 
 
 async def test_another_local_apps_cookie_neither_loops_sign_in_nor_stales_forms(db: str) -> None:

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from effectusd import web as web_module
 from effectusd.web import WebServer
-from tests.support.wire import chunked, exchange, status_of
+from tests.support.wire import chunked, exchange, status_of, tracebacks
 
 
 async def _echo(request: web.Request) -> web.Response:
@@ -29,10 +29,6 @@ async def serving() -> AsyncIterator[int]:
         yield port
     finally:
         await server.close()
-
-
-def tracebacks(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
 
 
 async def test_a_chunked_body_reaches_the_handler_whole() -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+
+import pytest
 
 
 async def exchange(port: int, request: bytes) -> bytes:
@@ -33,3 +36,8 @@ def chunked(body: bytes, size: int = 7) -> bytes:
     """``body`` as a chunked transfer coding, ``size`` bytes a chunk."""
     parts = [body[i : i + size] for i in range(0, len(body), size)]
     return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+def tracebacks(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """What was logged with a traceback, or as an error: a fault of ours, not the client's."""
+    return [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
