@@ -116,6 +116,7 @@ def run(
     """Run the dispatcher daemon (SIGTERM drains in-flight calls and exits 0)."""
     import asyncio
 
+    from effectusd.console import for_daemon
     from effectusd.dispatcher.daemon import Daemon
     from effectusd.logs import configure_logging
 
@@ -131,7 +132,7 @@ def run(
         processes = auto_processes(isinstance(parse_database_url(obj.database_url), SqliteDatabase))
     if processes > 1:
         _run_processes(obj, processes, until_idle, workers, log_format, log_level, console)
-    daemon = Daemon(config, obj.database_url)
+    daemon = Daemon(config, obj.database_url, web=for_daemon(config, obj.backend))
     try:
         code = asyncio.run(daemon.run(until_idle=until_idle))
     except SchemaNotReady:

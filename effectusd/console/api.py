@@ -12,29 +12,54 @@ An action answers what the CLI's --json prints: the report (200), or the refusal
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from effectusd.console.http import BadRequest, Request, Response, json_response
+from aiohttp import web
+
 from effectusd.console.security import Guard, Principal
-from effectusd.console.service import ACTIONS, BadInput, ConsoleService, Filters
+from effectusd.console.service import ACTIONS, BadInput, ConsoleService, Filters, console_words
+from effectusd.core.canonical import MAX_JSON_DEPTH, parse_json
 from effectusd.core.operator_decisions import RefusalKind, Refused
+from effectusd.web import SECURITY_HEADERS
 
 log = logging.getLogger("effectusd.console")
 
 SAGA_ID = re.compile(r"[0-9a-f]{64}")
 REFUSAL_STATUS = {
-    RefusalKind.CONFLICT: "409 Conflict",
-    RefusalKind.NOT_FOUND: "404 Not Found",
-    RefusalKind.INVALID: "422 Unprocessable Content",
+    RefusalKind.CONFLICT: 409,
+    RefusalKind.NOT_FOUND: 404,
+    RefusalKind.INVALID: 422,
 }
 OutcomeCounts = Callable[[], Mapping[str, int]]
 
 
-def error(status: str, message: str, **extra: Any) -> Response:
-    return json_response(status, {"ok": False, "error": message, **extra})
+def json_response(status: int, data: Any, headers: Mapping[str, str] | None = None) -> web.Response:
+    body = json.dumps(data, ensure_ascii=False, default=str)
+    return web.Response(
+        status=status,
+        text=body,
+        content_type="application/json",
+        headers={**SECURITY_HEADERS, **(headers or {})},
+    )
+
+
+def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
+    return json_response(status, {"ok": False, "error": message}, headers)
+
+
+async def json_fields(request: web.Request) -> dict[str, Any]:
+    """The JSON object of a request body; BadInput saying what is wrong with it."""
+    try:
+        data = parse_json(await request.read() or b"{}", max_depth=MAX_JSON_DEPTH)
+    except ValueError as exc:
+        raise BadInput(f"the body is not JSON the console can use: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadInput("the body must be a JSON object")
+    return data
 
 
 async def run_action(
@@ -43,21 +68,21 @@ async def run_action(
     saga_id: str,
     fields: Mapping[str, Any],
     principal: Principal,
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[int, dict[str, Any]]:
     """One operator action as the given principal: (HTTP status, the CLI's --json answer)."""
-    actor = principal.actor(fields.get("actor") if isinstance(fields.get("actor"), str) else None)
     try:
+        actor = principal.actor(service.operator_name(fields))
         report = await service.act(action, saga_id, fields, actor)
     except Refused as exc:
         return REFUSAL_STATUS[exc.kind], {
             "ok": False,
             "refused": exc.kind.value,
-            "error": exc.message,
+            "error": console_words(exc.message),
         }
     except BadInput as exc:
-        return "422 Unprocessable Content", {"ok": False, "refused": "invalid", "error": str(exc)}
+        return 422, {"ok": False, "refused": "invalid", "error": str(exc)}
     log.info("console: %s on saga %s by %s", action, saga_id, actor)
-    return "200 OK", report.as_dict()
+    return 200, report.as_dict()
 
 
 class Api:
@@ -68,12 +93,11 @@ class Api:
         self.guard = guard
         self.outcomes = outcomes
 
-    async def handle(self, request: Request) -> Response:
-        principal = self.guard.bearer(request)
+    async def handle(self, request: web.Request) -> web.Response:
+        principal = self.guard.bearer(request.headers)
         if principal is None:
-            response = error("401 Unauthorized", "a valid bearer token is needed")
-            response.headers["WWW-Authenticate"] = 'Bearer realm="effectusd console"'
-            return response
+            challenge = {"WWW-Authenticate": 'Bearer realm="effectusd console"'}
+            return error(401, "a valid bearer token is needed", challenge)
         parts = request.path.strip("/").split("/")[1:]  # after "api"
         try:
             if request.method == "GET":
@@ -81,44 +105,45 @@ class Api:
             if request.method == "POST":
                 return await self._act(parts, request, principal)
         except BadInput as exc:
-            return error("400 Bad Request", str(exc))
-        except BadRequest as exc:
-            return error(exc.status, str(exc))
-        return error("405 Method Not Allowed", "GET to read, POST to act")
+            return error(400, str(exc))
+        return error(405, "GET to read, POST to act")
 
-    async def _read(self, parts: list[str], request: Request) -> Response:
+    async def _read(self, parts: list[str], request: web.Request) -> web.Response:
         if parts == ["overview"]:
             data = await self.service.overview()
             if self.outcomes is not None:
                 data["attempt_outcomes_since_start"] = dict(self.outcomes())
-            return json_response("200 OK", data)
+            return json_response(200, data)
         if parts == ["sagas"]:
             rows = await self.service.sagas(Filters.parse(request.query))
-            return json_response("200 OK", {"sagas": rows})
+            return json_response(200, {"sagas": rows})
         if parts == ["blocked"]:
             limit = Filters.parse({"limit": request.query.get("limit", "100")}).limit
-            return json_response("200 OK", {"blocked": await self.service.blocked(limit)})
+            return json_response(200, {"blocked": await self.service.blocked(limit)})
         if len(parts) == 2 and parts[0] == "sagas" and SAGA_ID.fullmatch(parts[1]):
             view = await self.service.saga(parts[1])
             if view is None:
-                return error("404 Not Found", f"saga {parts[1]} not found")
-            return json_response("200 OK", view)
-        return error("404 Not Found", "no such endpoint")
+                return error(404, f"saga {parts[1]} not found")
+            return json_response(200, view)
+        return error(404, "no such endpoint")
 
-    async def _act(self, parts: list[str], request: Request, principal: Principal) -> Response:
+    async def _act(
+        self, parts: list[str], request: web.Request, principal: Principal
+    ) -> web.Response:
         if not (len(parts) == 3 and parts[0] == "sagas" and parts[2] in ACTIONS):
-            return error("404 Not Found", "no such action")
+            return error(404, "no such action")
         if not SAGA_ID.fullmatch(parts[1]):
-            return error("404 Not Found", "a saga id is 64 lower-case hex digits")
+            return error(404, "a saga id is 64 lower-case hex digits")
         if not principal.can_write:
-            return error("403 Forbidden", "this token may read, not act (scope read)")
+            return error(403, self.guard.why_read_only(principal))
         # JSON only: another site's page cannot send it without a preflight (never answered)
-        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if content_type != "application/json":
-            return error("415 Unsupported Media Type", "send the fields as application/json")
-        if "origin" in request.headers and not self.guard.same_origin(request):
-            return error("403 Forbidden", "cross-origin request refused")
-        status, answer = await run_action(
-            self.service, parts[2], parts[1], request.json(), principal
-        )
+        if request.content_type != "application/json":
+            return error(415, "send the fields as application/json")
+        if "origin" in request.headers and not self.guard.same_origin(request.headers):
+            return error(403, "cross-origin request refused")
+        try:
+            fields = await json_fields(request)
+        except BadInput as exc:
+            return json_response(422, {"ok": False, "refused": "invalid", "error": str(exc)})
+        status, answer = await run_action(self.service, parts[2], parts[1], fields, principal)
         return json_response(status, answer)

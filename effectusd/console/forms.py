@@ -1,11 +1,13 @@
 """The action forms of a blocked (or running) saga: which apply, and their markup.
 
 Each posts to /sagas/ID/ACTION with the session's CSRF token; the fields are the API's
-(docs/operations.md section 8) and the service checks them as the CLI does.
+(docs/operations.md section 8) and the service checks them as the CLI does. A viewer who may
+not act gets no form (``csrf`` None), only the reason.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,6 +15,32 @@ from effectusd.console.html import Html, hidden, join, options, tag, void
 from effectusd.core.operator_decisions import Resolution
 
 DECISIONS = [r.value for r in Resolution]
+RESOLVABLE_COMPENSATION = "failed_permanent"
+# What a placeholder shows for a property of each JSON Schema type.
+EXAMPLE_OF_TYPE: dict[str, Any] = {
+    "string": "…",
+    "integer": 0,
+    "number": 0,
+    "boolean": False,
+    "object": {},
+    "array": [],
+    "null": None,
+}
+Schemas = Mapping[str, Mapping[str, Any] | None]  # a verb's result_schema, by verb
+
+
+def result_placeholder(effect_id: str, schema: Mapping[str, Any] | None) -> str:
+    """What the result box suggests: the shape the verb's result_schema gives its
+    properties, else a plain word about the step."""
+    properties = (schema or {}).get("properties")
+    if isinstance(properties, Mapping) and properties:
+        shown = []
+        for name, spec in list(properties.items())[:4]:
+            kind = spec.get("type") if isinstance(spec, Mapping) else None
+            example = EXAMPLE_OF_TYPE.get(kind if isinstance(kind, str) else "", "…")
+            shown.append(f"{json.dumps(name)}: {json.dumps(example, ensure_ascii=False)}")
+        return "{" + ", ".join(shown) + "} (optional)"
+    return f"what {effect_id} returned, as JSON (optional)"
 
 
 def _evidence(required: bool, hint: str) -> Html:
@@ -43,18 +71,22 @@ def _form(saga_id: str, action: str, csrf: str, fields: Sequence[Any], label: st
     )
 
 
-def resolve_form(saga_id: str, blocking: Mapping[str, Any], csrf: str) -> Html:
-    where = f"{blocking['effect_id']} ({blocking['direction']})"
+def resolve_form(
+    saga_id: str, blocking: Mapping[str, Any], csrf: str, schemas: Schemas | None = None
+) -> Html:
+    effect_id = blocking["effect_id"]
+    where = f"{effect_id} ({blocking['direction']})"
     decision = tag("select", options(DECISIONS, None, blank=None), name="decision")
-    result = tag("textarea", "", name="result_json", placeholder='{"charge": "c-1"} (optional)')
+    hint = result_placeholder(effect_id, (schemas or {}).get(blocking.get("verb") or ""))
+    result = tag("textarea", "", name="result_json", placeholder=hint)
     fields = [
         tag("strong", f"Resolve {where}"),
-        hidden({"effect_id": blocking["effect_id"], "direction": blocking["direction"]}),
+        hidden({"effect_id": effect_id, "direction": blocking["direction"]}),
         tag("label", join(["Decision ", decision])),
         tag("label", join(["Result, with committed (JSON) ", result])),
         _evidence(True, "what you checked at the destination"),
     ]
-    return _form(saga_id, "resolve", csrf, fields, f"Resolve {blocking['effect_id']}")
+    return _form(saga_id, "resolve", csrf, fields, f"Resolve {effect_id}")
 
 
 def simple_form(saga_id: str, action: str, csrf: str, evidence_required: bool) -> Html:
@@ -68,23 +100,40 @@ def simple_form(saga_id: str, action: str, csrf: str, evidence_required: bool) -
     return _form(saga_id, action, csrf, fields, action.replace("-", " ").capitalize())
 
 
-def forms_for(
-    saga_id: str, state: str, blocking: Sequence[Mapping[str, Any]], csrf: str, cancelable: bool
-) -> Html:
-    """The forms that apply in ``state`` (the same choices `next_actions` lists for the CLI)."""
-    forms = []
+def resolvable(state: str, blocking: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The blocking dispatches an operator settles with Resolve in ``state`` (the same
+    choices `next_actions` lists for the CLI)."""
     if state == "blocked_unknown":
-        forms += [resolve_form(saga_id, b, csrf) for b in blocking]
+        return list(blocking)
+    if state == "blocked_compensation":
+        return [
+            b
+            for b in blocking
+            if b["direction"] == "compensation" and b["state"] == RESOLVABLE_COMPENSATION
+        ]
+    return []
+
+
+def saga_forms(saga_id: str, state: str, csrf: str, cancelable: bool) -> Html:
+    """The forms for the whole saga (retry, adopt the contract, cancel) that apply."""
+    forms = []
     if state in ("blocked_fence", "blocked_contract", "blocked_compensation"):
         forms.append(simple_form(saga_id, "retry", csrf, False))
     if state == "blocked_contract":
         forms.append(simple_form(saga_id, "adopt-contract", csrf, True))
-    if state == "blocked_compensation":
-        forms += [
-            resolve_form(saga_id, b, csrf)
-            for b in blocking
-            if b["direction"] == "compensation" and b["state"] == "failed_permanent"
-        ]
     if state == "running" and cancelable:
         forms.append(simple_form(saga_id, "cancel", csrf, False))
     return join(forms)
+
+
+def forms_for(
+    saga_id: str,
+    state: str,
+    blocking: Sequence[Mapping[str, Any]],
+    csrf: str,
+    cancelable: bool,
+    schemas: Schemas | None = None,
+) -> Html:
+    """Every form that applies in ``state``: Resolve per resolvable dispatch, then the rest."""
+    resolves = [resolve_form(saga_id, b, csrf, schemas) for b in resolvable(state, blocking)]
+    return join([*resolves, saga_forms(saga_id, state, csrf, cancelable)])

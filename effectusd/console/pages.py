@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from effectusd.console.forms import forms_for
+from effectusd.console.forms import Schemas, forms_for, resolvable, resolve_form, saga_forms
 from effectusd.console.html import (
     Html,
     join,
@@ -105,7 +105,13 @@ def _blocking_table(blocking: Sequence[Mapping[str, Any]]) -> Html:
     )
 
 
-def blocked_card(summary: Mapping[str, Any], csrf: str) -> Html:
+def read_only(why: str) -> Html:
+    return tag("p", f"You may read here, not act: {why}.", class_="read-only")
+
+
+def blocked_card(
+    summary: Mapping[str, Any], csrf: str | None, schemas: Schemas | None = None
+) -> Html:
     saga_id = summary["saga_id"]
     return tag(
         "div",
@@ -125,7 +131,9 @@ def blocked_card(summary: Mapping[str, Any], csrf: str) -> Html:
                 ),
                 tag("p", summary["stop_reason"] or ""),
                 _blocking_table(summary["blocking"]),
-                forms_for(saga_id, summary["state"], summary["blocking"], csrf, False),
+                forms_for(saga_id, summary["state"], summary["blocking"], csrf, False, schemas)
+                if csrf is not None
+                else "",
             ]
         ),
         class_="card blocked-saga",
@@ -133,10 +141,17 @@ def blocked_card(summary: Mapping[str, Any], csrf: str) -> Html:
     )
 
 
-def blocked(summaries: Sequence[Mapping[str, Any]], csrf: str) -> Html:
+def blocked(
+    summaries: Sequence[Mapping[str, Any]],
+    csrf: str | None,
+    schemas: Schemas | None = None,
+    why_read_only: str = "",
+) -> Html:
+    """The blocked sagas, each with its forms (``csrf`` None: a viewer who may not act)."""
     if not summaries:
         return tag("p", "Nothing is blocked.")
-    return join(blocked_card(summary, csrf) for summary in summaries)
+    cards = join(blocked_card(summary, csrf, schemas) for summary in summaries)
+    return join([read_only(why_read_only) if csrf is None else "", cards])
 
 
 def saga_rows(rows: Sequence[Mapping[str, Any]]) -> Html:
@@ -176,25 +191,101 @@ def _duration(filters: Filters) -> str:
     return f"{seconds:g}s" if seconds else ""
 
 
-def _steps(view: Mapping[str, Any]) -> Html:
+ATTEMPT_HEADINGS = (
+    *("attempt", "outcome", "settled by", "HTTP", "error", "fencing"),
+    *("sent at", "answered at", "late answer"),
+)
+
+
+def _when(iso: str | None) -> str:
+    return iso or "-"
+
+
+def _attempts(dispatch: Mapping[str, Any]) -> Html:
+    """Every attempt of a dispatch with what it left as evidence."""
+    if not dispatch["attempts"]:
+        return tag("p", "No attempt yet.")
     rows = []
-    for step in view["steps"]:
-        result = step.get("result")
+    for a in dispatch["attempts"]:
+        late = ""
+        if a.get("late"):
+            code = f" HTTP {a['late_status_code']}" if a.get("late_status_code") else ""
+            late = f"{a.get('late_outcome') or '?'}{code} at {_when(a.get('late_at'))}"
+            late += f": {a['late_error']}" if a.get("late_error") else ""
         rows.append(
             (
-                tag("span", step["effect_id"], class_="mono"),
-                step["verb"],
-                state(step["state"]),
-                join(
-                    tag("div", join([d["direction"], " ", state(d["state"]), f" #{d['attempt']}"]))
-                    for d in step["dispatches"]
-                ),
-                tag("details", join([tag("summary", "result"), json_block(result)]))
-                if result is not None
-                else "-",
+                f"#{a['attempt']}",
+                a.get("outcome") or "in progress",
+                a.get("settled_by") or "-",
+                a["status_code"] if a.get("status_code") is not None else "-",
+                a.get("error") or "-",
+                a.get("fencing_status") or "-",
+                _when(a.get("sent_at")),
+                _when(a.get("completed_at")),
+                late or "-",
             )
         )
-    return table(["step", "verb", "state", "dispatches", "result"], rows)
+    return table(ATTEMPT_HEADINGS, rows)
+
+
+def _dispatch(dispatch: Mapping[str, Any]) -> Html:
+    facts = table(
+        ["direction", "state", "attempts", "destination", "call", "idempotency key", "next at"],
+        [
+            (
+                dispatch["direction"],
+                state(dispatch["state"]),
+                f"{dispatch['attempt']} of {dispatch['max_attempts']}",
+                dispatch["destination"],
+                tag(
+                    "span",
+                    f"{dispatch.get('method', '')} {dispatch.get('path', '')}",
+                    class_="mono",
+                ),
+                tag("span", dispatch.get("idempotency_key") or "-", class_="mono key"),
+                _when(dispatch.get("next_attempt_at")),
+            )
+        ],
+    )
+    error = dispatch.get("last_error")
+    last = tag("p", join(["Last error: ", tag("span", error, class_="mono")])) if error else ""
+    return join([facts, last, _attempts(dispatch)])
+
+
+def _step(
+    saga_id: str,
+    step: Mapping[str, Any],
+    forms: Mapping[tuple[str, str], Mapping[str, Any]],
+    csrf: str | None,
+    schemas: Schemas | None,
+) -> Html:
+    """One step: where it sits in the plan, each dispatch's evidence, and beside a blocking
+    dispatch the form that resolves it."""
+    after = step.get("after") or []
+    where = f"after {', '.join(after)}" if after else "runs first (waits for no step)"
+    result = step.get("result")
+    parts = [
+        tag(
+            "h3",
+            join(
+                [
+                    tag("span", step["effect_id"], class_="mono"),
+                    f" · {step['verb']} · ",
+                    state(step["state"]),
+                ]
+            ),
+        ),
+        tag("p", where, class_="after"),
+        tag("details", join([tag("summary", "result"), json_block(result)]))
+        if result is not None
+        else "",
+    ]
+    for dispatch in step["dispatches"]:
+        parts.append(_dispatch(dispatch))
+        blocking = forms.get((step["effect_id"], dispatch["direction"]))
+        if blocking is not None and csrf is not None:
+            parts.append(resolve_form(saga_id, blocking, csrf, schemas))
+    return tag("div", join(parts), class_="card step", data_step=step["effect_id"])
 
 
 def _timeline(view: Mapping[str, Any]) -> Html:
@@ -214,7 +305,16 @@ def _timeline(view: Mapping[str, Any]) -> Html:
     )
 
 
-def saga_detail(view: Mapping[str, Any], csrf: str, notice: str = "") -> Html:
+def saga_detail(
+    view: Mapping[str, Any],
+    csrf: str | None,
+    notice: str = "",
+    schemas: Schemas | None = None,
+    why_read_only: str = "",
+) -> Html:
+    """One saga as `sagas show` shows it: its steps and their graph, every dispatch and
+    attempt with its evidence, the Resolve form beside the dispatch it settles, the timeline.
+    ``csrf`` None: a viewer who may not act, shown no form but the reason."""
     summary = blocked_summary(view)
     facts = view.get("facts")
     head = table(
@@ -230,16 +330,27 @@ def saga_detail(view: Mapping[str, Any], csrf: str, notice: str = "") -> Html:
             )
         ],
     )
-    cancelable = not view.get("cancel_requested_at")
+    cancel = view.get("cancel_requested_by")
+    targets = {
+        (b["effect_id"], b["direction"]): b for b in resolvable(view["state"], summary["blocking"])
+    }
+    actionable = bool(targets) or bool(view.get("next_actions"))
+    if csrf is None:
+        actions = read_only(why_read_only) if actionable else ""
+    else:
+        actions = saga_forms(
+            view["saga_id"], view["state"], csrf, not view.get("cancel_requested_at")
+        )
     return join(
         [
             tag("p", notice, class_="notice") if notice else "",
             tag("p", view["saga_id"], class_="mono saga-id"),
             head,
+            tag("p", f"Cancel requested by {cancel}.") if cancel else "",
             tag("details", join([tag("summary", "facts (the saga's input)"), json_block(facts)])),
-            forms_for(view["saga_id"], view["state"], summary["blocking"], csrf, cancelable),
+            actions,
             tag("h2", "Steps"),
-            _steps(view),
+            join(_step(view["saga_id"], step, targets, csrf, schemas) for step in view["steps"]),
             tag("h2", "Timeline"),
             _timeline(view),
         ]

@@ -11,7 +11,14 @@
   a browser call it with the operator's session. An API action must be JSON, which a page on
   another origin cannot send without a preflight we never answer.
 * Pages use a session cookie (HttpOnly, SameSite=Strict) made at login; every form carries
-  the session's CSRF token and its Origin (or Referer) must be the console's own.
+  the session's CSRF token and its Origin (or Referer) must be the console's own. The cookie
+  is named after the port the console listens on, so two consoles on one host keep their own,
+  and names a session of this process only: sessions live in memory, keyed by a keyed hash
+  under a secret drawn when the process starts. Browsers send loopback cookies to every port
+  of the host, so any local program a browser visits can see it; docs/operations.md section
+  8 says what that means and what to put in front on a shared machine.
+* The console without tokens makes no sessions at all: everyone on loopback is the same
+  ``loopback`` principal, and its forms carry a CSRF token derived from the process secret.
 
 No token and no session id is ever logged or repeated in an error.
 """
@@ -26,13 +33,13 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from http.cookies import SimpleCookie
 from urllib.parse import urlsplit
 
-from effectusd.config import ConfigError, ConsoleConfig
-from effectusd.console.http import Request
+from aiohttp import web
 
-COOKIE = "effectusd_console"
+from effectusd.config import ConfigError, ConsoleConfig
+
+COOKIE_PREFIX = "effectusd_console_"
 MIN_TOKEN_CHARS = 16
 MAX_SESSIONS = 1_000  # the oldest go first; a console has a handful of operators
 ANONYMOUS = "loopback"  # the name of whoever uses a console that has no tokens
@@ -62,8 +69,11 @@ def is_loopback(host: str) -> bool:
 
 
 def host_name(header: str) -> str:
-    """The host of a Host header value (without its port)."""
-    return urlsplit(f"//{header}").hostname or ""
+    """The host of a Host header value (without its port); empty when it names none."""
+    try:
+        return urlsplit(f"//{header}").hostname or ""
+    except ValueError:  # an unclosed [ of an IPv6 address
+        return ""
 
 
 @dataclass(frozen=True)
@@ -106,6 +116,12 @@ def _digest(value: str) -> bytes:
     return hashlib.sha256(value.encode("utf-8", errors="surrogateescape")).digest()
 
 
+def local_port(request: web.Request) -> int:
+    """The port the request came in on: the one this console listens on."""
+    sockname = request.transport.get_extra_info("sockname") if request.transport else None
+    return int(sockname[1]) if sockname else 0
+
+
 @dataclass
 class Session:
     principal: Principal
@@ -124,6 +140,7 @@ class Guard:
         self.loopback_only = not self.tokens
         self.anonymous = Principal(ANONYMOUS, console.loopback_actions)
         self.ttl = console.session_ttl.total_seconds()
+        self._secret = secrets.token_bytes(32)  # this process's: its sessions die with it
         self._sessions: dict[bytes, Session] = {}
 
     # -- credentials ---------------------------------------------------------------------
@@ -136,16 +153,25 @@ class Guard:
                 found = Principal(token.name, token.can_write)
         return found
 
-    def bearer(self, request: Request) -> Principal | None:
+    def bearer(self, headers: Mapping[str, str]) -> Principal | None:
         """The principal of an API request: its bearer token, or anonymous without tokens."""
         if self.loopback_only:
             return self.anonymous
-        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+        scheme, _, presented = headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not presented.strip():
             return None
         return self.match_token(presented.strip())
 
+    def why_read_only(self, principal: Principal) -> str:
+        """Why ``principal`` may not act, in the words of what would change it."""
+        if self.loopback_only:
+            return "this console acts only with loopback_actions = true in its [console] section"
+        return f"the token {principal.name!r} may read, not act (its scope is read)"
+
     # -- sessions (pages) --------------------------------------------------------------------
+    def _key(self, cookie: str) -> bytes:
+        return hmac.new(self._secret, cookie.encode("utf-8", "surrogateescape"), "sha256").digest()
+
     def open_session(self, principal: Principal) -> tuple[str, Session]:
         """A new session and the cookie value that names it."""
         if len(self._sessions) >= MAX_SESSIONS:
@@ -153,53 +179,59 @@ class Guard:
             del self._sessions[oldest]
         cookie = secrets.token_urlsafe(32)
         session = Session(principal, secrets.token_urlsafe(32), time.monotonic() + self.ttl)
-        self._sessions[_digest(cookie)] = session
+        self._sessions[self._key(cookie)] = session
         return cookie, session
 
-    def session(self, request: Request) -> Session | None:
+    def session(self, request: web.Request) -> Session | None:
+        """The request's session: the one its cookie names, or, without tokens, everyone's."""
+        if self.loopback_only:
+            csrf = hmac.new(self._secret, b"csrf:loopback", "sha256").hexdigest()
+            return Session(self.anonymous, csrf, float("inf"))
         cookie = self._cookie(request)
         if cookie is None:
             return None
-        key = _digest(cookie)
+        key = self._key(cookie)
         session = self._sessions.get(key)
         if session is not None and session.expires < time.monotonic():
             del self._sessions[key]
             return None
         return session
 
-    def close_session(self, request: Request) -> None:
+    def close_session(self, request: web.Request) -> None:
         cookie = self._cookie(request)
         if cookie is not None:
-            self._sessions.pop(_digest(cookie), None)
+            self._sessions.pop(self._key(cookie), None)
 
     @staticmethod
-    def _cookie(request: Request) -> str | None:
-        jar: SimpleCookie = SimpleCookie()
-        try:
-            jar.load(request.headers.get("cookie", ""))
-        except Exception:  # noqa: BLE001 - a malformed Cookie header is no session
-            return None
-        morsel = jar.get(COOKIE)
-        return morsel.value if morsel is not None else None
+    def cookie_name(request: web.Request) -> str:
+        return f"{COOKIE_PREFIX}{local_port(request)}"
 
-    def set_cookie(self, cookie: str) -> str:
-        return f"{COOKIE}={cookie}; Path=/; HttpOnly; SameSite=Strict; Max-Age={int(self.ttl)}"
+    def _cookie(self, request: web.Request) -> str | None:
+        # aiohttp's parser skips a pair it cannot read (another local app's JSON value)
+        # instead of giving up on the whole header
+        return request.cookies.get(self.cookie_name(request))
 
-    @staticmethod
-    def clear_cookie() -> str:
-        return f"{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
+    def set_cookie(self, request: web.Request, cookie: str) -> str:
+        name = self.cookie_name(request)
+        return f"{name}={cookie}; Path=/; HttpOnly; SameSite=Strict; Max-Age={int(self.ttl)}"
+
+    def clear_cookie(self, request: web.Request) -> str:
+        return f"{self.cookie_name(request)}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
 
     # -- request checks -----------------------------------------------------------------------
-    def host_ok(self, request: Request) -> bool:
+    def host_ok(self, headers: Mapping[str, str]) -> bool:
         """Without tokens, only a request to a loopback name is answered (DNS rebinding)."""
-        return not self.loopback_only or is_loopback(host_name(request.headers.get("host", "")))
+        return not self.loopback_only or is_loopback(host_name(headers.get("host", "")))
 
     @staticmethod
-    def same_origin(request: Request) -> bool:
+    def same_origin(headers: Mapping[str, str]) -> bool:
         """The request's Origin (else its Referer) names this console's own host and port."""
-        host = request.headers.get("host", "")
-        source = request.headers.get("origin") or request.headers.get("referer") or ""
-        parts = urlsplit(source)
+        host = headers.get("host", "")
+        source = headers.get("origin") or headers.get("referer") or ""
+        try:
+            parts = urlsplit(source)
+        except ValueError:  # an unclosed [ of an IPv6 address
+            return False
         return bool(host) and parts.scheme in ("http", "https") and parts.netloc == host
 
     @staticmethod

@@ -11,6 +11,7 @@ and fencing resources, and the raw answers kept as attempt evidence stay out). O
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -80,6 +81,49 @@ class BadInput(ValueError):
     """A filter or a field the console cannot use; the message names it."""
 
 
+# The CLI's words in the refusals the operator actions share with it, and the console's.
+CLI_WORDS = (
+    ("`effectusd resolve`", "Resolve"),
+    ("`effectusd retry`", "Retry"),
+    ("`effectusd cancel`", "Cancel"),
+    ("--not-committed --retry", "decision not_committed_retry"),
+    ("--direction compensation", "the compensation's Resolve form"),
+    ("--committed", "decision committed"),
+    ("--result", "result"),
+    ("--evidence", "evidence"),
+)
+# Text no store keeps: NUL (PostgreSQL refuses it) and halves of a surrogate pair.
+UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
+
+
+def console_words(message: str) -> str:
+    """A refusal worded for the console: its fields and buttons, not the CLI's flags."""
+    for cli, console in CLI_WORDS:
+        message = message.replace(cli, console)
+    return message
+
+
+def storable(name: str, value: str) -> str:
+    """``value``, or BadInput naming ``name`` if it holds text no store can keep."""
+    if UNSTORABLE.search(value):
+        raise BadInput(f"{name}: contains a NUL character or an unpaired surrogate")
+    return value
+
+
+def _strings(value: Any, path: str) -> None:
+    """BadInput naming where ``value`` (parsed JSON, depth already bounded) holds unstorable
+    text."""
+    if isinstance(value, str):
+        storable(path, value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            storable(path, key)
+            _strings(item, f"{path}/{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _strings(item, f"{path}/{index}")
+
+
 def as_dict(view: Any) -> dict[str, Any]:
     """The dict form of a saga view (a typed view gives its JSON form)."""
     dump = getattr(view, "model_dump", None)
@@ -121,7 +165,7 @@ class Filters:
     @classmethod
     def parse(cls, query: Mapping[str, str]) -> Filters:
         """From a query string; BadInput naming the parameter."""
-        values = {k: v.strip() for k, v in query.items() if v.strip()}
+        values = {k: storable(k, v.strip()) for k, v in query.items() if v.strip()}
         state = values.get("state")
         if state is not None and state not in {s.value for s in SagaState}:
             raise BadInput(f"state: {state!r} is not a saga state")
@@ -131,7 +175,7 @@ class Filters:
         except ValueError as exc:
             raise BadInput(f"older_than: {exc}") from None
         limit = values.get("limit", "100")
-        if not limit.isdigit() or not 1 <= int(limit) <= MAX_LIST:
+        if not re.fullmatch(r"[0-9]{1,9}", limit) or not 1 <= int(limit) <= MAX_LIST:
             raise BadInput(f"limit: a whole number from 1 to {MAX_LIST}")
         return cls(
             state,
@@ -206,18 +250,23 @@ class ConsoleService:
         """Run one operator action; ``Refused`` (writing nothing) when it does not apply."""
         return await self.backend.run_async(self._operation(action, saga_id, fields, actor))
 
+    @staticmethod
+    def operator_name(fields: Mapping[str, Any]) -> str | None:
+        """Who the operator says they are (the form's or the JSON's ``actor``)."""
+        return _text(fields, "actor")
+
     def _operation(
         self, action: str, saga_id: str, fields: Mapping[str, Any], actor: str
     ) -> Operation[ActionReport]:
         evidence = _text(fields, "evidence")
         if action == "resolve":
-            return self._resolve(saga_id, fields, actor, decide.required_evidence(evidence))
+            return self._resolve(saga_id, fields, actor, _required_evidence(evidence))
         if action == "adopt-contract":
             return adopt_contract(
                 saga_id,
                 registry=self.registry,
                 actor=actor,
-                evidence=decide.required_evidence(evidence),
+                evidence=_required_evidence(evidence),
             )
         if action in ("retry", "cancel"):
             run = retry if action == "retry" else cancel
@@ -258,9 +307,19 @@ class ConsoleService:
 
 def _text(fields: Mapping[str, Any], name: str) -> str | None:
     value = fields.get(name)
-    if value is not None and not isinstance(value, str):
+    if value is None:
+        return None
+    if not isinstance(value, str):
         raise BadInput(f"{name}: a string")
-    return value
+    return storable(name, value)
+
+
+def _required_evidence(evidence: str | None) -> str:
+    if not (evidence or "").strip():
+        raise BadInput(
+            "evidence: say what you checked at the destination (it goes on the timeline)"
+        )
+    return decide.required_evidence(evidence)
 
 
 def _result_text(fields: Mapping[str, Any]) -> str | None:
@@ -278,5 +337,10 @@ def _result(
     """The step's result, checked as the CLI checks --result (only with committed)."""
     text = _result_text(fields)
     if resolution is not decide.Resolution.COMMITTED and text is not None:
-        raise decide.Refused(decide.RefusalKind.INVALID, "a result goes with decision committed")
-    return decide.committed_result(text, where)
+        raise BadInput("result: goes with decision committed")
+    try:
+        value = decide.committed_result(text, where)
+    except decide.Refused as exc:
+        raise BadInput(console_words(exc.message)) from None
+    _strings(value, "result")
+    return value

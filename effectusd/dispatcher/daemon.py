@@ -9,13 +9,12 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from effectusd.backends import backend_for
 from effectusd.backends.errors import DATABASE_ERRORS, LISTEN_LOST, failure_name
 from effectusd.config import Config, ConfigError
-from effectusd.console import Console
 from effectusd.dispatcher.capacity import Capacity
 from effectusd.dispatcher.heap import settle_heap
 from effectusd.dispatcher.loops import Loop, Round
@@ -30,6 +29,11 @@ from effectusd.fencing.store import StoreFencing
 from effectusd.store.dialects import open_dispatch_store
 from effectusd.store.dispatch import DispatchStore
 from effectusd.tracing import AttemptTracer
+from effectusd.web import Install
+
+# Routes beside /metrics and /healthz, given the daemon's attempt outcome counts: how the
+# command line adds the operator console without the dispatcher knowing it.
+WebExtension = Callable[[Callable[[], Mapping[str, int]]], Install]
 
 log = logging.getLogger("effectusd.daemon")
 
@@ -68,15 +72,19 @@ class Daemon:
         executors: Mapping[str, Executor] | None = None,
         owner: str | None = None,
         tracer_provider: object | None = None,
+        web: WebExtension | None = None,
     ) -> None:
         """``tracer_provider``: an OpenTelemetry TracerProvider for the attempt spans; by
-        default the global one, and tracing stays off while none is set."""
+        default the global one, and tracing stays off while none is set. ``web``: more
+        routes on the observability port (the console, composed by `effectusd run`)."""
         self.config = config
         self.tracer_provider = tracer_provider
         self.database_url = database_url
         self.owner = owner or new_owner_id()
         self.registry = config.registry()
         self._executors = executors
+        self._web = web
+        self._extra_routes: list[Install] = []
         self.stopping = asyncio.Event()
         self.wake = asyncio.Event()
         self.listening = False
@@ -91,9 +99,12 @@ class Daemon:
 
     def check_startup(self) -> None:
         """Refuse to run on a schema we do not match, with test-only fencing in a real setup,
-        or with a console nobody may use safely, before touching anything else."""
+        or with extra routes (a console) nobody may use safely, before touching anything
+        else."""
         fencing_provider(self.config)
-        self._console()
+        serving = self.config.observability.http_port is not None
+        if self._web is not None and serving:
+            self._extra_routes = [self._web(self.metrics.outcome_totals)]
         with self.backend.connect() as conn:
             self.backend.require_current(conn)
 
@@ -136,7 +147,9 @@ class Daemon:
         observability = self.config.observability
         server = None
         if observability.http_port is not None:
-            server = ObservabilityServer(self.metrics, self._healthy, self._ready, self._console())
+            server = ObservabilityServer(
+                self.metrics, self._healthy, self._ready, self._extra_routes
+            )
             self.http_port = await server.start(observability.http_host, observability.http_port)
         self.started = True
         self._install_signals()
@@ -174,19 +187,6 @@ class Daemon:
         if self.backend.notifies:  # else (SQLite) the claimer polls
             loops.append(Loop("listener", self._listen_round, self.metrics))
         return loops
-
-    def _console(self) -> Console | None:
-        """The console on the observability port, when enabled (ConfigError if its tokens
-        are missing, or it would listen beyond loopback without any)."""
-        observability = self.config.observability
-        if not self.config.console.enabled or observability.http_port is None:
-            return None
-        return Console(
-            self.config,
-            self.backend,
-            observability.http_host,
-            outcomes=self.metrics.outcome_totals,
-        )
 
     async def _claim_until_stopped(
         self, pipeline: Pipeline, store: DispatchStore, until_idle: bool

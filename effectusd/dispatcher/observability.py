@@ -1,21 +1,20 @@
-"""The daemon's loopback HTTP endpoints: /metrics (Prometheus), /healthz and /readyz, and,
-when enabled, the operator console and admin API (effectusd.console) on the same port; and
-its one log line per transition.
-
-Three GET routes of its own on the tiny server of effectusd.console.http; every other path
-goes to the console when there is one.
+"""The daemon's loopback HTTP endpoints: /metrics (Prometheus), /healthz and /readyz, on
+effectusd.web's bounded aiohttp server, with whatever routes the command line adds beside
+them (the operator console, when enabled); and its one log line per transition.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from effectusd.console.http import Handler, HttpServer, Request, Response, text_response
+from aiohttp import web
+
 from effectusd.core.transition import Completion, Transition
 from effectusd.dispatcher.metrics import Metrics
+from effectusd.web import Install, WebServer, text_response
 
 Check = Callable[[], Awaitable[tuple[bool, dict[str, object]]]]
 OWN_PATHS = ("/metrics", "/healthz", "/readyz")
@@ -23,15 +22,17 @@ log = logging.getLogger("effectusd.dispatcher")  # the transitions are the pipel
 
 
 class ObservabilityServer:
+    """/metrics, /healthz and /readyz (GET only), then ``extra``'s routes for every other
+    path."""
+
     def __init__(
-        self, metrics: Metrics, healthy: Check, ready: Check, console: Handler | None = None
+        self, metrics: Metrics, healthy: Check, ready: Check, extra: Sequence[Install] = ()
     ) -> None:
         self.metrics = metrics
         self.healthy = healthy
         self.ready = ready
-        self.console = console
-        what = "metrics, health and console" if console else "metrics and health"
-        self.http = HttpServer(self._route, what)
+        what = "metrics, health and added routes (the console)" if extra else "metrics and health"
+        self.http = WebServer(what, self._install, *extra)
 
     async def start(self, host: str, port: int) -> int:
         return await self.http.start(host, port)
@@ -39,20 +40,21 @@ class ObservabilityServer:
     async def close(self) -> None:
         await self.http.close()
 
-    async def _route(self, request: Request) -> Response:
-        path = request.path
-        if self.console is not None and path not in OWN_PATHS:
-            return await self.console(request)
+    def _install(self, app: web.Application) -> None:
+        for path in OWN_PATHS:  # any method: a POST is ours to refuse, not the next route's
+            app.router.add_route("*", path, self._route)
+
+    async def _route(self, request: web.Request) -> web.Response:
         if request.method != "GET":
-            return text_response("405 Method Not Allowed", "GET only\n")
-        if path == "/metrics":
-            return Response("200 OK", "text/plain; version=0.0.4", self.metrics.exposition())
-        if path in ("/healthz", "/readyz"):
-            ok, detail = await (self.healthy() if path == "/healthz" else self.ready())
-            body = json.dumps({"status": "ok" if ok else "failing", **detail}).encode()
-            status = "200 OK" if ok else "503 Service Unavailable"
-            return Response(status, "application/json", body)
-        return text_response("404 Not Found", "not found\n")
+            return text_response(405, "GET only\n")
+        if request.path == "/metrics":
+            return web.Response(
+                body=self.metrics.exposition(),
+                headers={"Content-Type": "text/plain; version=0.0.4"},
+            )
+        ok, detail = await (self.healthy() if request.path == "/healthz" else self.ready())
+        body = json.dumps({"status": "ok" if ok else "failing", **detail})
+        return web.Response(status=200 if ok else 503, text=body, content_type="application/json")
 
 
 def log_transition(completion: Completion, transition: Transition, row: Mapping[str, Any]) -> None:

@@ -34,13 +34,13 @@ from tests.support.console import (
     bearer,
     console_running,
     csrf_of,
+    daemon_with_console,
     login,
     with_console,
 )
 from tests.support.destination import running
 from tests.support.harness import (
     client_for,
-    daemon_running,
     fetch,
     make_config,
     run_until_idle,
@@ -350,7 +350,7 @@ async def test_the_daemon_serves_the_console_beside_unchanged_metrics_and_health
         config = with_console(config, tokens=TOKENS)
         client = client_for(config, db)
         saga = client.submit(serial_plan("daemon", ["pay"]), execution_id="d-1").saga_id
-        async with daemon_running(config, db) as daemon:
+        async with daemon_with_console(config, db) as daemon:
             async with asyncio.timeout(30):
                 while getattr(client.get(saga), "state", None) != "completed":
                     await asyncio.sleep(0.05)

@@ -1,5 +1,6 @@
 """The console in a real headless Chromium (Debian's chromium and chromium-driver): sign in,
-find the blocked saga, resolve it with evidence through its form, and see it complete.
+find the blocked saga, open it, read the evidence, resolve it through the form beside that
+evidence, and see it complete; and what a read-only viewer sees.
 
 Without Chromium the test skips locally; with EFFECTUSD_REQUIRE_POSTGRES=1 (CI, which
 installs it: .ci/run) it fails instead, as a missing PostgreSQL does.
@@ -16,9 +17,16 @@ import pytest
 
 from tests.integration.test_operator import UNKNOWN, answer, events
 from tests.support import required
-from tests.support.console import TOKEN_ENV, TOKENS, WRITE_TOKEN, with_console
+from tests.support.console import (
+    READ_TOKEN,
+    TOKEN_ENV,
+    TOKENS,
+    WRITE_TOKEN,
+    daemon_with_console,
+    with_console,
+)
 from tests.support.destination import running
-from tests.support.harness import client_for, daemon_running, make_config
+from tests.support.harness import client_for, make_config, serial_plan
 
 pytestmark = pytest.mark.postgres
 
@@ -54,6 +62,19 @@ async def _in_thread(function: Any, *args: Any) -> Any:
     return await asyncio.to_thread(function, *args)
 
 
+def _sign_in(driver: Any, token: str) -> None:
+    """Sign in on the login page the browser shows."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.find_element(By.NAME, "token").send_keys(token)
+    sign_in = driver.find_element(By.CSS_SELECTOR, "form[action='/login'] button")
+    sign_in.click()
+    # the sign-in page has the same header links: wait until the signed-in page replaced it
+    WebDriverWait(driver, WAIT_S).until(ready.staleness_of(sign_in))
+
+
 def _sign_in_and_resolve(driver: Any, base: str, saga: str) -> str:
     """What an operator does: sign in, open Blocked, resolve the saga's step with evidence.
     Returns the text of the saga page once it says completed."""
@@ -65,17 +86,23 @@ def _sign_in_and_resolve(driver: Any, base: str, saga: str) -> str:
     wait = WebDriverWait(driver, WAIT_S)
     driver.get(f"{base}/blocked")  # no session yet: the console sends us to sign in
     wait.until(ready.url_contains("/login"))
-    driver.find_element(By.NAME, "token").send_keys(WRITE_TOKEN)
-    sign_in = driver.find_element(By.CSS_SELECTOR, "form[action='/login'] button")
-    sign_in.click()
-    # the sign-in page has the same header links: wait until the signed-in page replaced it
-    wait.until(ready.staleness_of(sign_in))
+    _sign_in(driver, WRITE_TOKEN)
     wait.until(ready.presence_of_element_located((By.LINK_TEXT, "Blocked"))).click()
     card = wait.until(
         ready.presence_of_element_located((By.CSS_SELECTOR, f"div[data-saga='{saga}']"))
     )
     assert "blocked_unknown" in card.text and "HTTP 503" in card.text  # the evidence
-    form = card.find_element(By.CSS_SELECTOR, "form[data-action='resolve']")
+    card.find_element(By.CSS_SELECTOR, f"a[href='/sagas/{saga}']").click()
+    step = wait.until(
+        ready.presence_of_element_located((By.CSS_SELECTOR, "div.step[data-step='s1']"))
+    )
+    # the saga page: the attempt's status code, error and key, the form beside them
+    cells = [cell.text for cell in step.find_elements(By.TAG_NAME, "td")]
+    assert "503" in cells and "unknown_outcome" in " ".join(cells)
+    assert step.find_element(By.CSS_SELECTOR, ".key").text.strip() != "-"
+    form = step.find_element(By.CSS_SELECTOR, "form[data-action='resolve']")
+    placeholder = form.find_element(By.NAME, "result_json").get_attribute("placeholder")
+    assert placeholder == "what s1 returned, as JSON (optional)"
     Select(form.find_element(By.NAME, "decision")).select_by_value("committed")
     form.find_element(By.NAME, "result_json").send_keys('{"charge": "c-1"}')
     form.find_element(By.NAME, "evidence").send_keys("ledger shows the charge for s1")
@@ -114,7 +141,7 @@ async def test_an_operator_resolves_a_blocked_saga_in_chromium_and_sees_it_compl
         }
         client = client_for(config, db)
         saga = client.submit(plan, execution_id="b-1").saga_id
-        async with daemon_running(config, db) as daemon:
+        async with daemon_with_console(config, db) as daemon:
             async with asyncio.timeout(WAIT_S):
                 while getattr(client.get(saga), "state", None) != "blocked_unknown":
                     await asyncio.sleep(0.05)
@@ -127,3 +154,39 @@ async def test_an_operator_resolves_a_blocked_saga_in_chromium_and_sees_it_compl
         [resolved] = events(db, saga, "operator_resolve")
         assert resolved["actor"] == "console:oncall/alice"
         assert resolved["evidence"] == "ledger shows the charge for s1"
+
+
+def _read_only_view(driver: Any, base: str, saga: str) -> tuple[int, str]:
+    """Sign in with the read token and open the saga: its forms and its text."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(driver, WAIT_S)
+    driver.get(f"{base}/login")
+    _sign_in(driver, READ_TOKEN)
+    driver.get(f"{base}/sagas/{saga}")
+    wait.until(ready.presence_of_element_located((By.CSS_SELECTOR, "div.step[data-step='s1']")))
+    forms = driver.find_elements(By.CSS_SELECTOR, "form.action")
+    return len(forms), str(driver.find_element(By.TAG_NAME, "body").text)
+
+
+async def test_a_read_only_viewer_sees_the_evidence_and_no_action_form_in_chromium(
+    db: str, browser: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in TOKEN_ENV.items():
+        monkeypatch.setenv(name, value)
+    with running(answer({("s1", "forward", None): UNKNOWN})) as dest:
+        config = make_config(dest.base_url, {"pay": {}}, observability={"http_port": 0})
+        config = with_console(config, tokens=TOKENS)
+        client = client_for(config, db)
+        saga = client.submit(serial_plan("read-only", ["pay"]), execution_id="r-1").saga_id
+        async with daemon_with_console(config, db) as daemon:
+            async with asyncio.timeout(WAIT_S):
+                while getattr(client.get(saga), "state", None) != "blocked_unknown":
+                    await asyncio.sleep(0.05)
+            assert daemon.http_port is not None
+            base = f"http://127.0.0.1:{daemon.http_port}"
+            forms, text = await _in_thread(_read_only_view, browser, base, saga)
+    assert forms == 0
+    assert "You may read here, not act" in text and "503" in text

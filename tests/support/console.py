@@ -5,14 +5,17 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import httpx
 
 from effectusd.backends import backend_for
 from effectusd.config import Config, ConsoleConfig
-from effectusd.console import Console
-from effectusd.console.http import HttpServer
+from effectusd.console import Console, for_daemon
+from effectusd.dispatcher.daemon import Daemon
+from effectusd.web import WebServer
+from tests.support.harness import daemon_running
 
 WRITE_TOKEN = "write-token-0123456789abcdef"
 READ_TOKEN = "read-token-0123456789abcdef"
@@ -37,12 +40,18 @@ async def console_running(
 ) -> AsyncIterator[str]:
     """Serve a console on 127.0.0.1 (``host``: the address it believes it binds, for the
     bind check); yields its base URL."""
-    server = HttpServer(Console(config, backend_for(url), host, environ=environ), "console")
+    server = WebServer("console", Console(config, backend_for(url), host, environ=environ).install)
     port = await server.start("127.0.0.1", 0)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
         await server.close()
+
+
+def daemon_with_console(config: Config, url: str) -> AbstractAsyncContextManager[Daemon]:
+    """A daemon serving the console on its observability port, composed as `effectusd run`
+    composes them (the console's tokens come from the environment)."""
+    return daemon_running(config, url, web=for_daemon(config, backend_for(url)))
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -46,9 +46,9 @@ async def run_until_idle(config: Config, url: str, **kwargs: Any) -> Daemon:
 
 @contextlib.asynccontextmanager
 async def daemon_running(
-    config: Config, url: str, executors: Mapping[str, Executor] | None = None
+    config: Config, url: str, executors: Mapping[str, Executor] | None = None, **kwargs: Any
 ) -> AsyncIterator[Daemon]:
-    daemon = Daemon(config, url, executors=executors)
+    daemon = Daemon(config, url, executors=executors, **kwargs)
     task = asyncio.create_task(daemon.run())
     try:
         yield daemon

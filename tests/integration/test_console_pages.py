@@ -1,0 +1,103 @@
+"""The console's saga page against a real store: the evidence `sagas show` carries, the
+Resolve form beside the dispatch it settles, and no form for whoever may not act."""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration.test_console_api import _blocked_unknown
+from tests.integration.test_operator import UNKNOWN, answer
+from tests.support.console import (
+    READ_TOKEN,
+    TOKENS,
+    WRITE_TOKEN,
+    console_running,
+    login,
+    with_console,
+)
+from tests.support.destination import running
+from tests.support.harness import make_config
+
+pytestmark = pytest.mark.postgres
+
+CHARGE_SCHEMA = {
+    "type": "object",
+    "properties": {"charge": {"type": "string"}, "cents": {"type": "integer"}},
+}
+
+
+def step_card(page: str, effect_id: str) -> str:
+    match = re.search(rf'<div class="card step" data-step="{effect_id}">(.*?)</div>', page, re.S)
+    assert match is not None, f"no card for step {effect_id}"
+    return html.unescape(match.group(1))
+
+
+async def _pages(base: str, token: str | None, *paths: str) -> list[str]:
+    async with httpx.AsyncClient(base_url=base) as http:
+        if token is not None:
+            await login(http, token)
+        answers = [await http.get(path) for path in paths]
+    assert [a.status_code for a in answers] == [200] * len(paths)
+    return [a.text for a in answers]
+
+
+async def test_the_saga_page_shows_every_attempts_evidence_with_resolve_beside_it(
+    db: str,
+) -> None:
+    with running(answer({("s1", "forward", None): UNKNOWN})) as dest:
+        config, saga = await _blocked_unknown(db, dest.base_url)
+        async with console_running(with_console(config, tokens=TOKENS), db) as base:
+            async with httpx.AsyncClient(base_url=base) as http:
+                view: dict[str, Any] = (
+                    await http.get(
+                        f"/api/sagas/{saga}", headers={"Authorization": f"Bearer {READ_TOKEN}"}
+                    )
+                ).json()
+            [page] = await _pages(base, WRITE_TOKEN, f"/sagas/{saga}")
+    s1, s2 = step_card(page, "s1"), step_card(page, "s2")
+    [dispatch] = view["steps"][0]["dispatches"]  # s1's, the one that stopped the saga
+    [attempt] = dispatch["attempts"]
+    assert dispatch["idempotency_key"] in s1
+    assert attempt["sent_at"] in s1 and attempt["error"] in s1
+    assert re.search(r"<td>503</td>", s1)  # the status code the destination answered
+    assert dispatch["destination"] in s1 and "/pay" in s1
+    assert "after s1" in s2 and "runs first" in s1
+    assert 'data-action="resolve"' in s1 and 'data-action="resolve"' not in s2
+    assert 'name="effect_id" value="s1"' in s1
+
+
+async def test_a_viewer_who_may_not_act_sees_no_form_and_is_told_why(db: str) -> None:
+    with running(answer({("s1", "forward", None): UNKNOWN})) as dest:
+        config, saga = await _blocked_unknown(db, dest.base_url)
+        paths = (f"/sagas/{saga}", "/blocked")
+        async with console_running(with_console(config, tokens=TOKENS), db) as base:
+            by_read_token = await _pages(base, READ_TOKEN, *paths)
+            by_write_token = await _pages(base, WRITE_TOKEN, *paths)
+        async with console_running(with_console(config), db, environ={}) as base:
+            tokenless = await _pages(base, None, *paths)
+    for page in by_read_token + tokenless:
+        assert 'class="action"' not in page and "not act" in page
+    assert all("'dashboard' may read, not act" in html.unescape(p) for p in by_read_token)
+    assert all("loopback_actions = true" in p for p in tokenless)
+    for page in by_write_token:
+        assert 'data-action="resolve"' in page and "not act" not in page
+
+
+async def test_the_result_placeholder_comes_from_the_steps_verb(db: str) -> None:
+    with running(answer({("s1", "forward", None): UNKNOWN})) as dest:
+        config, saga = await _blocked_unknown(db, dest.base_url)
+        schema = make_config(dest.base_url, {"pay": {"result_schema": CHARGE_SCHEMA}, "ship": {}})
+        consoles = [config, schema]
+        pages = []
+        for each in consoles:
+            async with console_running(with_console(each, tokens=TOKENS), db) as base:
+                pages += await _pages(base, WRITE_TOKEN, f"/sagas/{saga}")
+    plain, shaped = (step_card(page, "s1") for page in pages)
+    assert 'placeholder="what s1 returned, as JSON (optional)"' in plain
+    assert 'placeholder="{"charge": "…", "cents": 0} (optional)"' in shaped
+    assert "c-1" not in plain + shaped
