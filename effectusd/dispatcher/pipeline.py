@@ -21,8 +21,9 @@ from datetime import timedelta
 from effectusd import faults
 from effectusd.backends.errors import TRANSIENT_ERRORS, failure_name
 from effectusd.core.engine import Completion
+from effectusd.core.pre_send import LEASE_TOO_SHORT, pre_send
 from effectusd.core.registry import Registry
-from effectusd.core.states import FencingStatus
+from effectusd.core.states import Cause, FencingStatus
 from effectusd.core.transition import fencing_after_call
 from effectusd.dispatcher.capacity import Capacity, RecordSlots
 from effectusd.dispatcher.metrics import Metrics
@@ -38,7 +39,6 @@ log = logging.getLogger("effectusd.dispatcher")
 
 # Never start a call unless the lease outlives the call's timeout by at least this much.
 LEASE_SLACK_S = 0.05
-LEASE_TOO_SHORT = "lease too short to finish the call; not sent"
 
 
 class Pipeline:
@@ -134,18 +134,13 @@ class Pipeline:
     async def dispatch_batch(self, claims: list[Claim], claimed_at: float) -> None:
         await self.spans.claimed(claims, claimed_at)
         sendable: list[Claim] = []
+        verbs = self.registry.verbs
         for claim in claims:
-            contract = self.registry.verbs.get(claim.verb)
-            if contract is None or not contract.pins(claim.contract_hash):
-                drift = "contract drift: nothing was sent"
-                self._finish(claim, Completion.not_sent(claim, drift, contract_drift=True))
-            elif claim.budget_spent:
-                # the budget was lowered in config below the attempts already made
-                self._finish(claim, Completion.not_sent(claim, "retry budget spent; not sent"))
-            elif not _lease_covers_call(claim, claimed_at):
-                self._finish(claim, Completion.not_sent(claim, LEASE_TOO_SHORT))
-            else:
+            stopped = pre_send(claim, verbs.get(claim.verb), _lease_covers_call(claim, claimed_at))
+            if stopped is None:
                 sendable.append(claim)
+            else:
+                self._finish(claim, stopped)
         # A claim born written ahead (unfenced, on PostgreSQL) is called at once; the others
         # take their fencing tokens and their mark here.
         ready = [
@@ -181,8 +176,9 @@ class Pipeline:
             self.spans.abandoned(sendable, "write-ahead failed; left to the lease's reclaim")
             return []
         self.metrics.fencing_acquisitions.inc(sum(len(w.grants) for w in ready))
-        self.metrics.fencing_conflicts.inc(sum(1 for c in not_sent if c.fence_wait))
-        self.metrics.write_ahead_failures.inc(sum(1 for c in not_sent if not c.fence_wait))
+        waits = sum(1 for c in not_sent if c.cause is Cause.FENCE_WAIT)
+        self.metrics.fencing_conflicts.inc(waits)
+        self.metrics.write_ahead_failures.inc(len(not_sent) - waits)
         for completion, claim in _pair(not_sent, sendable):
             self._finish(claim, completion)
         marked = {w.claim.dispatch_id for w in ready} | {c.dispatch_id for c in not_sent}
@@ -198,7 +194,7 @@ class Pipeline:
         timeout = claim.timeout_ms / 1000
         if not _lease_covers_call(claim, claimed_at):
             # Marked sent but never sent: recorded as known not committed, by us, with a reason.
-            self._finish(claim, Completion.not_sent(claim, LEASE_TOO_SHORT))
+            self._finish(claim, Completion.not_sent(claim, Cause.LEASE_TOO_SHORT, LEASE_TOO_SHORT))
             return
         trace_headers, token = self.spans.calling(claim)
         invocation = Invocation(

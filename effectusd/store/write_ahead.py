@@ -16,7 +16,7 @@ from effectusd.backends.batches import isolate
 from effectusd.backends.errors import failure_name
 from effectusd.backends.operation import Operation
 from effectusd.core.canonical import canonical_text
-from effectusd.core.states import FencingStatus
+from effectusd.core.states import Cause, FencingStatus
 from effectusd.core.transition import Completion, FenceWait
 from effectusd.fencing.protocol import FenceBusy, FenceHolder, FencingProvider
 from effectusd.store.records import Claim, WriteAhead
@@ -72,7 +72,7 @@ class WriteAheadStore:
             failure_name(error),
         )
         failed = f"write-ahead failed ({failure_name(error)}); nothing was sent"
-        return [], [Completion.not_sent(claim, failed, actor=self.owner)]
+        return [], [Completion.not_sent(claim, Cause.WRITE_AHEAD_FAILED, failed, actor=self.owner)]
 
     def _write_ahead(
         self, claims: Sequence[Claim]
@@ -135,6 +135,7 @@ class WriteAheadStore:
             busy.append(
                 Completion.not_sent(
                     claim,
+                    Cause.FENCE_WAIT,
                     # the resource itself is not named: its text may carry argument values
                     f"a fencing resource is held by another live dispatch ({who}); "
                     "nothing was sent",
