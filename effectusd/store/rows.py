@@ -221,6 +221,8 @@ def outcome_params(completion: Completion) -> dict[str, Any]:
 
 
 def event_params(saga_id: str, event: Event) -> dict[str, Any]:
+    """The insert_event row of ``event``, whoever appends it (the recorder, the submit, an
+    operator action): its detail as canonical JSON, so one kind of event is stored one way."""
     return {
         "saga_id": saga_id,
         "effect_id": event.effect_id,
@@ -231,7 +233,7 @@ def event_params(saga_id: str, event: Event) -> dict[str, Any]:
         "to_state": event.to_state,
         "actor": event.actor,
         "evidence": event.evidence,
-        "detail": _DOCUMENTS.encode(dict(event.detail)),
+        "detail": canonical_text(dict(event.detail)),
     }
 
 
