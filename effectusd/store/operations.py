@@ -105,6 +105,7 @@ def _submission_writes(
             params["not_before"] = not_before
             key = (dispatch.effect_id, dispatch.direction)
             params["enqueued_by"] = carried.enqueued_by.get(key)
+            params["started_from"] = params["enqueued_after"] = None  # no step move carried
             dispatches.append(params)
     yield ("insert_step", steps)
     yield ("start_step", starts)
