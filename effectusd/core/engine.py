@@ -15,12 +15,12 @@ from effectusd.core.fan_out import ParallelTransitionBuilder
 from effectusd.core.next_step import TransitionBuilder
 from effectusd.core.registry import Registry, retry_budget
 from effectusd.core.states import (
+    Cause,
     Delivery,
     Direction,
     DispatchState,
     OutcomeClass,
     SagaState,
-    SettledBy,
     StepState,
 )
 from effectusd.core.transition import (
@@ -66,40 +66,46 @@ def settle(
     jitter: float,
 ) -> Transition:
     """Decide everything that follows from ``completion`` (its guard already held)."""
-    builder = _builder(saga, dispatch, completion, registry)
+    builder = _builder(saga, dispatch, completion, registry, completion.actor)
     step = saga.plan.step(dispatch.effect_id)
-    outcome = completion.outcome
-    forward = dispatch.direction is Direction.FORWARD
-    if completion.contract_drift:
-        builder.block(
-            DispatchState.BLOCKED_CONTRACT,
-            SagaState.BLOCKED_CONTRACT,
-            f"verb {dispatch.verb!r} changed since the plan was checked; nothing was sent",
-        )
-    elif completion.fence_wait is not None:
-        _settle_fence_wait(builder, completion.fence_wait, dispatch, registry, jitter)
-    elif outcome is OutcomeClass.SUCCESS:
-        builder.dispatch(DispatchState.SUCCEEDED)
-        if forward:
+    match completion.cause, completion.outcome:
+        case Cause.CONTRACT_DRIFT, _:
+            builder.block(
+                DispatchState.BLOCKED_CONTRACT,
+                SagaState.BLOCKED_CONTRACT,
+                f"verb {dispatch.verb!r} changed since the plan was checked; nothing was sent",
+            )
+        case Cause.FENCE_WAIT, _:
+            assert completion.fence_wait is not None  # Completion.not_sent insists on it
+            _settle_fence_wait(builder, completion.fence_wait, dispatch, registry, jitter)
+        case _, OutcomeClass.SUCCESS if dispatch.direction is Direction.FORWARD:
+            builder.dispatch(DispatchState.SUCCEEDED)
             builder.step(StepState.SUCCEEDED, result=completion.result)
             builder.advance_forward(step)
-        else:
+        case _, OutcomeClass.SUCCESS:
+            builder.dispatch(DispatchState.SUCCEEDED)
             builder.step(StepState.COMPENSATED)
             builder.continue_compensation(step)
-    else:
-        _settle_failure(builder, completion, dispatch, registry, jitter)
+        case _:
+            # answered, budget spent, lease too short, write-ahead failed, reclaimed: the
+            # outcome class and the delivery rule decide
+            _settle_failure(builder, completion, dispatch, registry, jitter)
     builder.resume_if_unblocked()
     return _restore_reason(saga, builder.transition)
 
 
 def _builder(
-    saga: SagaFacts, dispatch: DispatchFacts, completion: Completion, registry: Registry
+    saga: SagaFacts,
+    dispatch: DispatchFacts | None,
+    completion: Completion | None,
+    registry: Registry,
+    actor: str,
 ) -> TransitionBuilder:
     """Sequential plans keep the one-step-at-a-time builder; plans with `after` get the
     builder that recomputes the saga's branches (docs/design.md section 4)."""
     if saga.plan.is_sequential:
-        return TransitionBuilder(saga, dispatch, completion, registry)
-    return ParallelTransitionBuilder(saga, dispatch, completion, registry)
+        return TransitionBuilder(saga, dispatch, completion, registry, actor)
+    return ParallelTransitionBuilder(saga, dispatch, completion, registry, actor)
 
 
 def _settle_fence_wait(
@@ -216,7 +222,7 @@ def cancel_now(
     retry_wait with no uncertain attempt): its step goes back to pending and compensation
     starts over the succeeded steps (saga compensated with ``reason`` when none). No attempt
     completed, so there is no outcome; the store marks the dispatch canceled itself."""
-    builder = _operator_builder(saga, dispatch, registry, actor)
+    builder = _builder(saga, dispatch, None, registry, actor)
     builder.transition.dispatch_state = DispatchState.CANCELED
     builder.step(StepState.PENDING, effect_id=dispatch.effect_id)
     builder.start_compensation(reason, failed=False)
@@ -229,10 +235,7 @@ def resume_enqueue(saga: SagaFacts, registry: Registry, actor: str) -> Transitio
     highest succeeded step with an inverse when the saga was compensating (a step failed or
     was compensated, or a cancel was requested), else the step after the last succeeded one.
     Only ``steps``, ``saga``, ``new_dispatches`` and ``events`` of the result are meaningful."""
-    placeholder = DispatchFacts(
-        0, "", Direction.FORWARD, Delivery.AT_MOST_ONCE, "", DispatchState.QUEUED, 0, 1, None
-    )
-    builder = _operator_builder(saga, placeholder, registry, actor)
+    builder = _builder(saga, None, None, registry, actor)
     if isinstance(builder, ParallelTransitionBuilder):
         builder.reconcile()
         return _restore_reason(saga, builder.transition)
@@ -250,19 +253,3 @@ def resume_enqueue(saga: SagaFacts, registry: Registry, actor: str) -> Transitio
     if builder.transition.saga is None:
         builder.saga(resumed, None)
     return _restore_reason(saga, builder.transition)
-
-
-def _operator_builder(
-    saga: SagaFacts, dispatch: DispatchFacts, registry: Registry, actor: str
-) -> TransitionBuilder:
-    completion = Completion(
-        dispatch.dispatch_id,
-        dispatch.attempt,
-        None,
-        OutcomeClass.SUCCESS,
-        SettledBy.OPERATOR,
-        actor=actor,
-    )
-    builder = _builder(saga, dispatch, completion, registry)
-    builder.transition.last_outcome = None  # no attempt completed
-    return builder

@@ -41,9 +41,14 @@ from effectusd.core.transition import (
 
 class ParallelTransitionBuilder(TransitionBuilder):
     def __init__(
-        self, saga: SagaFacts, dispatch: DispatchFacts, completion: Completion, registry: Registry
+        self,
+        saga: SagaFacts,
+        dispatch: DispatchFacts | None,
+        completion: Completion | None,
+        registry: Registry,
+        actor: str,
     ) -> None:
-        super().__init__(saga, dispatch, completion, registry)
+        super().__init__(saga, dispatch, completion, registry, actor)
         self.graph = PlanGraph.of(saga.plan.steps)
         self.inverse = {s.id: s.compensate is not None for s in saga.plan.steps}
         facts = saga.steps.values()
@@ -241,7 +246,7 @@ class ParallelTransitionBuilder(TransitionBuilder):
     def _resolves_block(self) -> bool:
         """The settled dispatch is not a sibling in flight: it is the one a block is about
         (settled late or by an operator), or there is none (an operator's resume)."""
-        return self.dispatch_facts.state is not DispatchState.IN_FLIGHT
+        return self.moved is None or self.moved.state is not DispatchState.IN_FLIGHT
 
 
 def branches_of(saga: SagaFacts) -> dict[str, Branch]:

@@ -33,24 +33,46 @@ class TransitionBuilder:
     next dispatch the plan calls for (forward, or the next compensation)."""
 
     def __init__(
-        self, saga: SagaFacts, dispatch: DispatchFacts, completion: Completion, registry: Registry
+        self,
+        saga: SagaFacts,
+        dispatch: DispatchFacts | None,
+        completion: Completion | None,
+        registry: Registry,
+        actor: str,
     ) -> None:
+        """``dispatch``: the dispatch this transition moves, None when it moves none (an
+        operator resumes a saga); ``completion``: the attempt's end that settles it, None when
+        no attempt ended (an operator's cancel of a dispatch never sent)."""
         self.saga_facts = saga
-        self.dispatch_facts = dispatch
-        self.completion = completion
+        self.moved = dispatch
+        self.ended = completion
         self.registry = registry
         self.transition = Transition(
-            dispatch_state=dispatch.state,
-            uncertain_attempt=dispatch.uncertain_attempt,
-            last_outcome=completion.outcome,
-            last_error=completion.error,
+            dispatch_state=DispatchState.QUEUED if dispatch is None else dispatch.state,
+            uncertain_attempt=None if dispatch is None else dispatch.uncertain_attempt,
+            last_outcome=None if completion is None else completion.outcome,
+            last_error=None if completion is None else completion.error,
         )
         self.results: dict[str, JsonValue] = {
             s.effect_id: s.result for s in saga.steps.values() if s.result is not None
         }
         self.step_states = {s.effect_id: s.state for s in saga.steps.values()}
         self.saga_state = saga.state
-        self.actor = completion.actor
+        self.actor = actor
+
+    @property
+    def dispatch_facts(self) -> DispatchFacts:
+        """The dispatch this transition moves (asked only of a transition that moves one)."""
+        if self.moved is None:
+            raise ValueError("this transition moves no dispatch")
+        return self.moved
+
+    @property
+    def completion(self) -> Completion:
+        """The attempt's end that settles the dispatch (asked only where an attempt ended)."""
+        if self.ended is None:
+            raise ValueError("no attempt ended in this transition")
+        return self.ended
 
     # -- the dispatch that completed --------------------------------------------------------
     def dispatch(self, state: DispatchState) -> None:

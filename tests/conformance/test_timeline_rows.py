@@ -1,5 +1,6 @@
-"""The settlement and enqueue entries of a timeline are read from the attempt and outbox rows
-(effectusd/core/timeline.py, migration 10012): they are stored as no event, they read as the
+"""The settlement and enqueue entries of a timeline, and a chain's step moves, are read from the
+attempt and outbox rows (effectusd/core/timeline.py, migrations 10012 and 10014): they are
+stored as no event, they read as the
 stored events did, a database an earlier version wrote shows each entry once, and the rows
 they are read from are kept as the events table keeps its rows."""
 
@@ -11,7 +12,13 @@ from typing import Any
 import pytest
 
 from effectusd.core.states import OutcomeClass
-from effectusd.core.timeline import ENQUEUED, SETTLED, Carried, derived_event_id
+from effectusd.core.timeline import (
+    ENQUEUED,
+    SETTLED,
+    Carried,
+    carried_by_rows,
+    derived_event_id,
+)
 from effectusd.operator import Resolution, resolve
 from effectusd.store import operations, rows
 from tests.conformance.support import (
@@ -65,7 +72,24 @@ async def test_settlements_and_enqueues_are_read_from_their_rows_not_stored(
 
     view = store.view(saga)
     assert view["state"] == "compensated"
-    assert stored_kinds(store, saga) == {"saga_submitted": 1, "step_state": 7, "saga_state": 2}
+    # Stored: s3's failure and s1's compensation starting (after the saga's move, which is
+    # stored). Read from rows (migration 10014): s1 and s2 succeeding, s2 and s3 starting, and
+    # s1 compensated, each with the settlement that made it.
+    assert stored_kinds(store, saga) == {"saga_submitted": 1, "step_state": 2, "saga_state": 2}
+    moves = [
+        (e["effect_id"], e["from_state"], e["to_state"], e["event_id"] < 0)
+        for e in view["timeline"]
+        if e["kind"] == "step_state"
+    ]
+    assert moves == [
+        ("s1", "in_progress", "succeeded", True),
+        ("s2", "pending", "in_progress", True),
+        ("s2", "in_progress", "succeeded", True),
+        ("s3", "pending", "in_progress", True),
+        ("s3", "in_progress", "failed", False),
+        ("s1", "succeeded", "compensating", False),
+        ("s1", "compensating", "compensated", True),
+    ]
     ids = dispatch_ids(store, saga)
     entries = [e for e in view["timeline"] if e["kind"] in (SETTLED, ENQUEUED)]
     enqueued = [
@@ -213,6 +237,53 @@ async def test_a_saga_an_earlier_version_wrote_shows_each_entry_once(
     assert stored_kinds(store, new)[ENQUEUED] == stored_kinds(store, new)[SETTLED] == 0
 
 
+def carry_as_10013(events: Any, new: Any, settles: Any = None) -> Carried:
+    """What 10013's version wrote: settlements and enqueues on their rows, every step move
+    stored."""
+    carried = carried_by_rows(events, new, settles)
+    kept = [
+        e
+        for e in events
+        if e is not carried.settled
+        and not (e.kind == ENQUEUED and (e.effect_id, e.direction) in carried.enqueued_by)
+    ]
+    return Carried(kept, carried.settled, carried.enqueued_by)
+
+
+async def test_a_saga_whose_step_moves_an_earlier_version_stored_reads_each_move_once(
+    store: StoreUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Written by 10013's version through its first step, then by this one (migration 10014):
+    the timeline reads as one this version wrote throughout, each step move once: stored
+    before, read from the rows since."""
+    plan = serial_plan("p", ["pay", "pay", "pay"])
+    with monkeypatch.context() as earlier:
+        earlier.setattr(rows, "carried_by_rows", carry_as_10013)
+        old = store.submit(plan, "old")
+        daemon = await store.dispatch_store()
+        await step(daemon, OutcomeClass.SUCCESS)
+    assert stored_kinds(store, old)["step_state"] == 2  # s1 succeeded, s2 started
+    for _ in range(2):
+        await step(daemon, OutcomeClass.SUCCESS)
+    new = store.submit(plan, "new")
+    for _ in range(3):
+        await step(daemon, OutcomeClass.SUCCESS)
+
+    entries = store.view(old)["timeline"]
+    assert store.view(old)["state"] == store.view(new)["state"] == "completed"
+    assert timeline({"timeline": entries}) == timeline(store.view(new))
+    moves = [(e["effect_id"], e["to_state"], e["event_id"] > 0) for e in entries
+             if e["kind"] == "step_state"]  # fmt: skip
+    assert moves == [
+        ("s1", "succeeded", True),
+        ("s2", "in_progress", True),
+        ("s2", "succeeded", False),  # read from the rows since
+        ("s3", "in_progress", False),
+        ("s3", "succeeded", False),
+    ]
+    assert stored_kinds(store, new)["step_state"] == 0
+
+
 def attempt_updates() -> list[str]:
     return [
         "UPDATE effectus_saga_attempts SET error = 'rewritten'",
@@ -223,6 +294,9 @@ def attempt_updates() -> list[str]:
         "UPDATE effectus_saga_outbox SET enqueued_by = 'someone else'",
         "UPDATE effectus_saga_outbox SET idempotency_key = idempotency_key",
         "UPDATE effectus_saga_outbox SET created_at = created_at",
+        "UPDATE effectus_saga_attempts SET settled_step = settled_step",
+        "UPDATE effectus_saga_outbox SET started_from = started_from",
+        "UPDATE effectus_saga_outbox SET enqueued_after = enqueued_after",
         "DELETE FROM effectus_saga_outbox",  # rows leave only with their step
     ]
 

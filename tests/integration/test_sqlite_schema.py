@@ -183,6 +183,8 @@ def seed_saga(
                 "max_attempts": 3,
                 "not_before": not_before,
                 "enqueued_by": "test",
+                "started_from": None,  # its step's start is not carried on the row
+                "enqueued_after": None,
             }
         ],
     )
@@ -986,6 +988,7 @@ def test_recorder_statements_settle_once_and_keep_late_evidence(conn: sqlite3.Co
         "saga_id": saga_id,
         "settled_to": "retry_wait",  # the attempt row carries the settlement's timeline entry
         "settled_actor": "engine",
+        "settled_step": None,  # the step move, if any, is a stored event
     }
     q(conn, "settle_attempt", [settle])
     q(conn, "settle_attempt", [{**settle, "outcome": "success", "settled_to": "succeeded"}])
