@@ -157,6 +157,8 @@ class Console:
         if not session.principal.can_write:
             why = self.guard.why_read_only(session.principal)
             return html_response(403, page("Forbidden", Html(tag("p", why) + back), who))
+        if "evidence" in form:  # a text box's lines are one statement: fold them to one line
+            form["evidence"] = " ".join(form["evidence"].split())
         status, answer = await run_action(self.service, action, saga_id, form, session.principal)
         if answer["ok"]:
             return redirect(f"/sagas/{saga_id}?did={quote(action)}")

@@ -208,6 +208,26 @@ async def test_the_tokenless_console_opens_no_session_and_its_forms_need_no_cook
     assert resolved["actor"] == "console:loopback/bob"
 
 
+async def test_evidence_typed_on_several_lines_in_the_form_is_kept_as_one_line(db: str) -> None:
+    """The form's text box lets an operator press Enter; the API still refuses a newline
+    (the operator layer's rule), the form folds the lines into one."""
+    with running(answer({("s1", "forward", None): UNKNOWN})) as dest:
+        config, saga = await _blocked_unknown(db, dest.base_url)
+        tokenless = with_console(config, loopback_actions=True)
+        async with console_running(tokenless, db, environ={}) as base:
+            async with httpx.AsyncClient(base_url=base) as http:
+                csrf = csrf_of((await http.get(f"/sagas/{saga}")).text)
+                fields = {"effect_id": "s1", "direction": "forward", "decision": "committed"}
+                acted = await http.post(
+                    f"/sagas/{saga}/resolve",
+                    data={**fields, "evidence": "ledger row 7\r\n\tcharge c-1  ", "csrf": csrf},
+                    headers={"Origin": base},
+                )
+    assert acted.status_code == 303, acted.text
+    [resolved] = events(db, saga, "operator_resolve")
+    assert resolved["evidence"] == "ledger row 7 charge c-1"
+
+
 async def test_a_read_only_console_says_why_in_its_own_words(db: str) -> None:
     with running(answer({("s1", "forward", None): UNKNOWN})) as dest:
         config, saga = await _blocked_unknown(db, dest.base_url)
