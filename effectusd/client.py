@@ -31,6 +31,7 @@ from effectusd.backends.connections import (
     require_connection,
     require_pool,
 )
+from effectusd.backends.errors import UNAVAILABLE
 from effectusd.backends.operation import Operation
 from effectusd.config import Config, load_config
 from effectusd.core.canonical import JsonValue
@@ -82,6 +83,11 @@ def default_actor() -> str:
 def settled(view: SagaView) -> bool:
     """``wait``'s default: nothing more happens without an operator."""
     return view.state.is_terminal or view.state.is_blocked
+
+
+# A wait whose read failed after an earlier one worked (the database restarting or failing
+# over) reads again after at most this long, until its timeout.
+WAIT_RETRY_S = 0.5
 
 
 def until_predicate(until: Until) -> Callable[[SagaView], bool]:
@@ -291,12 +297,22 @@ class Client(_ClientBase):
         """The saga's view once ``until`` holds (default: terminal or blocked). Wakes on the
         store's notification of the saga's state changes (PostgreSQL; looking again at least
         every ``backend.poll_interval_s``), polls on SQLite. SagaNotFound if there is no such
-        saga, WaitTimeout (with the last view) if ``until`` still fails after ``timeout``s."""
+        saga, WaitTimeout (with the last view) if ``until`` still fails after ``timeout``s.
+        Once it has read the saga, a database that goes away (a restart, a failover to a
+        standby) is read again until the timeout, and the LISTEN connection opened again."""
         done = until_predicate(until)
         deadline = time.monotonic() + timeout
+        last: SagaView | None = None
         with self.backend.saga_changes() as changes:  # listening before the first read
             while True:
-                view = self.get(saga_id)
+                try:
+                    view = self.get(saga_id)
+                except UNAVAILABLE:  # once the saga was read: a restart or failover, wait on
+                    if last is None or time.monotonic() >= deadline:
+                        raise
+                    changes.wait(last.saga_id, min(deadline - time.monotonic(), WAIT_RETRY_S))
+                    continue
+                last = view
                 if view is None:
                     raise SagaNotFound(f"saga {saga_id} does not exist")
                 if done(view):
@@ -382,9 +398,17 @@ class AsyncClient(_ClientBase):
         """``Client.wait``, asynchronously."""
         done = until_predicate(until)
         deadline = time.monotonic() + timeout
+        last: SagaView | None = None
         async with self.backend.saga_changes_async() as changes:
             while True:
-                view = await self.get(saga_id)
+                try:
+                    view = await self.get(saga_id)
+                except UNAVAILABLE:
+                    if last is None or time.monotonic() >= deadline:
+                        raise
+                    await changes.wait(last.saga_id, min(deadline - time.monotonic(), WAIT_RETRY_S))
+                    continue
+                last = view
                 if view is None:
                     raise SagaNotFound(f"saga {saga_id} does not exist")
                 if done(view):

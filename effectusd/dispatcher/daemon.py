@@ -17,6 +17,7 @@ from effectusd.backends.errors import DATABASE_ERRORS, LISTEN_LOST, failure_name
 from effectusd.client import registry_from_config
 from effectusd.config import Config, ConfigError
 from effectusd.console import Console
+from effectusd.core.replication import REFUSED_SERVERS
 from effectusd.dispatcher.capacity import Capacity
 from effectusd.dispatcher.heap import settle_heap
 from effectusd.dispatcher.loops import Loop, Round
@@ -86,6 +87,9 @@ class Daemon:
         self.metrics = Metrics()
         self.http_port: int | None = None  # the bound port, once the endpoints are up
         self.backend = backend_for(database_url)
+        self.replication = self.backend.watch_replication(
+            require_synchronous=config.database.require_synchronous_replication
+        )
         self._store: DispatchStore | None = None
         self._background: list[asyncio.Task[Any]] = []
         self.claimer: Loop | None = None
@@ -97,6 +101,11 @@ class Daemon:
         self._console()
         with self.backend.connect() as conn:
             self.backend.require_current(conn)
+            if self.replication is not None:
+                try:
+                    self.replication.connected_sync(conn)
+                except REFUSED_SERVERS as exc:
+                    raise ConfigError(str(exc)) from exc
 
     async def _open_store(self) -> DispatchStore:
         database = self.config.database
@@ -354,6 +363,7 @@ class Daemon:
             "draining": self.stopping.is_set(),
             "notifications": "listening" if self.listening else "polling",
             "store": self.backend.dialect,
+            **({} if self.replication is None else {"replication": self.replication.report()}),
         }
 
     async def _listen_round(self) -> float:
