@@ -148,6 +148,7 @@ class Daemon:
         if observability.http_port is not None:
             server = ObservabilityServer(self.metrics, self._healthy, self._ready, self._console())
             self.http_port = await server.start(observability.http_host, observability.http_port)
+            log.info("serving /healthz and /readyz on port %d", self.http_port)
         self.started = True
         self._install_signals()
         log.info("daemon %s started (%d destination(s))", self.owner, len(executors))
