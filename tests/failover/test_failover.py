@@ -10,8 +10,10 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
+from effectusd.backends.postgres.replication import ReplicationWatch
 from effectusd.client import Client
 from effectusd.config import Config, ConfigError
+from effectusd.core.replication import ASYNCHRONOUS_WARNING, ReadOnlyServer, ReplicationMode
 from effectusd.dispatcher.daemon import Daemon
 from tests.chaos import runner as chaos
 from tests.chaos.scenarios import Scenario
@@ -112,3 +114,26 @@ def test_require_synchronous_replication_refuses_an_asynchronous_standby_at_star
     strict.database.require_synchronous_replication = True
     with pytest.raises(ConfigError, match="require_synchronous_replication"):
         Daemon(strict, url).check_startup()
+
+
+async def test_a_connection_to_a_standby_is_refused_and_a_primary_one_waits_for_its_standby(
+    asynchronous: cluster.Pair,
+) -> None:
+    watch = ReplicationWatch(require_synchronous=False)
+    standby = asynchronous.admin_url(asynchronous.standby_port, "effectusd")
+    async with await psycopg.AsyncConnection.connect(standby, autocommit=True) as conn:
+        with pytest.raises(ReadOnlyServer):
+            await watch.connected(conn)
+    assert watch.report() == {"mode": "unknown", "refused": 1}
+
+    local = asynchronous.admin_url(asynchronous.primary_port, "effectusd")
+    local += "?options=-c%20synchronous_commit%3Dlocal"
+    async with await psycopg.AsyncConnection.connect(local, autocommit=True) as conn:
+        server = await watch.connected(conn)
+        shown = await (await conn.execute("SHOW synchronous_commit")).fetchone()
+    assert shown == ("remote_write",)
+    assert server.mode is ReplicationMode.ASYNCHRONOUS and server.timeline == 1
+    report = watch.report()
+    assert report["mode"] == "asynchronous" and report["standbys"] == 1
+    assert report["warning"] == ASYNCHRONOUS_WARNING
+    assert report["connections_opened"] == 1 and report["connections_refused"] == 1
