@@ -8,6 +8,7 @@ import asyncio
 import psycopg
 import pytest
 
+from effectusd import AsyncClient
 from effectusd.core.states import SagaState
 from tests.support.destination import ok, running
 from tests.support.harness import client_for, daemon_running, make_config, serial_plan
@@ -31,14 +32,18 @@ async def until(probe, what: str) -> None:  # type: ignore[no-untyped-def]
             await asyncio.sleep(0.02)
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["Client", "AsyncClient"])
 async def test_a_wait_whose_listen_connection_is_killed_listens_again_and_returns_the_end(
-    db: str,
+    db: str, asynchronous: bool
 ) -> None:
     with running(ok) as dest:
         config = make_config(dest.base_url, {"do": {}})
         client = client_for(config, db)
         saga = client.submit(serial_plan("wait", ["do"]), execution_id="w-1").saga_id
-        waiting = asyncio.create_task(asyncio.to_thread(client.wait, saga, 60.0))
+        if asynchronous:
+            waiting = asyncio.create_task(AsyncClient(config, database_url=db).wait(saga, 60.0))
+        else:
+            waiting = asyncio.create_task(asyncio.to_thread(client.wait, saga, 60.0))
         await until(lambda: listeners(db), "the wait listening")
         [first] = listeners(db)
         with psycopg.connect(db, autocommit=True) as conn:
