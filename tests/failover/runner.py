@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +51,9 @@ class FailoverReport(Report):
     lost_commits: int = 0  # what the old primary committed while its standby got nothing
     warned: bool = False  # the asynchronous-replication warning, in the log and /readyz
     mode_before: str = ""
+    running_at_failover: int = 0  # sagas not yet ended when the primary died
     ready_after_s: float | None = None  # from the promotion to /readyz ready on the new timeline
     wait_result: str = ""
-    notes: list[str] = field(default_factory=list)
 
 
 def run_failover(scenario: Scenario) -> FailoverReport:
@@ -89,7 +89,6 @@ def run_failover(scenario: Scenario) -> FailoverReport:
             if not synchronous and not report.warned:
                 report.violations.append("no asynchronous-replication warning (log and /readyz)")
             chaos._settle(config, url)
-            report.restarts = 0
             chaos._check(report, scenario, url, dest_url)
         _check_fencing(report, dest_url)
         _check_at_most_once(report, dest_url, strict=synchronous)
@@ -125,6 +124,9 @@ def _fail_over_mid_drain(
         pair.stall_replication()
         _bound(lambda: _committed(pair) >= base + 12 or None, "commits the standby never gets")
         report.lost_commits = _committed(pair) - base
+    report.running_at_failover = chaos._outstanding(url)
+    if report.running_at_failover == 0:
+        report.violations.append("every saga had ended before the failover: nothing was tested")
     pair.fail_over()
     promoted = time.monotonic()
     after = _bound(lambda: _ready(port, timeline=2), "the daemon ready on the new primary")

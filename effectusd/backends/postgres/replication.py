@@ -35,7 +35,8 @@ STATEMENTS = Statements("effectusd.backends.postgres", "sql")
 
 
 class ReplicationWatch:
-    """What the daemon's connections found, the latest first; shared by its pool."""
+    """What the daemon's connections found about their server (the latest kept), shared by
+    its pool and its start-up check."""
 
     def __init__(self, *, require_synchronous: bool) -> None:
         self.require_synchronous = require_synchronous
