@@ -44,9 +44,11 @@ bench-peers: install
 bench-instructions: install
 	$(BIN)/python -m effectusd.bench.instructions --database-url $(BENCH_DATABASE_URL)
 
-# The long chaos run (about fifteen minutes): prints the evidence table published in docs/evidence.md.
+# The long chaos run (about fifteen minutes): prints the evidence table published in docs/evidence.md,
+# then the failover rows (a primary and standby of its own: tests/failover).
 chaos: install
-	$(BIN)/python -m tests.chaos.runner
+	$(BIN)/python -m tests.chaos.runner; chaos=$$?; \
+	$(BIN)/python -m tests.failover.runner && exit $$chaos
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -31,6 +31,7 @@ from effectusd.backends.connections import (
     require_connection,
     require_pool,
 )
+from effectusd.backends.errors import UNAVAILABLE
 from effectusd.backends.operation import Operation
 from effectusd.config import Config, load_config
 from effectusd.core.canonical import JsonValue
@@ -86,6 +87,11 @@ def until_states(until: Until) -> frozenset[SagaState] | None:
     if until is None or callable(until):
         return None
     return frozenset(SagaState(state) for state in until)  # ValueError: no such state
+
+
+# A wait whose read failed after an earlier one worked (the database restarting or failing
+# over) reads again after at most this long, until its timeout.
+WAIT_RETRY_S = 0.5
 
 
 def until_predicate(until: Until) -> Callable[[SagaView], bool]:
@@ -308,12 +314,22 @@ class Client(_ClientBase):
         store's notification of the saga's state changes (PostgreSQL; looking again at least
         every ``backend.poll_interval_s``), polls on SQLite. SagaNotFound if there is no such
         saga, WaitTimeout (with the last view) if ``until`` still fails after ``timeout``s, at
-        once (WaitUnreachable) when the saga finished in a state ``until`` does not name."""
+        once (WaitUnreachable) when the saga finished in a state ``until`` does not name.
+        Once it has read the saga, a database that goes away (a restart, a failover to a
+        standby) is read again until the timeout, and the LISTEN connection opened again."""
         done, states = until_predicate(until), until_states(until)
         deadline = time.monotonic() + timeout
+        last: SagaView | None = None
         with self.backend.saga_changes() as changes:  # listening before the first read
             while True:
-                view = self.get(saga_id)
+                try:
+                    view = self.get(saga_id)
+                except UNAVAILABLE:  # once the saga was read: a restart or failover, wait on
+                    if last is None or time.monotonic() >= deadline:
+                        raise
+                    changes.wait(last.saga_id, min(deadline - time.monotonic(), WAIT_RETRY_S))
+                    continue
+                last = view
                 if view is None:
                     raise SagaNotFound(f"saga {saga_id} does not exist")
                 if done(view):
@@ -401,9 +417,17 @@ class AsyncClient(_ClientBase):
         """``Client.wait``, asynchronously."""
         done, states = until_predicate(until), until_states(until)
         deadline = time.monotonic() + timeout
+        last: SagaView | None = None
         async with self.backend.saga_changes_async() as changes:
             while True:
-                view = await self.get(saga_id)
+                try:
+                    view = await self.get(saga_id)
+                except UNAVAILABLE:
+                    if last is None or time.monotonic() >= deadline:
+                        raise
+                    await changes.wait(last.saga_id, min(deadline - time.monotonic(), WAIT_RETRY_S))
+                    continue
+                last = view
                 if view is None:
                     raise SagaNotFound(f"saga {saga_id} does not exist")
                 if done(view):

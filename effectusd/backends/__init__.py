@@ -25,7 +25,7 @@ from effectusd.core.database_url import Dialect, PostgresDatabase, parse_databas
 
 T = TypeVar("T")
 
-__all__ = ["Backend", "Connection", "Session", "backend_for"]
+__all__ = ["Backend", "Connection", "Replication", "Session", "backend_for"]
 
 
 class Session(Protocol):
@@ -35,6 +35,16 @@ class Session(Protocol):
     async def write_single(self, operation: Operation[T]) -> T: ...
     async def read(self, operation: Operation[T]) -> T: ...
     async def close(self) -> None: ...
+
+
+class Replication(Protocol):
+    """What the daemon's connections found about their server's replication (PostgreSQL)."""
+
+    def connected_sync(self, conn: Any) -> object:
+        """Read ``conn``'s server; raise if the daemon must not use it."""
+
+    def report(self) -> dict[str, object]:
+        """The ``/readyz`` body's ``replication`` entry."""
 
 
 class Backend(Protocol):
@@ -60,6 +70,8 @@ class Backend(Protocol):
     def wakeups(self) -> AsyncGenerator[None, None]: ...
     def saga_changes(self) -> AbstractContextManager[SagaChanges]: ...
     def saga_changes_async(self) -> AbstractAsyncContextManager[AsyncSagaChanges]: ...
+    # The watch every connection of open_session's pool reports to (None: SQLite).
+    def watch_replication(self, *, require_synchronous: bool) -> Replication | None: ...
     async def open_session(self, min_size: int, max_size: int) -> Session: ...
 
 

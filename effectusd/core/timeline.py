@@ -18,7 +18,7 @@ Three kinds of entry say nothing their rows do not, so they are read from them:
   that event's transaction; settlements at one place go by ``completed_at``, dispatch,
   attempt. A second settlement of an attempt (a late answer that settles a block, an
   operator's resolution) writes nothing on the row and stays a stored event;
-* the two step moves of a chain (migration 10014): ``step_state`` of the step a settlement
+* the two step moves of a chain (migration 10015): ``step_state`` of the step a settlement
   completes (forward: in_progress to succeeded; compensation: compensating to compensated),
   on that attempt row (``settled_step``), right after the settlement; and ``step_state`` of
   the step the same transaction starts, on the new outbox row (``started_from``, the step's

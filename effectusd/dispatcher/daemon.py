@@ -15,6 +15,7 @@ from typing import Any
 from effectusd.backends import backend_for
 from effectusd.backends.errors import DATABASE_ERRORS, LISTEN_LOST, failure_name
 from effectusd.config import Config, ConfigError
+from effectusd.core.replication import REFUSED_SERVERS
 from effectusd.dispatcher.capacity import Capacity
 from effectusd.dispatcher.heap import settle_heap
 from effectusd.dispatcher.loops import Loop, Round
@@ -93,6 +94,9 @@ class Daemon:
         self.metrics = Metrics()
         self.http_port: int | None = None  # the bound port, once the endpoints are up
         self.backend = backend_for(database_url)
+        self.replication = self.backend.watch_replication(
+            require_synchronous=config.database.require_synchronous_replication
+        )
         self._store: DispatchStore | None = None
         self._background: list[asyncio.Task[Any]] = []
         self.claimer: Loop | None = None
@@ -107,6 +111,11 @@ class Daemon:
             self._extra_routes = [self._web(self.metrics.outcome_totals)]
         with self.backend.connect() as conn:
             self.backend.require_current(conn)
+            if self.replication is not None:
+                try:
+                    self.replication.connected_sync(conn)
+                except REFUSED_SERVERS as exc:
+                    raise ConfigError(str(exc)) from exc
 
     async def _open_store(self) -> DispatchStore:
         database = self.config.database
@@ -151,6 +160,7 @@ class Daemon:
                 self.metrics, self._healthy, self._ready, self._extra_routes
             )
             self.http_port = await server.start(observability.http_host, observability.http_port)
+            log.info("serving /healthz and /readyz on port %d", self.http_port)
         self.started = True
         self._install_signals()
         log.info("daemon %s started (%d destination(s))", self.owner, len(executors))
@@ -352,6 +362,7 @@ class Daemon:
             "draining": self.stopping.is_set(),
             "notifications": "listening" if self.listening else "polling",
             "store": self.backend.dialect,
+            **({} if self.replication is None else {"replication": self.replication.report()}),
         }
 
     async def _listen_round(self) -> float:

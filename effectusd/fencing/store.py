@@ -1,8 +1,10 @@
 """Fencing kept by the store itself (PostgreSQL or SQLite): durable_monotonic.
 
 Tokens live in effectus_fencing_counters and only ever increase (a trigger refuses anything
-else), across restarts and across every daemon sharing the database. On SQLite that is every
-process on the one host that opens the file; nothing beyond that host can share it.
+else), across restarts and across every daemon sharing the database. On PostgreSQL they also
+rise across a failover to a standby that missed the last grants: each token carries the
+server's timeline (migration 10014; docs/design.md section 8). On SQLite that is every process
+on the one host that opens the file; nothing beyond that host can share it.
 """
 
 from __future__ import annotations

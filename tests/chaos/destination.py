@@ -6,7 +6,8 @@ after committing (stall past the caller's timeout, or reset the connection).
 
 kit:   honours the destination contract through effectusd.destination; each business
        mutation is one row in chaos_mutations, written in the kit's transaction.
-plain: honours nothing (the control); every request it receives is a row in chaos_received.
+plain: honours nothing (the control); every request it receives is a row in chaos_received
+       (in kit mode too with --log-received). A mutation's fencing tokens: chaos_fence_log.
 Arguments {"fail": true} make the forward call fail permanently (to exercise compensation).
 """
 
@@ -36,6 +37,10 @@ CREATE TABLE IF NOT EXISTS chaos_mutations (
     direction text NOT NULL, attempt integer NOT NULL,
     at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
+CREATE TABLE IF NOT EXISTS chaos_fence_log (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    resource text NOT NULL, token bigint NOT NULL, idempotency_key text NOT NULL
+);
 CREATE TABLE IF NOT EXISTS chaos_received (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     idempotency_key text NOT NULL, saga_id text NOT NULL, effect_id text NOT NULL,
@@ -48,13 +53,22 @@ INSERT_MUTATION = (
     " VALUES (%s, %s, %s, %s, %s)"
 )
 INSERT_RECEIVED = INSERT_MUTATION.replace("chaos_mutations", "chaos_received")
+# Each mutation's fencing tokens, in the kit's transaction: per resource, in the order the
+# watermark's row lock let them commit (tests/failover checks they strictly increase).
+INSERT_FENCE = "INSERT INTO chaos_fence_log (resource, token, idempotency_key) VALUES (%s, %s, %s)"
 
 
 class Server:
     def __init__(
-        self, pool: AsyncConnectionPool[Any], mode: str, stall: float, reset: float
+        self,
+        pool: AsyncConnectionPool[Any],
+        mode: str,
+        stall: float,
+        reset: float,
+        received: bool = False,
     ) -> None:
         self.pool, self.mode, self.stall, self.reset = pool, mode, stall, reset
+        self.received = received  # kit mode: also keep a row per request received
 
     async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -96,6 +110,9 @@ class Server:
             if json.loads(body).get("fail") and headers["x-effectus-direction"] == "forward":
                 return 422, {"error": "no"}, ["X-Effectus-Outcome: permanent_failure"]
             return 200, {"ok": True}, []
+        if self.received:  # every request that reached the kit, replays included
+            async with self.pool.connection() as conn:
+                await conn.execute(INSERT_RECEIVED, _identity(headers))
         try:
             request = parse_request(headers, body)
         except ProtocolError as exc:
@@ -114,6 +131,8 @@ class Server:
 async def mutate(conn: psycopg.AsyncConnection[Any], request: Any) -> Any:
     if request.arguments.get("fail") and request.direction == "forward":
         raise PermanentFailure("declined")
+    for grant in request.fencing_grants:
+        await conn.execute(INSERT_FENCE, (grant.resource, grant.token, request.idempotency_key))
     await conn.execute(
         INSERT_MUTATION,
         (
@@ -145,7 +164,9 @@ async def main(args: argparse.Namespace) -> None:
     async with AsyncConnectionPool(
         args.database_url, min_size=2, max_size=16, kwargs={"autocommit": True}
     ) as pool:
-        server = Server(pool, args.mode, args.stall_after_commit, args.reset_after_commit)
+        server = Server(
+            pool, args.mode, args.stall_after_commit, args.reset_after_commit, args.log_received
+        )
         listener = await asyncio.start_server(server.connection, "127.0.0.1", args.port)
         print("ready", listener.sockets[0].getsockname()[1], flush=True)  # the port, if 0
         async with listener:
@@ -159,4 +180,5 @@ if __name__ == "__main__":
     parser.add_argument("--mode", choices=["kit", "plain"], default="kit")
     parser.add_argument("--stall-after-commit", type=float, default=0.0)
     parser.add_argument("--reset-after-commit", type=float, default=0.0)
+    parser.add_argument("--log-received", action="store_true", help="kit: a row per request")
     asyncio.run(main(parser.parse_args()))

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -99,7 +99,11 @@ class Daemons:
         self.kills = 0
         self.restarts = 0
 
-    def spawn(self, fault: str | None) -> subprocess.Popen[bytes]:
+    def spawn(
+        self, fault: str | None, *extra: str, log: IO[bytes] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """A daemon dying at ``fault`` (None: never), run with ``extra`` arguments; its log
+        (at INFO) goes to ``log`` if given."""
         env = {**os.environ, topology.TOKEN_ENV: topology.TOKEN}
         env.pop("EFFECTUSD_FAULT", None)
         if fault:
@@ -116,11 +120,12 @@ class Daemons:
                 self.url,
                 "run",
                 "--log-level",
-                "WARNING",
+                "WARNING" if log is None else "INFO",
+                *extra,
             ],
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL if log is None else log,
         )
 
     def _fault(self) -> str | None:
@@ -183,6 +188,7 @@ def _destinations(
                 *("--mode", scenario.mode),
                 *("--stall-after-commit", str(scenario.stall_after_commit)),
                 *("--reset-after-commit", str(scenario.reset_after_commit)),
+                *(("--log-received",) if scenario.failover else ()),
             )
         if scenario.hostile:
             assert set(scenario.hostile) <= set(BEHAVIOURS), scenario.hostile

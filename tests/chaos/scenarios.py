@@ -31,6 +31,9 @@ class Scenario:
     # hostile.py behaviours, one destination each; with any, half the sagas are hostile
     hostile: tuple[str, ...] = ()
     fan_out: bool = False  # parallel steps: tests/chaos/fan_out.py's plans and checks
+    # PostgreSQL fails over mid-drain (tests/failover): "synchronous" or "asynchronous"
+    # replication; the plans take a fenced step and an at_most_once one
+    failover: str = ""
 
 
 @dataclass

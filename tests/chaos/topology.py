@@ -24,6 +24,8 @@ TOKEN_ENV = "EFFECTUSD_CHAOS_TOKEN"
 TOKEN = secrets.token_hex(16)
 PROPER_RESULT = {"ok": True}  # the only body a hostile destination's proper answer holds
 TERMINAL = ("completed", "compensated", "failed")
+FENCED = "slot"  # the failover plans' fenced resources: slot:0 … slot:3
+FENCED_SLOTS = 4
 _RETRY = '{ max_attempts = 30, initial_backoff = "20ms", max_backoff = "300ms" }'
 _HOSTILE_RETRY = '{ max_attempts = 3, initial_backoff = "20ms", max_backoff = "100ms" }'
 
@@ -49,7 +51,7 @@ def config_text(ports: dict[str, int], scenario: Scenario) -> str:
         hostile = name.startswith(HOSTILE)
         parts.append(
             f'[destinations.{name}]\nbase_url = "http://127.0.0.1:{port}"\ntimeout = "1s"\n'
-            'connect_timeout = "500ms"\nmax_concurrency = 16\n'
+            f'connect_timeout = "500ms"\nmax_concurrency = {4 if scenario.failover else 16}\n'
         )
         if hostile:
             # both HTTP clients meet the hostile behaviours, alternately
@@ -62,6 +64,14 @@ def config_text(ports: dict[str, int], scenario: Scenario) -> str:
             f'delivery = "{delivery}"\nretry = {retry}\n'
             for verb in ("do", "undo")
         )
+        if scenario.failover and not hostile:
+            parts.append(
+                f'[verbs."{name}.fenced"]\ndestination = "{name}"\npath = "/fenced"\n'
+                f'delivery = "at_least_once"\nretry = {retry}\n'
+                f'fencing = ["{FENCED}:{{args.slot}}"]\n'
+                f'[verbs."{name}.once"]\ndestination = "{name}"\npath = "/once"\n'
+                f'delivery = "at_most_once"\nretry = {retry}\n'
+            )
     return "".join(parts)
 
 
@@ -74,11 +84,35 @@ def _step(i: int, destination: str, fail: bool) -> dict[str, Any]:
     }
 
 
+def _failover_plan(destination: str, index: int, fail_every: int) -> tuple[str, dict[str, Any]]:
+    """A fenced step on one of FENCED_SLOTS resources shared by many sagas, an at_most_once
+    step, then a step that fails in every ``fail_every``th saga (compensation)."""
+    undo = {"verb": f"{destination}.undo", "args": {"i": 0}}
+    steps = [
+        {
+            "id": "fenced",
+            "verb": f"{destination}.fenced",
+            "args": {"slot": index % FENCED_SLOTS, "fail": False},
+            "compensate": undo,
+        },
+        {
+            "id": "once",
+            "verb": f"{destination}.once",
+            "args": {"i": index, "fail": False},
+            "compensate": undo,
+        },
+        _step(3, destination, fail_every > 0 and index % fail_every == 0),
+    ]
+    return f"f-{index}", {"plan_id": "chaos-failover", "steps": steps}
+
+
 def plan(scenario: Scenario, index: int) -> tuple[str, dict[str, Any]]:
     """The execution ID and plan of the scenario's ``index``th saga."""
     healthy = healthy_names(scenario)
     if scenario.fan_out:
         return fan_out.plan(healthy[0], index, scenario.fail_every)
+    if scenario.failover:
+        return _failover_plan(healthy[0], index, scenario.fail_every)
     if not scenario.hostile:
         fail = scenario.fail_every > 0 and index % scenario.fail_every == 0
         steps = [

@@ -1,5 +1,5 @@
 """The settlement and enqueue entries of a timeline, and a chain's step moves, are read from the
-attempt and outbox rows (effectusd/core/timeline.py, migrations 10012 and 10014): they are
+attempt and outbox rows (effectusd/core/timeline.py, migrations 10012 and 10015): they are
 stored as no event, they read as the
 stored events did, a database an earlier version wrote shows each entry once, and the rows
 they are read from are kept as the events table keeps its rows."""
@@ -73,7 +73,7 @@ async def test_settlements_and_enqueues_are_read_from_their_rows_not_stored(
     view = store.view(saga)
     assert view["state"] == "compensated"
     # Stored: s3's failure and s1's compensation starting (after the saga's move, which is
-    # stored). Read from rows (migration 10014): s1 and s2 succeeding, s2 and s3 starting, and
+    # stored). Read from rows (migration 10015): s1 and s2 succeeding, s2 and s3 starting, and
     # s1 compensated, each with the settlement that made it.
     assert stored_kinds(store, saga) == {"saga_submitted": 1, "step_state": 2, "saga_state": 2}
     moves = [
@@ -237,8 +237,8 @@ async def test_a_saga_an_earlier_version_wrote_shows_each_entry_once(
     assert stored_kinds(store, new)[ENQUEUED] == stored_kinds(store, new)[SETTLED] == 0
 
 
-def carry_as_10013(events: Any, new: Any, settles: Any = None) -> Carried:
-    """What 10013's version wrote: settlements and enqueues on their rows, every step move
+def carry_as_before_10015(events: Any, new: Any, settles: Any = None) -> Carried:
+    """What the version before 10015 wrote: settlements and enqueues on their rows, every step move
     stored."""
     carried = carried_by_rows(events, new, settles)
     kept = [
@@ -253,12 +253,12 @@ def carry_as_10013(events: Any, new: Any, settles: Any = None) -> Carried:
 async def test_a_saga_whose_step_moves_an_earlier_version_stored_reads_each_move_once(
     store: StoreUnderTest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Written by 10013's version through its first step, then by this one (migration 10014):
+    """Written by an earlier version through its first step, then by this one (migration 10015):
     the timeline reads as one this version wrote throughout, each step move once: stored
     before, read from the rows since."""
     plan = serial_plan("p", ["pay", "pay", "pay"])
     with monkeypatch.context() as earlier:
-        earlier.setattr(rows, "carried_by_rows", carry_as_10013)
+        earlier.setattr(rows, "carried_by_rows", carry_as_before_10015)
         old = store.submit(plan, "old")
         daemon = await store.dispatch_store()
         await step(daemon, OutcomeClass.SUCCESS)

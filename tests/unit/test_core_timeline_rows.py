@@ -324,7 +324,7 @@ def test_a_claim_is_placed_after_the_enqueue_or_settlement_that_made_it_due() ->
     ]
 
 
-# -- a chain's step moves (migration 10014) ------------------------------------------------
+# -- a chain's step moves (migration 10015) ------------------------------------------------
 
 DONE_A = Event("step_state", "a", from_state="in_progress", to_state="succeeded")
 

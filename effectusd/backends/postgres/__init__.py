@@ -20,6 +20,8 @@ from effectusd.backends.errors import schema_checked
 from effectusd.backends.operation import Operation
 from effectusd.backends.postgres import migrations as postgres_migrations
 from effectusd.backends.postgres import runner as postgres_runner
+from effectusd.backends.postgres.hosts import primary_conninfo
+from effectusd.backends.postgres.replication import ReplicationWatch
 from effectusd.backends.postgres.session import (
     PoolSession,
     SagaListener,
@@ -81,7 +83,15 @@ class PostgresBackend(StoreBackend):
 
     def __init__(self, url: str, database: PostgresDatabase) -> None:
         self.url = url
-        self.conninfo = database.conninfo
+        self.conninfo = primary_conninfo(database.conninfo)  # several hosts: the writable one
+        self.replication: ReplicationWatch | None = None
+
+    def watch_replication(self, *, require_synchronous: bool) -> ReplicationWatch:
+        """From now on every connection of ``open_session``'s pool reads its server's
+        replication settings into the watch, which refuses a standby (and, if required, a
+        server without synchronous replication): the daemon's view of its server."""
+        self.replication = ReplicationWatch(require_synchronous=require_synchronous)
+        return self.replication
 
     @contextmanager
     def connect(self, *, create: bool = False) -> Iterator[psycopg.Connection[Any]]:
@@ -147,4 +157,6 @@ class PostgresBackend(StoreBackend):
         return notifications(self.conninfo, self.statements, "listen_outbox")
 
     async def open_session(self, min_size: int, max_size: int) -> PoolSession:
-        return await PoolSession.open(self.conninfo, self.statements, min_size, max_size)
+        return await PoolSession.open(
+            self.conninfo, self.statements, min_size, max_size, self.replication
+        )

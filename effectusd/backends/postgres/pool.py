@@ -6,6 +6,8 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from effectusd.backends.postgres.hosts import primary_conninfo
+
 __all__ = ["AsyncPool", "PoolTimeout", "service_pool"]
 
 AsyncPool = AsyncConnectionPool[Any]
@@ -13,9 +15,10 @@ AsyncPool = AsyncConnectionPool[Any]
 
 def service_pool(conninfo: str, min_size: int, max_size: int) -> AsyncPool:
     """A pool, not yet open, whose connections are tested before each use: a pooled
-    connection may have died with its server (a restart)."""
+    connection may have died with its server (a restart or a failover); a URL naming several
+    hosts connects to the one that takes writes."""
     return AsyncConnectionPool(
-        conninfo,
+        primary_conninfo(conninfo),
         min_size=min_size,
         max_size=max_size,
         open=False,

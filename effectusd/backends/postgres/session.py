@@ -4,6 +4,8 @@ state changes (``Client.wait``)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
@@ -13,6 +15,7 @@ from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
 from effectusd.backends.operation import Operation, one_statement
+from effectusd.backends.postgres.replication import ReplicationWatch
 from effectusd.backends.postgres.runner import loads_document, run_async, sql
 from effectusd.backends.statements import Statements
 
@@ -29,15 +32,28 @@ class PoolSession:
 
     @classmethod
     async def open(
-        cls, conninfo: str, statements: Statements, min_size: int, max_size: int
+        cls,
+        conninfo: str,
+        statements: Statements,
+        min_size: int,
+        max_size: int,
+        replication: ReplicationWatch | None = None,
     ) -> PoolSession:
+        """``replication``: every new connection (at start, and each one the pool opens again
+        after a failover) reads its server into it first, and is dropped if it refuses it."""
+
+        async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
+            if replication is not None:
+                await replication.connected(conn)
+            await _configure(conn)
+
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             conninfo,
             min_size=min_size,
             max_size=max_size,
             open=False,
             kwargs={"autocommit": True},
-            configure=_configure,
+            configure=configure,
         )
         await pool.open(wait=True)
         return cls(pool, statements)
@@ -88,42 +104,105 @@ async def notifications(
             yield None
 
 
+# After a lost LISTEN connection, how long a wait pauses before the caller reads again (the
+# server may be failing over: every host refusing for a moment).
+RELISTEN_PAUSE_S = 0.2
+_LOST = (psycopg.OperationalError, psycopg.InterfaceError, OSError)
+
+
 class SagaListener:
     """``LISTEN effectus_saga`` on a connection of its own: update_saga_state notifies the
-    saga's id at commit, so a wait wakes when the state it reads next has changed."""
+    saga's id at commit, so a wait wakes when the state it reads next has changed. A connection
+    lost (a restart, a failover) is opened again, to whichever host takes writes; meanwhile a
+    wait returns early, and the caller reads again (notifications may have been missed)."""
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self.conn = conn
+    def __init__(self, conninfo: str, statements: Statements) -> None:
+        self.conninfo, self.statements = conninfo, statements
+        self.conn: psycopg.Connection[Any] | None = None
+
+    def listen(self) -> bool:
+        """Listening now (True), or the server cannot be reached yet (False)."""
+        if self.conn is not None and not self.conn.closed:
+            return True
+        try:
+            self.conn = psycopg.connect(self.conninfo, autocommit=True)
+            self.conn.execute(sql(self.statements, "listen_saga"))
+        except _LOST:
+            self.close()
+            return False
+        return True
 
     def wait(self, saga_id: str, timeout: float) -> None:
+        if self.conn is None:  # lost earlier: back to listening, then read again at once
+            if not self.listen():
+                time.sleep(min(max(0.0, timeout), RELISTEN_PAUSE_S))
+            return
         # Notifications that arrived since LISTEN, while the caller read, are queued on this
         # connection and come out first: none is missed between a read and this wait.
-        for notice in self.conn.notifies(timeout=max(0.0, timeout)):
-            if notice.payload == saga_id:
-                return
+        try:
+            for notice in self.conn.notifies(timeout=max(0.0, timeout)):
+                if notice.payload == saga_id:
+                    return
+        except _LOST:
+            self.close()
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
 
 class AsyncSagaListener:
-    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        self.conn = conn
+    def __init__(self, conninfo: str, statements: Statements) -> None:
+        self.conninfo, self.statements = conninfo, statements
+        self.conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def listen(self) -> bool:
+        if self.conn is not None and not self.conn.closed:
+            return True
+        try:
+            self.conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+            await self.conn.execute(sql(self.statements, "listen_saga"))
+        except _LOST:
+            await self.close()
+            return False
+        return True
 
     async def wait(self, saga_id: str, timeout: float) -> None:
-        async for notice in self.conn.notifies(timeout=max(0.0, timeout)):
-            if notice.payload == saga_id:
-                return
+        if self.conn is None:
+            if not await self.listen():
+                await asyncio.sleep(min(max(0.0, timeout), RELISTEN_PAUSE_S))
+            return
+        try:
+            async for notice in self.conn.notifies(timeout=max(0.0, timeout)):
+                if notice.payload == saga_id:
+                    return
+        except _LOST:
+            await self.close()
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            await self.conn.close()
+            self.conn = None
 
 
 @contextmanager
 def saga_listener(conninfo: str, statements: Statements) -> Iterator[SagaListener]:
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(sql(statements, "listen_saga"))
-        yield SagaListener(conn)
+    listener = SagaListener(conninfo, statements)
+    listener.listen()  # before the caller's first read; if the server is away, at the next wait
+    try:
+        yield listener
+    finally:
+        listener.close()
 
 
 @asynccontextmanager
 async def async_saga_listener(
     conninfo: str, statements: Statements
 ) -> AsyncIterator[AsyncSagaListener]:
-    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
-        await conn.execute(sql(statements, "listen_saga"))
-        yield AsyncSagaListener(conn)
+    listener = AsyncSagaListener(conninfo, statements)
+    await listener.listen()
+    try:
+        yield listener
+    finally:
+        await listener.close()

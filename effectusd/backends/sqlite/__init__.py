@@ -135,6 +135,10 @@ class SqliteBackend(StoreBackend):
         return
         yield  # unreachable; makes this an async generator
 
+    def watch_replication(self, *, require_synchronous: bool) -> None:
+        """None: a SQLite file has no standby to fail over to."""
+        return None
+
     async def open_session(self, min_size: int, max_size: int) -> ThreadSession:
         """One connection in one worker thread (the pool sizes are PostgreSQL's)."""
         return ThreadSession(self.path, self.statements)

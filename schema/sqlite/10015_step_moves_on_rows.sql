@@ -1,4 +1,4 @@
--- The same version as PostgreSQL's 10014: a chain's two step moves are read from the attempt
+-- The same version as PostgreSQL's 10015: a chain's two step moves are read from the attempt
 -- row (settled_step) and the outbox row (started_from, enqueued_after) instead of stored
 -- events (effectusd/core/timeline.py). SQLite adds a column with its own CHECK only.
 ALTER TABLE effectus_saga_attempts ADD COLUMN settled_step TEXT
