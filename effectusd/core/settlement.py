@@ -57,6 +57,7 @@ class AttemptFacts:
     settled_by: SettledBy | None  # None while the attempt is open
     later_sent: bool  # a later attempt of the dispatch was written ahead (sent)
     sent: bool = False  # this attempt was written ahead (may have been sent)
+    lease_token: str | None = None  # the lease the attempt row was opened under
 
 
 @frozen
@@ -76,6 +77,22 @@ class Settlement:
     transition: Transition | None = None
     # the completion as applied, when the rules changed it (see ``as_locked``)
     applied: Completion | None = None
+
+
+LOST_ATTEMPT = (
+    "an answer for an attempt whose claim the database lost (a failover to a standby that "
+    "missed it): its number now names another attempt, whose uncertainty it cannot settle"
+)
+
+
+def same_attempt(completion: Completion, attempt: AttemptFacts) -> bool:
+    """The attempt row is the one the completion's attempt opened: same lease token (a
+    completion without one, an operator's, names the row by its number alone)."""
+    return (
+        completion.lease_token is None
+        or attempt.lease_token is None
+        or completion.lease_token == attempt.lease_token
+    )
 
 
 def holds_lease(completion: Completion, dispatch: LockedDispatch) -> bool:
@@ -175,6 +192,8 @@ def settle_completion(
             return Settlement(Verdict.DROP, "our own earlier commit went through after all")
         if not late_completion_settles(completion, dispatch, facts.attempt.later_sent):
             return Settlement(Verdict.LATE, "a late answer, kept as evidence", late=True)
+        if not same_attempt(completion, facts.attempt):
+            return Settlement(Verdict.LATE, LOST_ATTEMPT, late=True)
         dispatch, late = as_settled_late(dispatch, completion), True
     applied = as_locked(completion, facts.attempt)
     transition = settle(

@@ -270,10 +270,12 @@ def locked_dispatch(row: Row) -> LockedDispatch:
 def attempt_facts(row: Row) -> AttemptFacts:
     """A select_completion_attempts row."""
     settled_by = row["settled_by"]
+    token = row.get("lease_token")
     return AttemptFacts(
         None if settled_by is None else SETTLED_BY[settled_by],
         bool(row["later_sent"]),
         sent=row["sent_at"] is not None,
+        lease_token=None if token is None else str(token),
     )
 
 

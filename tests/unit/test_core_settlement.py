@@ -68,6 +68,7 @@ class Case:
     # the attempt row
     attempt_settled_by: SettledBy | None = None
     later_sent: bool = False
+    attempt_token: str | None = TOKEN  # the lease the attempt row was opened under
     # the saga
     saga_state: SagaState = SagaState.RUNNING
     # expected
@@ -195,6 +196,28 @@ CASES = [
             "compensation of 'first' failed: permanent failure: declined",
         ),
     ),
+    # A failover that lost a claim numbers the next attempt the same: the lost attempt's
+    # answer is kept as evidence (on the row of its number), and never settles the
+    # uncertainty of the attempt now under that number.
+    Case(
+        "an answer whose attempt row another lease opened is late",
+        token="lost-lease",
+        row_token="new-lease",
+        attempt_token="new-lease",
+        verdict=Verdict.LATE,
+        late=True,
+    ),
+    blocked(
+        "a lost attempt's answer does not settle the block of the attempt now under its number",
+        token="lost-lease",
+        attempt_token="new-lease",
+        verdict=Verdict.LATE,
+    ),
+    Case(
+        "the holder's own answer on its own row applies",
+        dispatch_to=DispatchState.SUCCEEDED,
+        saga_to=(SagaState.COMPLETED, None),
+    ),
 ]
 
 
@@ -233,7 +256,7 @@ def facts_of(case: Case, saga: Callable[[], SagaFacts]) -> SettlementFacts:
     )
     return SettlementFacts(
         LockedDispatch(dispatch, case.row_token, case.lease_expired),
-        AttemptFacts(case.attempt_settled_by, case.later_sent),
+        AttemptFacts(case.attempt_settled_by, case.later_sent, lease_token=case.attempt_token),
         saga,
     )
 
