@@ -15,6 +15,7 @@ from effectusd.core.fan_out import ParallelTransitionBuilder
 from effectusd.core.next_step import TransitionBuilder
 from effectusd.core.registry import Registry, retry_budget
 from effectusd.core.states import (
+    Cause,
     Delivery,
     Direction,
     DispatchState,
@@ -68,26 +69,28 @@ def settle(
     """Decide everything that follows from ``completion`` (its guard already held)."""
     builder = _builder(saga, dispatch, completion, registry)
     step = saga.plan.step(dispatch.effect_id)
-    outcome = completion.outcome
-    forward = dispatch.direction is Direction.FORWARD
-    if completion.contract_drift:
-        builder.block(
-            DispatchState.BLOCKED_CONTRACT,
-            SagaState.BLOCKED_CONTRACT,
-            f"verb {dispatch.verb!r} changed since the plan was checked; nothing was sent",
-        )
-    elif completion.fence_wait is not None:
-        _settle_fence_wait(builder, completion.fence_wait, dispatch, registry, jitter)
-    elif outcome is OutcomeClass.SUCCESS:
-        builder.dispatch(DispatchState.SUCCEEDED)
-        if forward:
+    match completion.cause, completion.outcome:
+        case Cause.CONTRACT_DRIFT, _:
+            builder.block(
+                DispatchState.BLOCKED_CONTRACT,
+                SagaState.BLOCKED_CONTRACT,
+                f"verb {dispatch.verb!r} changed since the plan was checked; nothing was sent",
+            )
+        case Cause.FENCE_WAIT, _:
+            assert completion.fence_wait is not None  # Completion.not_sent insists on it
+            _settle_fence_wait(builder, completion.fence_wait, dispatch, registry, jitter)
+        case _, OutcomeClass.SUCCESS if dispatch.direction is Direction.FORWARD:
+            builder.dispatch(DispatchState.SUCCEEDED)
             builder.step(StepState.SUCCEEDED, result=completion.result)
             builder.advance_forward(step)
-        else:
+        case _, OutcomeClass.SUCCESS:
+            builder.dispatch(DispatchState.SUCCEEDED)
             builder.step(StepState.COMPENSATED)
             builder.continue_compensation(step)
-    else:
-        _settle_failure(builder, completion, dispatch, registry, jitter)
+        case _:
+            # answered, budget spent, lease too short, write-ahead failed, reclaimed: the
+            # outcome class and the delivery rule decide
+            _settle_failure(builder, completion, dispatch, registry, jitter)
     builder.resume_if_unblocked()
     return _restore_reason(saga, builder.transition)
 

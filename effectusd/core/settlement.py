@@ -25,8 +25,14 @@ from enum import StrEnum
 from effectusd.core.engine import settle
 from effectusd.core.frozen import frozen
 from effectusd.core.registry import Registry
-from effectusd.core.states import DispatchState, OutcomeClass, SettledBy
-from effectusd.core.transition import Completion, DispatchFacts, SagaFacts, Transition
+from effectusd.core.states import Cause, DispatchState, OutcomeClass, SettledBy
+from effectusd.core.transition import (
+    Completion,
+    DispatchFacts,
+    HeldAttempt,
+    SagaFacts,
+    Transition,
+)
 
 
 class Verdict(StrEnum):
@@ -106,6 +112,29 @@ def as_settled_late(dispatch: DispatchFacts, completion: Completion) -> Dispatch
     return replace(dispatch, attempt=completion.attempt, uncertain_attempt=None)
 
 
+def reclaimed(held: HeldAttempt, sent: bool, lease_owner: str, actor: str) -> Completion:
+    """The completion a reclaim records for an attempt whose lease ran out (``actor``: the
+    reclaiming daemon): written ahead (``sent``) means it may have been sent, so the outcome
+    is unknown and the delivery rule decides; else nothing was sent, known not committed."""
+    if sent:
+        return Completion.of(
+            held,
+            OutcomeClass.UNKNOWN,
+            settled_by=SettledBy.RECLAIM,
+            error=f"lease of {lease_owner} expired after the call may have been sent",
+            actor=actor,
+            cause=Cause.RECLAIMED_SENT,
+        )
+    return Completion.of(
+        held,
+        OutcomeClass.RETRYABLE,
+        settled_by=SettledBy.RECLAIM,
+        error=f"lease of {lease_owner} expired before anything was sent",
+        actor=actor,
+        cause=Cause.RECLAIMED_UNSENT,
+    )
+
+
 SENT_AFTER_RECLAIM_READ = (
     "; the write-ahead committed after the reclaim read the attempt: it may have been sent"
 )
@@ -124,6 +153,7 @@ def as_locked(completion: Completion, attempt: AttemptFacts) -> Completion:
             completion,
             outcome=OutcomeClass.UNKNOWN,
             error=(completion.error or "lease expired") + SENT_AFTER_RECLAIM_READ,
+            cause=Cause.RECLAIMED_SENT,
         )
     return completion
 

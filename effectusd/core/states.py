@@ -93,6 +93,21 @@ class SettledBy(StrEnum):
     OPERATOR = "operator"  # a person settled it (effectusd resolve)
 
 
+class Cause(StrEnum):
+    """Why an attempt ended, as the engine matches on it (never stored: the attempt row keeps
+    ``settled_by``, the outcome and the error). Every cause but ``answered`` and the reclaims
+    is a pre-send guard's: nothing was sent."""
+
+    ANSWERED = "answered"  # the executor classified the destination's answer or the transport's
+    CONTRACT_DRIFT = "contract_drift"  # the verb's live contract no longer pins the saga's
+    BUDGET_SPENT = "budget_spent"  # the loaded retry budget is below the attempts made
+    LEASE_TOO_SHORT = "lease_too_short"  # the call could not finish before the lease ends
+    FENCE_WAIT = "fence_wait"  # a fencing resource is held by another live dispatch
+    WRITE_AHEAD_FAILED = "write_ahead_failed"  # the write-ahead did not commit
+    RECLAIMED_UNSENT = "reclaimed_unsent"  # the lease ran out before anything was sent
+    RECLAIMED_SENT = "reclaimed_sent"  # the lease ran out after the call may have been sent
+
+
 def by_value(states: type[S]) -> Mapping[str, S]:
     """Each member of ``states`` by its value: ``by_value(StepState)[text]`` is
     ``StepState(text)`` for a stored value, at a tenth of the cost (an enum's call runs its

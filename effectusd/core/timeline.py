@@ -18,6 +18,15 @@ Three kinds of entry say nothing their rows do not, so they are read from them:
   that event's transaction; settlements at one place go by ``completed_at``, dispatch,
   attempt. A second settlement of an attempt (a late answer that settles a block, an
   operator's resolution) writes nothing on the row and stays a stored event;
+* the two step moves of a chain (migration 10014): ``step_state`` of the step a settlement
+  completes (forward: in_progress to succeeded; compensation: compensating to compensated),
+  on that attempt row (``settled_step``), right after the settlement; and ``step_state`` of
+  the step the same transaction starts, on the new outbox row (``started_from``, the step's
+  state before), right before that step's enqueue, both right after the settlement
+  (``enqueued_after``: the settlement's entry id). Carried only where nothing the
+  transaction stores comes between them (a transition that enqueues one dispatch and stores
+  no event before it: every step of a sequential plan that succeeds but the last); anything
+  else stays stored, and so does every start that anchors an enqueue as above;
 * ``dispatch_claimed``: the attempt row the claim opens (``with_claims``). A claim is placed
   by time among the entries of other dispatches. A settlement's time is its row's
   ``completed_at``, a few microseconds before its transaction's events are written, where its
@@ -32,11 +41,13 @@ an entry would be read (``settled_to``, ``enqueued_by``) and its stored event in
 nothing shows twice; for claims, a stored ``dispatch_claimed`` is shown instead.
 
 A derived entry has no stored ``event_id``: it gets a negative one, unique in the saga and the
-same on every read (for attempts below 65536 and dispatch ids below 2**36):
+same on every read (for attempts below 65535 and dispatch ids below 2**36):
 ``-(dispatch_id * 65536 + attempt)`` for a claim, ``-(dispatch_id * 65536)`` for an enqueue,
-``-(2**52 + dispatch_id * 65536 + attempt)`` for a settlement. Stored events keep their own
-(positive, ascending along the timeline). Nothing pages by ``event_id``; a reader that did
-would page the stored events.
+``-(dispatch_id * 65536 + 65535)`` for the start of its step,
+``-(2**52 + dispatch_id * 65536 + attempt)`` for a settlement and
+``-(2**52 + dispatch_id * 65536)`` for the step move it carries (a dispatch succeeds once).
+Stored events keep their own (positive, ascending along the timeline). Nothing pages by
+``event_id``; a reader that did would page the stored events.
 """
 
 from __future__ import annotations
@@ -67,14 +78,21 @@ CLAIMED = "dispatch_claimed"
 SETTLED = "attempt_settled"
 ENQUEUED = "dispatch_enqueued"
 STARTED = "step_state"
+STEP_MOVED = STARTED  # a step move of any kind is a step_state event
 SUBMITTED = "saga_submitted"
 _DUE = ("queued", "retry_wait")  # the states a claim takes a row from (claim_ready.sql)
 _ATTEMPT_SPAN = 65536
+_START_SLOT = _ATTEMPT_SPAN - 1  # the enqueue's attempt slot is 0, its step start's the last
 _SETTLED_BASE = 2**52
 # the step state the event that starts a dispatch's step moves it to, by direction
 _STARTS = {
     Direction.FORWARD.value: StepState.IN_PROGRESS.value,
     Direction.COMPENSATION.value: StepState.COMPENSATING.value,
+}
+# the step move a dispatch's success makes, by direction: (from, to)
+_COMPLETES = {
+    Direction.FORWARD.value: (StepState.IN_PROGRESS.value, StepState.SUCCEEDED.value),
+    Direction.COMPENSATION.value: (StepState.COMPENSATING.value, StepState.COMPENSATED.value),
 }
 # the states a settlement moves a dispatch to (the CHECK on settled_to)
 _SETTLED_TO = frozenset(DispatchState) - {DispatchState.QUEUED, DispatchState.IN_FLIGHT}
@@ -82,9 +100,13 @@ _SETTLED_TO = frozenset(DispatchState) - {DispatchState.QUEUED, DispatchState.IN
 
 def derived_event_id(dispatch_id: int, attempt: int, kind: str = CLAIMED) -> int:
     """The ``event_id`` of the entry of ``kind`` derived from dispatch ``dispatch_id``'s rows
-    (``attempt``: the attempt row's; 0 for the enqueue)."""
+    (``attempt``: the attempt row's; 0 for the enqueue and the step moves)."""
     base = dispatch_id * _ATTEMPT_SPAN + attempt
     return -(_SETTLED_BASE + base) if kind == SETTLED else -base
+
+
+def _start_event_id(dispatch_id: int) -> int:
+    return -(dispatch_id * _ATTEMPT_SPAN + _START_SLOT)
 
 
 # -- writing: what the rows carry ------------------------------------------------------------
@@ -98,6 +120,10 @@ class Carried:
     events: list[Event]
     settled: Event | None = None
     enqueued_by: dict[tuple[str, str], str] = field(default_factory=dict)  # (effect, way): who
+    settled_step: Event | None = None  # the step move the settlement's attempt row carries
+    # (effect, way) -> the state its step started from, when its outbox row carries the start
+    started_from: dict[tuple[str, str], str] = field(default_factory=dict)
+    follows: int | None = None  # the settlement's entry id, which those enqueues follow
 
 
 def carried_by_rows(
@@ -112,11 +138,27 @@ def carried_by_rows(
     settled = None
     if settles is not None and events and _own_settlement(events[0], *settles):
         settled = events[0]
+    settled_step = start = None
+    started_from: dict[tuple[str, str], str] = {}
+    follows = None
+    if settled is not None and settles is not None:
+        completion, effect_id, direction = settles
+        if len(events) > 1 and _completes(events[1], settled, effect_id, direction):
+            settled_step = events[1]
+        at = 2 if settled_step is not None else 1
+        if (
+            len(new) == 1
+            and len(events) > at + 1
+            and _chain_start(events[at], events[at + 1], new[0])
+        ):
+            start = events[at]
+            started_from[(new[0].effect_id, new[0].direction)] = start.from_state or ""
+            follows = derived_event_id(completion.dispatch_id, completion.attempt, SETTLED)
     specs = {(spec.effect_id, spec.direction): spec for spec in new}
     enqueued_by: dict[tuple[str, str], str] = {}
     kept: list[Event] = []
     for index, event in enumerate(events):
-        if event is settled:
+        if event is settled or event is settled_step or event is start:
             continue
         key = (event.effect_id or "", event.direction or "")
         spec = specs.get(key)
@@ -130,7 +172,7 @@ def carried_by_rows(
             enqueued_by[key] = event.actor
             continue
         kept.append(event)
-    return Carried(kept, settled, enqueued_by)
+    return Carried(kept, settled, enqueued_by, settled_step, started_from, follows)
 
 
 def _own_settlement(event: Event, completion: Completion, effect_id: str, direction: str) -> bool:
@@ -142,6 +184,40 @@ def _own_settlement(event: Event, completion: Completion, effect_id: str, direct
         and completion.operator_evidence is None
         and event
         == settled_event(completion, effect_id, direction, DispatchState.IN_FLIGHT.value, to_state)
+    )
+
+
+def _plain_step_move(event: Event, effect_id: str, actor: str) -> bool:
+    """``event`` is a step move of ``effect_id`` by ``actor`` as a row gives it back: no
+    direction, attempt, evidence or detail."""
+    return (
+        event.kind == STEP_MOVED
+        and event.effect_id == effect_id
+        and event.direction is None
+        and event.attempt is None
+        and event.evidence is None
+        and not event.detail
+        and event.actor == actor
+    )
+
+
+def _completes(event: Event, settled: Event, effect_id: str, direction: str) -> bool:
+    """``event`` is the step move of the success ``settled`` settles, as its row gives it back."""
+    return (
+        settled.to_state == DispatchState.SUCCEEDED.value
+        and _plain_step_move(event, effect_id, settled.actor)
+        and (event.from_state, event.to_state) == _COMPLETES.get(direction)
+    )
+
+
+def _chain_start(start: Event, enqueue: Event, spec: DispatchSpec) -> bool:
+    """``start`` starts ``spec``'s step and ``enqueue`` enqueues it right after, both as the
+    outbox row gives them back."""
+    return (
+        _starts(start, spec)
+        and start.from_state is not None
+        and _plain_step_move(start, spec.effect_id, enqueue.actor)
+        and enqueue == enqueued_event(spec, enqueue.actor)
     )
 
 
@@ -186,7 +262,11 @@ def _with_rows(
 ) -> list[Mapping[str, Any]]:
     """The stored events with the enqueue and settlement entries in their places."""
     after: dict[int, list[Mapping[str, Any]]] = {}  # by the index of the event they follow
+    follow: dict[int, list[Mapping[str, Any]]] = {}  # by the settlement entry they follow
     for row in sorted(enqueues, key=lambda r: r["dispatch_id"]):
+        if row.get("enqueued_after") is not None:
+            follow.setdefault(row["enqueued_after"], []).append(row)
+            continue
         index = _started_by(events, row)
         entry = _entry(row, 0, events[index]["at"] if index >= 0 else row["at"], ENQUEUED)
         if index < 0 or events[index]["kind"] == SUBMITTED:
@@ -197,7 +277,16 @@ def _with_rows(
     ids = [event["event_id"] for event in events]
     for row in sorted(settlements, key=lambda r: (r["at"], r["dispatch_id"], r["attempt"])):
         index = bisect_right(ids, row["settled_after"]) - 1
-        after.setdefault(index, []).append(_entry(row, row["attempt"], row["at"], SETTLED))
+        entry = _entry(row, row["attempt"], row["at"], SETTLED)
+        group = after.setdefault(index, [])
+        group.append(entry)
+        if row.get("settled_step") is not None:
+            moved = _COMPLETES[row["direction"]][0], row["settled_step"]
+            group.append(_step_move(row, derived_event_id(row["dispatch_id"], 0, SETTLED), moved))
+        for enqueue in follow.pop(entry["event_id"], []):
+            moved = enqueue["started_from"], _STARTS[enqueue["direction"]]
+            group.append(_step_move(enqueue, _start_event_id(enqueue["dispatch_id"]), moved))
+            group.append(_entry(enqueue, 0, enqueue["at"], ENQUEUED))
     merged = list(after.get(-1, []))
     for index, event in enumerate(events):
         merged.append(event)
@@ -217,6 +306,23 @@ def _started_by(events: Sequence[Mapping[str, Any]], enqueue: Mapping[str, Any])
         elif event["kind"] == SUBMITTED and submitted < 0:
             submitted = index
     return submitted
+
+
+def _step_move(row: Mapping[str, Any], event_id: int, moved: tuple[str, str]) -> dict[str, Any]:
+    """The step move a settlement's or an enqueue's row carries (``moved``: from, to)."""
+    return {
+        "event_id": event_id,
+        "effect_id": row["effect_id"],
+        "direction": None,
+        "attempt": None,
+        "kind": STEP_MOVED,
+        "from_state": moved[0],
+        "to_state": moved[1],
+        "actor": row["actor"],
+        "evidence": None,
+        "detail": {},
+        "at": row["at"],
+    }
 
 
 def _entry(row: Mapping[str, Any], attempt: int, at: datetime, kind: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from effectusd.core.enqueue import DispatchSpec, SagaRef
 from effectusd.core.frozen import frozen
 from effectusd.core.plan import CheckedPlan
 from effectusd.core.states import (
+    Cause,
     Delivery,
     Direction,
     DispatchState,
@@ -118,8 +119,8 @@ class Completion:
     fencing_status: FencingStatus | None = None
     actor: str = ENGINE
     operator_evidence: str | None = None
-    contract_drift: bool = False  # set by the pre-dispatch guard; nothing was sent
-    fence_wait: FenceWait | None = None  # set by the write-ahead; nothing was sent
+    cause: Cause = Cause.ANSWERED  # what the engine matches on (``engine.settle``)
+    fence_wait: FenceWait | None = None  # with cause FENCE_WAIT: how long, and who holds it
 
     def __post_init__(self) -> None:
         # Callers outside core (tests, adapters) may still pass the stored string.
@@ -135,21 +136,23 @@ class Completion:
     def not_sent(
         cls,
         held: HeldAttempt,
+        cause: Cause,
         reason: str,
         *,
         actor: str = ENGINE,
-        contract_drift: bool = False,
         fence_wait: FenceWait | None = None,
     ) -> Completion:
-        """A pre-send guard stopped the call: nothing was sent, so the attempt is known not
-        committed (retryable), and a guard settlement never counts as maybe sent."""
+        """A pre-send guard stopped the call for ``cause``: nothing was sent, so the attempt is
+        known not committed (retryable), and a guard settlement never counts as maybe sent."""
+        if (cause is Cause.FENCE_WAIT) != (fence_wait is not None):
+            raise ValueError("a fence wait, and only a fence wait, says how long and who holds")
         return cls.of(
             held,
             OutcomeClass.RETRYABLE,
             settled_by=SettledBy.GUARD,
             error=reason,
             actor=actor,
-            contract_drift=contract_drift,
+            cause=cause,
             fence_wait=fence_wait,
         )
 

@@ -149,8 +149,7 @@ class Daemon:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
-            if pipeline.spans is not None:
-                pipeline.spans.close()
+            pipeline.spans.close()
             try:
                 async with asyncio.timeout(CLOSE_BOUND_S):
                     if server is not None:
@@ -167,7 +166,7 @@ class Daemon:
     def _loops(self, pipeline: Pipeline, store: DispatchStore) -> list[Loop]:
         """The background actors beside the claimer."""
         loops = [
-            Loop("recorder", pipeline.record_round, self.metrics),
+            Loop("recorder", pipeline.recorder.round, self.metrics),
             Loop("reclaimer", self._reclaim_round(pipeline), self.metrics),
             Loop("sampler", self._sample_round(store), self.metrics),
         ]
@@ -282,12 +281,12 @@ class Daemon:
         recording = max(deadline - time.monotonic(), 0.0) + RECORD_DRAIN_S
         try:
             async with asyncio.timeout(recording):
-                await pipeline.completions.join()
+                await pipeline.recorder.join()
         except TimeoutError:
             log.warning(
                 "%d outcome(s) still unrecorded after the grace period; leaving them to "
                 "the reclaim",
-                pipeline.completions.qsize(),
+                pipeline.recorder.waiting,
             )
             return False
         return True
@@ -335,10 +334,10 @@ class Daemon:
             problems.append(f"claims failing for {self.claimer.failing_for(now):.0f}s")
         pipeline = self.pipeline
         if pipeline is not None:
-            since = pipeline.recording_since
+            since = pipeline.recorder.recording_since
             if since is not None and now - since > bound:
                 problems.append(f"outcomes waiting to be recorded for {now - since:.0f}s")
-            failing = pipeline.recorder_failing_since
+            failing = pipeline.recorder.failing_since
             if failing is not None and now - failing > bound:
                 problems.append(f"the store refusing outcome writes for {now - failing:.0f}s")
         return problems

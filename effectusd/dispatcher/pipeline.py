@@ -5,7 +5,7 @@
     3. write-ahead fencing tokens and "may have been sent", durable before any call (on
                   PostgreSQL an unfenced row is written ahead by its claim: no statement here)
     4. call       the destination, concurrently, never past our own lease (monotonic clock)
-    5. record     outcomes in group commits; the engine decides every transition
+    5. record     outcomes in group commits (``Recorder``); the engine decides every transition
 
 The external call never runs inside a database transaction.
 """
@@ -15,22 +15,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import Any
-
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from effectusd import faults
 from effectusd.backends.errors import TRANSIENT_ERRORS, failure_name
 from effectusd.core.engine import Completion
+from effectusd.core.pre_send import LEASE_TOO_SHORT, pre_send
 from effectusd.core.registry import Registry
-from effectusd.core.states import FencingStatus
+from effectusd.core.states import Cause, FencingStatus
 from effectusd.core.transition import fencing_after_call
 from effectusd.dispatcher.capacity import Capacity, RecordSlots
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.observability import log_transition
-from effectusd.dispatcher.spans import AttemptSpans
+from effectusd.dispatcher.recorder import Recorder
+from effectusd.dispatcher.spans import NO_SPANS, AttemptSpans, NoSpans
 from effectusd.executors.protocol import CallResult, Executor, FencingGrant, Invocation
 from effectusd.store.dispatch import DispatchStore, RecordReport
 from effectusd.store.records import Claim, WriteAhead
@@ -40,9 +39,6 @@ log = logging.getLogger("effectusd.dispatcher")
 
 # Never start a call unless the lease outlives the call's timeout by at least this much.
 LEASE_SLACK_S = 0.05
-LEASE_TOO_SHORT = "lease too short to finish the call; not sent"
-RECORD_BATCH = 256
-UNRECORDED_LIMIT = 2 * RECORD_BATCH  # outcomes waiting to be recorded: see Pipeline.behind
 
 
 class Pipeline:
@@ -58,20 +54,21 @@ class Pipeline:
         tracer: AttemptTracer | None = None,
     ) -> None:
         self.metrics = metrics
-        # None while tracing is off: then each stage below costs one ``is None``.
-        self.spans = None if tracer is None else AttemptSpans(tracer, store)
+        self.spans: NoSpans = NO_SPANS if tracer is None else AttemptSpans(tracer, store)
         self.claim_batch = claim_batch  # at most this many rows per destination per claim
         self.store = store
         self.executors = executors
         self.registry = registry
         self.capacity = capacity
         self.wake = wake
-        self.completions: asyncio.Queue[Completion] = asyncio.Queue()
+        self.recorder = Recorder(
+            self._record_claiming,
+            store.quarantine,
+            metrics,
+            recorded=self._recorded,
+            caught_up=wake.set,
+        )
         self.calls: set[asyncio.Task[None]] = set()
-        self.recorder_failing_since: float | None = None  # monotonic; None while recording works
-        self.recording_since: float | None = None  # monotonic start of the batch being recorded
-        self.reports: list[RecordReport] = []  # kept only while a test or bench asks for them
-        self.keep_reports = False
         self.claiming = True  # the recorder claims where a slot is free; off before a drain
 
     # -- 1. claim ------------------------------------------------------------------------
@@ -93,16 +90,10 @@ class Pipeline:
         self._start(claims, started)
         return len(claims)
 
-    @property
-    def behind(self) -> bool:
-        """UNRECORDED_LIMIT outcomes wait to be recorded: no call starts until the recorder
-        catches up, or answers would pile up in memory, their leases running (a slot is free
-        again when its call ends); two batches keep the recorder's batches full."""
-        return self.completions.qsize() >= UNRECORDED_LIMIT
-
     def free(self) -> dict[str, int]:
-        """The slots a claim may take now: none while the recorder is ``behind``."""
-        return {} if self.behind else self.capacity.free()
+        """The slots a claim may take now: none while the recorder is ``behind`` (a slot is
+        free again when its call ends, before its outcome is recorded)."""
+        return {} if self.recorder.behind else self.capacity.free()
 
     def _start(self, claims: list[Claim], claimed_at: float) -> None:
         """Send claimed rows (their slots taken) on their way: write-ahead, then call."""
@@ -126,15 +117,13 @@ class Pipeline:
             # One expired row the store cannot settle must not stall the reclaim of all the
             # others: settle them through the recorder, which isolates the poison.
             log.warning("reclaim batch failed (%s); settling one by one", failure_name(exc))
-            report = await self._record_isolating(
-                await self.store.expired_completions(), self._slots()
-            )
+            report = await self.recorder.record_isolating(await self.store.expired_completions())
         # Siblings of one parallel saga expire together (a daemon died holding both); the
         # store settles one per saga per batch and defers the rest: settle them now, not a
         # reclaim interval later.
         while report.deferred:
             deferred, report.deferred = report.deferred, []
-            report = report.merge(await self._record_isolating(deferred, self._slots()))
+            report = report.merge(await self.recorder.record_isolating(deferred))
         self.metrics.reclaims.inc(report.applied)
         self._after_record(report)
         if report.applied:
@@ -143,22 +132,15 @@ class Pipeline:
 
     # -- 3 and 4: write-ahead, then call ----------------------------------------------------
     async def dispatch_batch(self, claims: list[Claim], claimed_at: float) -> None:
-        spans = self.spans
-        if spans is not None:
-            await spans.claimed(claims, claimed_at)
+        await self.spans.claimed(claims, claimed_at)
         sendable: list[Claim] = []
+        verbs = self.registry.verbs
         for claim in claims:
-            contract = self.registry.verbs.get(claim.verb)
-            if contract is None or not contract.pins(claim.contract_hash):
-                drift = "contract drift: nothing was sent"
-                self._finish(claim, Completion.not_sent(claim, drift, contract_drift=True))
-            elif claim.budget_spent:
-                # the budget was lowered in config below the attempts already made
-                self._finish(claim, Completion.not_sent(claim, "retry budget spent; not sent"))
-            elif not _lease_covers_call(claim, claimed_at):
-                self._finish(claim, Completion.not_sent(claim, LEASE_TOO_SHORT))
-            else:
+            stopped = pre_send(claim, verbs.get(claim.verb), _lease_covers_call(claim, claimed_at))
+            if stopped is None:
                 sendable.append(claim)
+            else:
+                self._finish(claim, stopped)
         # A claim born written ahead (unfenced, on PostgreSQL) is called at once; the others
         # take their fencing tokens and their mark here.
         ready = [
@@ -172,14 +154,12 @@ class Pipeline:
         if not ready:
             return
         faults.point("after_write_ahead")
-        if spans is not None:
-            spans.written_ahead(ready)
+        self.spans.written_ahead(ready)
         await asyncio.gather(*(self.call(w, claimed_at) for w in ready))
 
     async def _write_ahead(self, sendable: list[Claim]) -> list[WriteAhead]:
         """The write-ahead of claims not born written ahead: the ones that may now be called
         (the others are settled not sent, or left to their leases)."""
-        spans = self.spans
         try:
             # A claim whose own write-ahead fails comes back in not_sent, settled alone.
             ready, not_sent = await self.store.write_ahead(sendable)
@@ -193,12 +173,12 @@ class Pipeline:
             for claim in sendable:
                 self.capacity.give_back(claim.destination)
             self.wake.set()
-            if spans is not None:
-                spans.abandoned(sendable, "write-ahead failed; left to the lease's reclaim")
+            self.spans.abandoned(sendable, "write-ahead failed; left to the lease's reclaim")
             return []
         self.metrics.fencing_acquisitions.inc(sum(len(w.grants) for w in ready))
-        self.metrics.fencing_conflicts.inc(sum(1 for c in not_sent if c.fence_wait))
-        self.metrics.write_ahead_failures.inc(sum(1 for c in not_sent if not c.fence_wait))
+        waits = sum(1 for c in not_sent if c.cause is Cause.FENCE_WAIT)
+        self.metrics.fencing_conflicts.inc(waits)
+        self.metrics.write_ahead_failures.inc(len(not_sent) - waits)
         for completion, claim in _pair(not_sent, sendable):
             self._finish(claim, completion)
         marked = {w.claim.dispatch_id for w in ready} | {c.dispatch_id for c in not_sent}
@@ -206,8 +186,7 @@ class Pipeline:
             if claim.dispatch_id not in marked:  # lease lost before the write-ahead: not ours
                 self.capacity.give_back(claim.destination)
                 self.wake.set()
-                if spans is not None:
-                    spans.abandoned([claim], "lease lost before the write-ahead")
+                self.spans.abandoned([claim], "lease lost before the write-ahead")
         return ready
 
     async def call(self, ahead: WriteAhead, claimed_at: float) -> None:
@@ -215,9 +194,9 @@ class Pipeline:
         timeout = claim.timeout_ms / 1000
         if not _lease_covers_call(claim, claimed_at):
             # Marked sent but never sent: recorded as known not committed, by us, with a reason.
-            self._finish(claim, Completion.not_sent(claim, LEASE_TOO_SHORT))
+            self._finish(claim, Completion.not_sent(claim, Cause.LEASE_TOO_SHORT, LEASE_TOO_SHORT))
             return
-        trace_headers, token = (None, None) if self.spans is None else self.spans.calling(claim)
+        trace_headers, token = self.spans.calling(claim)
         invocation = Invocation(
             request_id=claim.request_id,
             execution_id=claim.execution_id,
@@ -245,8 +224,7 @@ class Pipeline:
             result = await self.executors[claim.destination].call(invocation)
         finally:
             in_flight.dec()
-        if self.spans is not None:
-            self.spans.called(claim, token, result)
+        self.spans.called(claim, token, result)
         metrics.child(metrics.call_seconds, claim.destination, claim.verb).observe(
             time.perf_counter() - started
         )
@@ -255,63 +233,16 @@ class Pipeline:
 
     def _finish(self, claim: Claim, completion: Completion) -> None:
         self.capacity.give_back(claim.destination)
-        self.completions.put_nowait(completion)
+        self.recorder.put(completion)
         self.wake.set()  # a slot is free again
 
-    # -- 5. record -------------------------------------------------------------------------
-    async def record_round(self) -> float:
-        """Group commit: take everything that finished meanwhile and record it in one go."""
-        batch = [await self.completions.get()]
-        held_back = self.completions.qsize() + 1 >= UNRECORDED_LIMIT
-        while not self.completions.empty() and len(batch) < RECORD_BATCH:
-            batch.append(self.completions.get_nowait())
-        if held_back and not self.behind:
-            self.wake.set()  # the claims held back for this recorder may go on meanwhile
-        self.recording_since = time.monotonic()
-        try:
-            await self.record(batch)
-        finally:
-            self.recording_since = None
-            for _ in batch:
-                self.completions.task_done()
-        return 0.0
-
-    async def record(self, batch: list[Completion]) -> None:
-        faults.point("before_record")
-        report = await self._record_isolating(batch, self._slots())
-        faults.point("after_record")
-        if self.spans is not None:
-            self.spans.recorded(batch, report)
-        for completion in report.deferred:
-            self.completions.put_nowait(completion)
-        self._after_record(report)
-
-    def _slots(self) -> RecordSlots:
-        return RecordSlots(self.capacity, lambda: self.claiming and not self.behind)
-
-    async def _record_isolating(self, batch: list[Completion], slots: RecordSlots) -> RecordReport:
-        """Record ``batch``; a batch that fails deterministically is split in halves until
-        the one completion that cannot be recorded is found. That one is quarantined alone
-        (its saga blocks with the error as evidence); the rest of the batch commits."""
-        try:
-            return await self._retrying_transient(self._record_claiming, batch, slots)
-        except Exception as exc:  # noqa: BLE001 - whatever one row raises, it is isolated
-            self.metrics.recorder_failures.labels("deterministic").inc()
-            if len(batch) == 1:
-                return await self._quarantine(batch[0], exc)
-            log.warning(
-                "recording %d outcome(s) failed (%s); splitting the batch to isolate it",
-                len(batch),
-                type(exc).__name__,
-            )
-            middle = len(batch) // 2
-            first = await self._record_isolating(batch[:middle], slots)
-            return first.merge(await self._record_isolating(batch[middle:], slots))
-
-    async def _record_claiming(self, batch: list[Completion], slots: RecordSlots) -> RecordReport:
-        """Record ``batch``; the next dispatches that get a slot (``slots``, taken with no
-        await between check and take) are written claimed in the same transaction and started
-        at once. If the transaction does not commit, every slot it took is given back."""
+    # -- 5. record (the Recorder's group commit; its port writes and claims) ---------------
+    async def _record_claiming(self, batch: Sequence[Completion]) -> RecordReport:
+        """The recorder's port: record ``batch`` in one transaction; the next dispatches that
+        get a slot (taken with no await between check and take) are written claimed in it
+        and started at once. If the transaction does not commit, every slot it took is given
+        back."""
+        slots = RecordSlots(self.capacity, lambda: self.claiming and not self.recorder.behind)
         started = time.monotonic()  # before the transaction: our view of the lease is early
         try:
             report = await self.store.record(batch, slots)
@@ -323,52 +254,9 @@ class Pipeline:
             self._start(report.claimed, started)
         return report
 
-    async def _quarantine(self, completion: Completion, exc: Exception) -> RecordReport:
-        failure = failure_name(exc)
-        log.error(
-            "dispatch %s attempt %s: its outcome could not be recorded (%s); holding its saga "
-            "in blocked_unknown",
-            completion.dispatch_id,
-            completion.attempt,
-            failure,
-        )
-        try:
-            report = await self._retrying_transient(self.store.quarantine, completion, failure)
-        except Exception:
-            # Not even the bare block could be written: leave the row to its lease, whose
-            # reclaim settles the attempt from what the database says.
-            log.exception("quarantine of dispatch %s failed", completion.dispatch_id)
-            self.metrics.loop_failures.labels("recorder").inc()
-            return RecordReport(dropped=1)
-        self.metrics.poison_isolated.inc(report.quarantined)
-        return report
-
-    async def _retrying_transient(
-        self, write: Callable[..., Awaitable[RecordReport]], *args: Any
-    ) -> RecordReport:
-        """Repeat a write while the database fails transiently. Every write is guarded, so
-        repeating it is safe; an ambiguous commit is settled by the guards on the repeat."""
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception_type(TRANSIENT_ERRORS),
-            wait=wait_exponential(multiplier=0.05, max=5.0),
-            before_sleep=self._note_transient,
-            reraise=True,
-        ):
-            with attempt:
-                report = await write(*args)
-        self.recorder_failing_since = None
-        return report
-
-    def _note_transient(self, state: RetryCallState) -> None:
-        self.metrics.recorder_failures.labels("transient").inc()
-        if self.recorder_failing_since is None:
-            self.recorder_failing_since = time.monotonic()
-        exc = state.outcome.exception() if state.outcome else None
-        log.warning(
-            "recording outcomes failed (%s); retrying in %.2fs",
-            type(exc).__name__,
-            state.next_action.sleep if state.next_action else 0.0,
-        )
+    def _recorded(self, batch: Sequence[Completion], report: RecordReport) -> None:
+        self.spans.recorded(batch, report)
+        self._after_record(report)
 
     def _after_record(self, report: RecordReport) -> None:
         self.metrics.late_completions.inc(report.late)
@@ -383,13 +271,10 @@ class Pipeline:
             log_transition(completion, transition, row)
         if report.notified or report.applied:
             self.wake.set()
-        if self.keep_reports:
-            self.reports.append(report)
 
     @property
     def idle(self) -> bool:
-        busy = self.calls or self.capacity.busy or self.recording_since is not None
-        return not busy and self.completions.empty()
+        return not self.calls and not self.capacity.busy and self.recorder.idle
 
 
 def _lease_covers_call(claim: Claim, claimed_at: float) -> bool:

@@ -21,13 +21,17 @@ from effectusd.backends.operation import Operation, single
 from effectusd.core.plan import CheckedPlan
 from effectusd.core.poison import PoisonedDispatch, held_completion, quarantine
 from effectusd.core.registry import Registry
-from effectusd.core.settlement import SettlementFacts, Verdict, holds_lease, settle_completion
+from effectusd.core.settlement import (
+    SettlementFacts,
+    Verdict,
+    holds_lease,
+    reclaimed,
+    settle_completion,
+)
 from effectusd.core.states import (
     Direction,
     DispatchState,
-    OutcomeClass,
     SagaState,
-    SettledBy,
 )
 from effectusd.core.transition import Completion, SagaFacts, StepFacts, Transition
 from effectusd.fencing.protocol import FencingProvider
@@ -78,6 +82,15 @@ class RecordReport:
             notified=self.notified | other.notified,
             claimed=self.claimed + other.claimed,
         )
+
+
+@dataclass(frozen=True)
+class Leased:
+    """An attempt under a lease, as an expired-lease row names it."""
+
+    dispatch_id: int
+    attempt: int
+    lease_token: str
 
 
 @dataclass(frozen=True)
@@ -186,20 +199,10 @@ class DispatchStore(WriteAheadStore):
     def _expired(self, limit: int) -> Operation[list[Completion]]:
         expired = yield ("select_expired_leases", {"limit": limit})
         return [
-            Completion(
-                dispatch_id=row["dispatch_id"],
-                attempt=row["attempt"],
-                lease_token=str(row["lease_token"]),
-                outcome=(
-                    OutcomeClass.UNKNOWN if row["sent_at"] is not None else OutcomeClass.RETRYABLE
-                ),
-                settled_by=SettledBy.RECLAIM,
-                error=f"lease of {row['lease_owner']} expired "
-                + (
-                    "after the call may have been sent"
-                    if row["sent_at"]
-                    else "before anything was sent"
-                ),
+            reclaimed(
+                Leased(row["dispatch_id"], row["attempt"], str(row["lease_token"])),
+                sent=row["sent_at"] is not None,
+                lease_owner=row["lease_owner"],
                 actor=self.owner,
             )
             for row in expired

@@ -26,6 +26,7 @@ from effectusd.core.submission import (
 from effectusd.core.timeline import carried_by_rows, timeline
 from effectusd.core.transition import Event, enqueued_event
 from effectusd.core.views import SagaView, build_saga_view
+from effectusd.store.rows import event_params
 
 T = TypeVar("T")
 
@@ -49,37 +50,11 @@ def event(
     evidence: str | None = None,
     detail: Mapping[str, Any] | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    return (
-        "insert_event",
-        {
-            "saga_id": saga_id,
-            "effect_id": effect_id,
-            "direction": direction,
-            "attempt": attempt,
-            "kind": kind,
-            "from_state": from_state,
-            "to_state": to_state,
-            "actor": actor,
-            "evidence": evidence,
-            "detail": canonical_text(dict(detail or {})),
-        },
+    """The insert_event statement of an operator's event (rows.event_params builds the row)."""
+    appended = Event(
+        kind, effect_id, direction, attempt, from_state, to_state, actor, evidence, detail or {}
     )
-
-
-def _stored_event(saga_id: str, stored: Event) -> dict[str, Any]:
-    """The insert_event row of an engine event, as ``event`` writes it."""
-    return event(
-        saga_id,
-        stored.kind,
-        stored.actor,
-        effect_id=stored.effect_id,
-        direction=stored.direction,
-        attempt=stored.attempt,
-        from_state=stored.from_state,
-        to_state=stored.to_state,
-        evidence=stored.evidence,
-        detail=stored.detail,
-    )[1]
+    return ("insert_event", event_params(saga_id, appended))
 
 
 def _saga_params(rows: SubmitRows, trace_context: str | None) -> dict[str, Any]:
@@ -115,7 +90,7 @@ def _submission_writes(
         enqueues = [enqueued_event(dispatch, actor) for dispatch in rows.first_dispatches]
         # the outbox rows carry their enqueues' timeline entries (effectusd/core/timeline.py)
         carried = carried_by_rows([submitted, *enqueues], rows.first_dispatches)
-        events += [_stored_event(rows.saga_id, each) for each in carried.events]
+        events += [event_params(rows.saga_id, each) for each in carried.events]
         for dispatch in rows.first_dispatches:  # every root of the plan's graph
             starts.append(
                 {
@@ -130,6 +105,7 @@ def _submission_writes(
             params["not_before"] = not_before
             key = (dispatch.effect_id, dispatch.direction)
             params["enqueued_by"] = carried.enqueued_by.get(key)
+            params["started_from"] = params["enqueued_after"] = None  # no step move carried
             dispatches.append(params)
     yield ("insert_step", steps)
     yield ("start_step", starts)

@@ -125,6 +125,9 @@ class TransitionRows:
                     "saga_id": saga_id,
                     "settled_to": None if settled is None else settled.to_state,
                     "settled_actor": None if settled is None else settled.actor,
+                    "settled_step": (
+                        None if carried.settled_step is None else carried.settled_step.to_state
+                    ),
                 }
             )
         if dispatch:
@@ -178,7 +181,10 @@ class TransitionRows:
             params = dict(vars(spec))  # flat fields: asdict's deep copy cost the recorder 2%
             params["fencing_resources"] = canonical_text(spec.fencing_resources)
             params["not_before"] = None
-            params["enqueued_by"] = carried.enqueued_by.get((spec.effect_id, spec.direction))
+            key = (spec.effect_id, spec.direction)
+            params["enqueued_by"] = carried.enqueued_by.get(key)
+            params["started_from"] = carried.started_from.get(key)
+            params["enqueued_after"] = None if params["started_from"] is None else carried.follows
             self.inserts.append(params)
         for event in carried.events:
             self.events.append(event_params(saga_id, event))
@@ -221,6 +227,8 @@ def outcome_params(completion: Completion) -> dict[str, Any]:
 
 
 def event_params(saga_id: str, event: Event) -> dict[str, Any]:
+    """The insert_event row of ``event``, whoever appends it (the recorder, the submit, an
+    operator action): its detail as canonical JSON, so one kind of event is stored one way."""
     return {
         "saga_id": saga_id,
         "effect_id": event.effect_id,
@@ -231,7 +239,7 @@ def event_params(saga_id: str, event: Event) -> dict[str, Any]:
         "to_state": event.to_state,
         "actor": event.actor,
         "evidence": event.evidence,
-        "detail": _DOCUMENTS.encode(dict(event.detail)),
+        "detail": canonical_text(dict(event.detail)),
     }
 
 

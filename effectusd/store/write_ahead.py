@@ -12,10 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from effectusd.backends.batches import isolate
 from effectusd.backends.errors import failure_name
 from effectusd.backends.operation import Operation
 from effectusd.core.canonical import canonical_text
-from effectusd.core.states import FencingStatus
+from effectusd.core.states import Cause, FencingStatus
 from effectusd.core.transition import Completion, FenceWait
 from effectusd.fencing.protocol import FenceBusy, FenceHolder, FencingProvider
 from effectusd.store.records import Claim, WriteAhead
@@ -46,29 +47,12 @@ class WriteAheadStore:
         Returns the claims that may now be called, and known-not-committed completions for the
         claims that must not be: a fencing resource is held by another live dispatch (a fence
         wait), or the claim's own write-ahead failed (the error is the evidence). A failed batch
-        is tried again claim by claim, so one bad claim never holds back the others.
+        is split until the claim that fails alone is found (``isolate``), so one bad claim
+        never holds back the others.
         """
-        try:
-            return await self._write_ahead_batch(claims)
-        except Exception as error:  # noqa: BLE001 - each claim is tried alone below
-            if len(claims) == 1:
-                return [], [self._write_ahead_failed(claims[0], error)]
-            log.warning(
-                "write-ahead of %d claims failed (%s); trying each claim alone",
-                len(claims),
-                failure_name(error),
-            )
-        ready: list[WriteAhead] = []
-        not_sent: list[Completion] = []
-        for claim in claims:
-            try:
-                one_ready, one_busy = await self._write_ahead_batch([claim])
-            except Exception as error:  # noqa: BLE001 - settles this claim only, as evidence
-                not_sent.append(self._write_ahead_failed(claim, error))
-            else:
-                ready += one_ready
-                not_sent += one_busy
-        return ready, not_sent
+        return await isolate(
+            claims, self._write_ahead_batch, self._write_ahead_alone, _both, _note_failed
+        )
 
     async def _write_ahead_batch(
         self, claims: Sequence[Claim]
@@ -78,16 +62,17 @@ class WriteAheadStore:
             return await self._write(operation)
         return await self._write_single(operation)  # unfenced: the one write_ahead statement
 
-    def _write_ahead_failed(self, claim: Claim, error: Exception) -> Completion:
+    async def _write_ahead_alone(
+        self, claim: Claim, error: Exception
+    ) -> tuple[list[WriteAhead], list[Completion]]:
         """Nothing is ever called after a failed write-ahead: known not committed."""
         log.warning(
             "write-ahead of dispatch %s failed (%s); nothing was sent",
             claim.dispatch_id,
             failure_name(error),
         )
-        return Completion.not_sent(
-            claim, f"write-ahead failed ({failure_name(error)}); nothing was sent", actor=self.owner
-        )
+        failed = f"write-ahead failed ({failure_name(error)}); nothing was sent"
+        return [], [Completion.not_sent(claim, Cause.WRITE_AHEAD_FAILED, failed, actor=self.owner)]
 
     def _write_ahead(
         self, claims: Sequence[Claim]
@@ -150,6 +135,7 @@ class WriteAheadStore:
             busy.append(
                 Completion.not_sent(
                     claim,
+                    Cause.FENCE_WAIT,
                     # the resource itself is not named: its text may carry argument values
                     f"a fencing resource is held by another live dispatch ({who}); "
                     "nothing was sent",
@@ -160,6 +146,22 @@ class WriteAheadStore:
                 )
             )
         return busy
+
+
+def _both(
+    first: tuple[list[WriteAhead], list[Completion]],
+    second: tuple[list[WriteAhead], list[Completion]],
+) -> tuple[list[WriteAhead], list[Completion]]:
+    return first[0] + second[0], first[1] + second[1]
+
+
+def _note_failed(size: int, error: Exception) -> None:
+    if size > 1:
+        log.warning(
+            "write-ahead of %d claims failed (%s); splitting the batch to isolate it",
+            size,
+            failure_name(error),
+        )
 
 
 def _holder_name(row: Mapping[str, Any] | None) -> str:

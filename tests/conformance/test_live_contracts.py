@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from effectusd.core.operator_decisions import Refused
-from effectusd.core.states import OutcomeClass
+from effectusd.core.states import Cause, OutcomeClass
 from effectusd.operator import adopt_contract, retry
 from tests.conformance.support import (
     NOWHERE,
@@ -118,7 +118,9 @@ async def _blocked_by_the_guard(store: StoreUnderTest) -> str:
     saga = store.submit(serial_plan("p", ["pay", "pay"], {"s1": "undo"}), "x")
     daemon = await store.dispatch_store()
     claim = await claim_one(daemon)
-    guard = replace(completion(claim, RETRYABLE, error="contract drift"), contract_drift=True)
+    guard = replace(
+        completion(claim, RETRYABLE, error="contract drift"), cause=Cause.CONTRACT_DRIFT
+    )
     await daemon.record([guard])
     view = store.view(saga)
     assert view["state"] == "blocked_contract"

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from effectusd.core.states import Direction, OutcomeClass, SettledBy
+from effectusd.core.states import Cause, Direction, OutcomeClass, SettledBy
 from effectusd.store.dispatch import DispatchStore
 from tests.conformance.support import (
     StoreUnderTest,
@@ -492,7 +492,7 @@ async def test_contract_drift_found_before_the_call_blocks_the_saga(
     drift = replace(
         completion(claim, RETRYABLE, error="contract drift: nothing was sent"),
         settled_by=SettledBy.GUARD,
-        contract_drift=True,
+        cause=Cause.CONTRACT_DRIFT,
     )
     assert (await daemon.record([drift])).applied == 1
     view = store.view(saga)

@@ -40,7 +40,9 @@ async def test_one_unstorable_result_is_quarantined_and_the_batch_commits(
         for claim in claims
     ]
     pipeline = pipeline_on(daemon, store)
-    await asyncio.wait_for(pipeline.record(batch), timeout=60)  # once, a retry loop forever
+    await asyncio.wait_for(
+        pipeline.recorder.record(batch), timeout=60
+    )  # once, a retry loop forever
 
     for saga in sagas:
         view = store.view(saga)
@@ -80,15 +82,15 @@ async def test_a_batch_that_does_not_commit_gives_back_every_slot_its_recorder_t
     ]
     async with pipeline_with_destination(daemon, store) as (pipeline, dest):
         pipeline.claiming = True
-        await asyncio.wait_for(pipeline.record(batch), timeout=60)
+        await asyncio.wait_for(pipeline.recorder.record(batch), timeout=60)
         await asyncio.wait_for(asyncio.gather(*pipeline.calls), timeout=60)
         healthy = [saga for saga in sagas if saga != poison.saga_id]
         called = sorted(r.headers["x-effectus-saga-id"] for r in dest.requests)
         assert called == (sorted(healthy) if daemon.claims_in_record else [])
-        assert pipeline.completions.qsize() == len(called)
+        assert pipeline.recorder.waiting == len(called)
         pipeline.claiming = False
-        while not pipeline.completions.empty():
-            await pipeline.record_round()
+        while pipeline.recorder.waiting:
+            await pipeline.recorder.round()
 
     assert pipeline.capacity.busy == 0
     assert store.view(poison.saga_id)["state"] == "blocked_unknown"
@@ -104,7 +106,7 @@ async def test_a_quarantined_saga_is_resolved_by_the_operator_with_evidence(
     [claim] = await daemon.claim({"dest": 16})
     await send(daemon, claim)
     pipeline = pipeline_on(daemon, store)
-    await pipeline.record([completion(claim, OutcomeClass.SUCCESS, result=[float("nan")])])
+    await pipeline.recorder.record([completion(claim, OutcomeClass.SUCCESS, result=[float("nan")])])
     assert store.view(saga)["state"] == "blocked_unknown"
 
     store.run(
@@ -138,4 +140,4 @@ async def test_a_failed_write_ahead_is_counted_and_the_batch_is_called(
     )
     assert pipeline.metrics.write_ahead_failures._value.get() == 1
     assert pipeline.metrics.fencing_conflicts._value.get() == 0
-    assert pipeline.completions.qsize() == 3 and pipeline.capacity.busy == 0
+    assert pipeline.recorder.waiting == 3 and pipeline.capacity.busy == 0

@@ -9,7 +9,8 @@ import asyncio
 
 from effectusd.core.engine import Completion
 from effectusd.core.states import OutcomeClass
-from effectusd.dispatcher.pipeline import UNRECORDED_LIMIT, Pipeline
+from effectusd.dispatcher.pipeline import Pipeline
+from effectusd.dispatcher.recorder import UNRECORDED_LIMIT
 from tests.conformance.support import (
     StoreUnderTest,
     claim_one,
@@ -27,7 +28,7 @@ def waiting_outcomes(pipeline: Pipeline, n: int) -> None:
     changes nothing (the store drops them)."""
     for i in range(n):
         outcome = Completion(-1 - i, attempt=1, lease_token=None, outcome=OutcomeClass.SUCCESS)
-        pipeline.completions.put_nowait(outcome)
+        pipeline.recorder.put(outcome)
 
 
 async def test_the_claim_loop_claims_nothing_while_the_recorder_is_behind(
@@ -45,8 +46,8 @@ async def test_the_claim_loop_claims_nothing_while_the_recorder_is_behind(
         # One record round takes a batch off the queue: below the limit, the claim loop it
         # held back is woken, and claims again.
         pipeline.wake.clear()
-        await pipeline.record_round()
-        assert not pipeline.behind and pipeline.wake.is_set()
+        await pipeline.recorder.round()
+        assert not pipeline.recorder.behind and pipeline.wake.is_set()
         assert await pipeline.claim_once() == 1
         await asyncio.wait_for(asyncio.gather(*pipeline.calls), timeout=60)
         assert [r.headers["x-effectus-saga-id"] for r in dest.requests] == [saga]
@@ -65,7 +66,7 @@ async def test_the_recorder_claims_no_next_step_while_it_is_behind(
     pipeline.claiming = True
     waiting_outcomes(pipeline, UNRECORDED_LIMIT)
 
-    await asyncio.wait_for(pipeline.record([completion(claim, OutcomeClass.SUCCESS)]), 60)
+    await asyncio.wait_for(pipeline.recorder.record([completion(claim, OutcomeClass.SUCCESS)]), 60)
 
     assert pipeline.calls == set()
     view = store.view(saga)

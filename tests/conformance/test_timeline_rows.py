@@ -1,5 +1,6 @@
-"""The settlement and enqueue entries of a timeline are read from the attempt and outbox rows
-(effectusd/core/timeline.py, migration 10012): they are stored as no event, they read as the
+"""The settlement and enqueue entries of a timeline, and a chain's step moves, are read from the
+attempt and outbox rows (effectusd/core/timeline.py, migrations 10012 and 10014): they are
+stored as no event, they read as the
 stored events did, a database an earlier version wrote shows each entry once, and the rows
 they are read from are kept as the events table keeps its rows."""
 
@@ -65,7 +66,24 @@ async def test_settlements_and_enqueues_are_read_from_their_rows_not_stored(
 
     view = store.view(saga)
     assert view["state"] == "compensated"
-    assert stored_kinds(store, saga) == {"saga_submitted": 1, "step_state": 7, "saga_state": 2}
+    # Stored: s3's failure and s1's compensation starting (after the saga's move, which is
+    # stored). Read from rows (migration 10014): s1 and s2 succeeding, s2 and s3 starting, and
+    # s1 compensated, each with the settlement that made it.
+    assert stored_kinds(store, saga) == {"saga_submitted": 1, "step_state": 2, "saga_state": 2}
+    moves = [
+        (e["effect_id"], e["from_state"], e["to_state"], e["event_id"] < 0)
+        for e in view["timeline"]
+        if e["kind"] == "step_state"
+    ]
+    assert moves == [
+        ("s1", "in_progress", "succeeded", True),
+        ("s2", "pending", "in_progress", True),
+        ("s2", "in_progress", "succeeded", True),
+        ("s3", "pending", "in_progress", True),
+        ("s3", "in_progress", "failed", False),
+        ("s1", "succeeded", "compensating", False),
+        ("s1", "compensating", "compensated", True),
+    ]
     ids = dispatch_ids(store, saga)
     entries = [e for e in view["timeline"] if e["kind"] in (SETTLED, ENQUEUED)]
     enqueued = [

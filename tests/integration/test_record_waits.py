@@ -17,7 +17,7 @@ from tests.support.harness import make_config, serial_plan
 
 pytestmark = pytest.mark.postgres
 
-BATCH = 256  # a full record batch (pipeline.RECORD_BATCH)
+BATCH = 256  # a full record batch (recorder.RECORD_BATCH)
 # The join the planner may pick between the batch's saga ids and the saga rows, each forced
 # by turning the other two off (which one it picks follows the tables' size and statistics).
 JOINS = {

@@ -21,6 +21,7 @@ from effectusd.core.engine import (
 )
 from effectusd.core.registry import Registry
 from effectusd.core.states import (
+    Cause,
     Delivery,
     Direction,
     DispatchState,
@@ -87,7 +88,10 @@ def dispatch(
 
 
 def answer(outcome: OutcomeClass, attempt: int, fence_wait: FenceWait | None = None) -> Completion:
-    return Completion(1, attempt, "t", outcome, error="declined", fence_wait=fence_wait)
+    cause = Cause.ANSWERED if fence_wait is None else Cause.FENCE_WAIT
+    return Completion(
+        1, attempt, "t", outcome, error="declined", cause=cause, fence_wait=fence_wait
+    )
 
 
 VERB_OF = {Delivery.AT_LEAST_ONCE: "ship", Delivery.AT_MOST_ONCE: "notify"}

@@ -21,6 +21,7 @@ from effectusd.core.settlement import (
     settle_completion,
 )
 from effectusd.core.states import (
+    Cause,
     Delivery,
     Direction,
     DispatchState,
@@ -276,11 +277,13 @@ class Held:
 
 
 def test_a_not_sent_completion_is_a_guard_retry_of_the_held_attempt() -> None:
-    completion = Completion.not_sent(Held(), "nothing was sent", actor="worker-1")
+    completion = Completion.not_sent(
+        Held(), Cause.WRITE_AHEAD_FAILED, "nothing was sent", actor="worker-1"
+    )
     assert (completion.dispatch_id, completion.attempt, completion.lease_token) == (7, 2, TOKEN)
     assert (completion.outcome, completion.settled_by) == (OutcomeClass.RETRYABLE, SettledBy.GUARD)
     assert (completion.error, completion.actor) == ("nothing was sent", "worker-1")
-    assert (completion.contract_drift, completion.fence_wait) == (False, None)
+    assert (completion.cause, completion.fence_wait) == (Cause.WRITE_AHEAD_FAILED, None)
     # Unrecordable, it is still held as not sent: only a guard settlement says so.
     held = held_completion(completion, "boom")
     assert held.outcome is OutcomeClass.RETRYABLE

@@ -80,7 +80,13 @@ class Recorded(Simulator):
         else:
             actor = self.carried.enqueued_by.get((spec.effect_id, spec.direction))
         if actor is not None:
-            self.rows.append(self._row(self.dispatches[-1], ENQUEUED, None, "queued", actor))
+            started = None if self.carried is None else self.carried.started_from
+            started_from = (started or {}).get((spec.effect_id, spec.direction))
+            follows = None if started_from is None else self.carried.follows
+            self.rows.append(
+                self._row(self.dispatches[-1], ENQUEUED, None, "queued", actor)
+                | {"started_from": started_from, "enqueued_after": follows}
+            )
 
     def _row(
         self, d: Dispatch, kind: str, attempt: int | None, to_state: str, actor: str, **more: Any
@@ -117,6 +123,7 @@ class Recorded(Simulator):
             self.rows.append(
                 self._row(d, SETTLED, settled.attempt, settled.to_state or "", settled.actor)
                 | {"from_state": "in_flight", "detail": settled.detail, "settled_after": last}
+                | {"settled_step": carried.settled_step and carried.settled_step.to_state}
             )
         self.carried = carried
         super()._apply(d, transition)  # the inserts
@@ -315,3 +322,63 @@ def test_a_claim_is_placed_after_the_enqueue_or_settlement_that_made_it_due() ->
         ("dispatch_claimed", 2, "retry_wait"),
         ("step_state", None, None),
     ]
+
+
+# -- a chain's step moves (migration 10014) ------------------------------------------------
+
+DONE_A = Event("step_state", "a", from_state="in_progress", to_state="succeeded")
+
+
+def test_a_chain_step_that_succeeds_carries_both_its_step_moves_on_its_rows() -> None:
+    """[settled a, a succeeded, b started, b enqueued]: nothing of it is stored."""
+    events = [settlement(), DONE_A, START, enqueued_event(SPEC, "engine")]
+    carried = carried_by_rows(events, [SPEC], SETTLES)
+    assert carried.events == []
+    assert (carried.settled, carried.settled_step) == (events[0], DONE_A)
+    assert carried.started_from == {("b", "forward"): "pending"}
+    assert carried.follows == derived_event_id(7, 2, SETTLED)
+
+
+def test_a_step_move_the_rows_cannot_place_as_it_was_stays_stored() -> None:
+    """A start after a stored event of the same transaction, a fan-out's starts (two new
+    rows), a start whose settlement is not carried, a move with another actor or detail."""
+    enqueue = enqueued_event(SPEC, "engine")
+    between = Event("saga_state", from_state="running", to_state="compensating")
+    carried = carried_by_rows([settlement(), DONE_A, between, START, enqueue], [SPEC], SETTLES)
+    assert carried.events == [between, START]
+    assert carried.started_from == {} and carried.settled_step == DONE_A
+    other = replace(SPEC, effect_id="c")
+    fan_out = [settlement(), DONE_A, START, enqueue, replace(START, effect_id="c")]
+    fan_out.append(enqueued_event(other, "engine"))
+    assert carried_by_rows(fan_out, [SPEC, other], SETTLES).started_from == {}
+    assert carried_by_rows([START, enqueue], [SPEC]).started_from == {}
+    by_reclaim = replace(DONE_A, actor="daemon-2")
+    assert carried_by_rows([settlement(), by_reclaim], [], SETTLES).settled_step is None
+    with_detail = replace(DONE_A, detail={"note": 1})
+    assert carried_by_rows([settlement(), with_detail], [], SETTLES).settled_step is None
+
+
+def test_a_chains_step_moves_read_back_after_their_settlement_before_the_next_enqueue() -> None:
+    settled_id = derived_event_id(1, 1, SETTLED)
+    rows = [
+        stored(1, 0, "saga_submitted"),
+        stored(2, 50, "saga_state", to_state="completed"),
+        row(ENQUEUED, 1, "a", 0),
+        row(SETTLED, 1, "a", 20, attempt=1, settled_after=1, settled_step="succeeded"),
+        row(ENQUEUED, 2, "b", 21, started_from="pending", enqueued_after=settled_id),
+        row(SETTLED, 2, "b", 40, attempt=1, settled_after=1, settled_step="succeeded"),
+    ]
+    entries = timeline(rows)
+    assert [(e["kind"], e["effect_id"], e["from_state"], e["to_state"]) for e in entries] == [
+        ("saga_submitted", None, None, None),
+        (ENQUEUED, "a", None, None),
+        (SETTLED, "a", None, None),
+        ("step_state", "a", "in_progress", "succeeded"),
+        ("step_state", "b", "pending", "in_progress"),
+        (ENQUEUED, "b", None, None),
+        (SETTLED, "b", None, None),
+        ("step_state", "b", "in_progress", "succeeded"),
+        ("saga_state", None, None, "completed"),
+    ]
+    ids = [e["event_id"] for e in entries]
+    assert len(set(ids)) == len(ids)  # every derived entry has its own id

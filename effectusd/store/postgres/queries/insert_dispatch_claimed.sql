@@ -15,7 +15,7 @@ WITH d AS (
             execution_id text, destination text, verb text, contract_hash text,
             delivery text, method text, path text, args_canonical text, args_hash text,
             idempotency_key text, fencing_resources text, timeout_ms int, max_attempts int,
-            enqueued_by text
+            enqueued_by text, started_from text, enqueued_after bigint
          )
 ),
 claimed AS (
@@ -23,12 +23,14 @@ claimed AS (
         (saga_id, effect_id, direction, namespace, execution_id, destination, verb,
          contract_hash, delivery, method, path, args_canonical, args_hash, idempotency_key,
          fencing_resources, timeout_ms, max_attempts, next_attempt_at, created_at,
-         state, attempt, lease_owner, lease_token, lease_expires_at, enqueued_by)
+         state, attempt, lease_owner, lease_token, lease_expires_at, enqueued_by, started_from,
+         enqueued_after)
     SELECT saga_id, effect_id, direction, namespace, execution_id, destination, verb,
            contract_hash, delivery, method, path, args_canonical, args_hash, idempotency_key,
            fencing_resources::jsonb, timeout_ms, max_attempts, now(), clock_timestamp(),
            'in_flight', 1, %(owner)s, gen_random_uuid(),
-           now() + make_interval(secs => timeout_ms / 1000.0 + %(margin_s)s), enqueued_by
+           now() + make_interval(secs => timeout_ms / 1000.0 + %(margin_s)s), enqueued_by,
+           started_from, enqueued_after
     FROM d
     RETURNING dispatch_id, saga_id, effect_id, direction, execution_id, destination, verb,
               contract_hash, delivery, method, path, args_canonical, args_hash,
