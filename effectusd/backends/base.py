@@ -6,7 +6,6 @@ from __future__ import annotations
 from functools import partial
 from importlib.resources import files
 from importlib.resources.abc import Traversable
-from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -21,22 +20,22 @@ from effectusd.backends.operation import Operation
 from effectusd.backends.statements import Statements
 
 T = TypeVar("T")
-_REPO = Path(__file__).resolve().parents[2]
 
 
-def _schema_folder(shipped: str, source: str) -> Traversable:
-    """Inside the wheel ``effectusd/<shipped>``; in a source tree ``schema/<source>``."""
-    folder = files("effectusd") / shipped
-    return folder if folder.is_dir() else _REPO / "schema" / source
+def _schema_folder(dialect_folder: str) -> Traversable:
+    """The package's ``schema/<dialect_folder>``: ``effectusd/schema`` links the repository's
+    top-level ``schema/``, so the wheel holds the files and a source tree reads them in place."""
+    return files("effectusd") / "schema" / dialect_folder
 
 
 def store_migrations(
-    statements: Statements, shipped: str, source: str, **locking: str | None
+    statements: Statements, dialect_folder: str, **locking: str | None
 ) -> MigrationSet:
-    """The store's migration set of one dialect: its files, and the migrations_* statements
-    of its ``statements`` (``locking``: the ``exists`` and ``lock`` ones, where it has them)."""
+    """The store's migration set of one dialect: its files (``schema/<dialect_folder>``), and
+    the migrations_* statements of its ``statements`` (``locking``: the ``exists`` and ``lock``
+    ones, where it has them)."""
     return MigrationSet(
-        folder=partial(_schema_folder, shipped, source),
+        folder=partial(_schema_folder, dialect_folder),
         statements=statements,
         table="effectus_schema_migrations",
         create="migrations_create_table",

@@ -37,7 +37,6 @@ STORE_STATEMENTS = Statements("effectusd.store.postgres", "queries")
 
 STORE_MIGRATIONS = store_migrations(
     STORE_STATEMENTS,
-    "_migrations",
     "migrations",
     exists="migrations_table_exists",
     lock="migrations_lock",

@@ -63,7 +63,7 @@ def version() -> str:
 STORE_STATEMENTS = Statements("effectusd.store.sqlite", "queries")
 
 
-STORE_MIGRATIONS = store_migrations(STORE_STATEMENTS, "_sqlite_migrations", "sqlite")
+STORE_MIGRATIONS = store_migrations(STORE_STATEMENTS, "sqlite")
 
 
 class SqliteBackend(StoreBackend):
