@@ -1,25 +1,21 @@
-"""What every backend does the same way once its dialect's runner and migration runner are
-chosen: run a store operation, read, apply and check the store's schema."""
+"""What every backend does the same way whatever its dialect: where the store's migrations
+are, and the policy of its migrator (``Migrator``, effectusd.backends)."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from functools import partial
 from importlib.resources import files
 from importlib.resources.abc import Traversable
-from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any
 
-from effectusd.backends.errors import schema_checked
 from effectusd.backends.migrations import (
     Migration,
     MigrationSet,
     MigrationStatus,
     raise_unless_current,
 )
-from effectusd.backends.operation import Operation
 from effectusd.backends.statements import Statements
-
-T = TypeVar("T")
 
 
 def _schema_folder(dialect_folder: str) -> Traversable:
@@ -45,26 +41,21 @@ def store_migrations(
     )
 
 
-class StoreBackend:
-    runner: ModuleType  # run(conn, operation, statements)
-    migrator: ModuleType  # status(conn, set, known), migrate(conn, set, known)
-    statements: Statements  # the store's named SQL in this dialect
-    migrations: MigrationSet  # the store's schema in this dialect
+class StoreMigrator(ABC):
+    """Reads, applies and checks the store's schema in one dialect (``Migrator``): the
+    dialect's migrations module applies ``migrations``."""
 
-    def run(self, conn: Any, operation: Operation[T]) -> T:
-        """Run a store operation in one transaction (a savepoint inside an open one)."""
-        with schema_checked():
-            result: T = self.runner.run(conn, operation, self.statements)
-            return result
+    def __init__(self, migrations: MigrationSet) -> None:
+        self.migrations = migrations
 
-    def migration_status(self, conn: Any, known: list[Migration] | None = None) -> MigrationStatus:
-        status: MigrationStatus = self.migrator.status(conn, self.migrations, known)
-        return status
+    @abstractmethod
+    def status(self, conn: Any, known: list[Migration] | None = None) -> MigrationStatus:
+        """What is applied, what is pending, what is wrong (``known``: the set's files)."""
 
+    @abstractmethod
     def migrate(self, conn: Any, known: list[Migration] | None = None) -> list[Migration]:
-        applied: list[Migration] = self.migrator.migrate(conn, self.migrations, known)
-        return applied
+        """Apply every pending migration; the ones applied now."""
 
     def require_current(self, conn: Any) -> None:
         """Refuse to run against a schema older or newer than this code."""
-        raise_unless_current(self.migration_status(conn))
+        raise_unless_current(self.status(conn))

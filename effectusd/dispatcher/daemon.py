@@ -94,8 +94,8 @@ class Daemon:
         or with a console nobody may use safely, before touching anything else."""
         fencing_provider(self.config)
         self._console()
-        with self.backend.connect() as conn:
-            self.backend.require_current(conn)
+        with self.backend.runner.connect() as conn:
+            self.backend.migrator.require_current(conn)
 
     async def _open_store(self) -> DispatchStore:
         database = self.config.database
@@ -170,7 +170,7 @@ class Daemon:
             Loop("reclaimer", self._reclaim_round(pipeline), self.metrics),
             Loop("sampler", self._sample_round(store), self.metrics),
         ]
-        if self.backend.notifies:  # else (SQLite) the claimer polls
+        if self.backend.notifications.notifies:  # else (SQLite) the claimer polls
             loops.append(Loop("listener", self._listen_round, self.metrics))
         return loops
 
@@ -213,7 +213,7 @@ class Daemon:
                 claimer.cancel()
 
     def _claim_round(self, pipeline: Pipeline, store: DispatchStore, until_idle: bool) -> Round:
-        poll = self.config.dispatcher.poll_seconds(self.backend.poll_interval_s)
+        poll = self.config.dispatcher.poll_seconds(self.backend.notifications.poll_interval_s)
         destinations = list(self.config.destinations)
 
         async def claim_round() -> float | None:
@@ -358,7 +358,7 @@ class Daemon:
         """Wake the claimer on every notification, until the connection is lost. A connection
         that cannot be opened fails the round (the loop backs off); one lost after it worked
         is opened again at once. Meanwhile the claimer polls."""
-        wakeups = self.backend.wakeups()
+        wakeups = self.backend.notifications.wakeups()
         try:
             async for _ in wakeups:
                 # The first comes once listening: notifications may have been missed meanwhile.
