@@ -29,10 +29,11 @@ from effectusd.backends.postgres import STORE_STATEMENTS
 from effectusd.backends.postgres import runner as postgres_runner
 from effectusd.client import Submission
 from effectusd.core.states import FencingStatus, OutcomeClass
-from tests.conformance.support import StoreUnderTest, completion, send
+from tests.conformance.support import NOWHERE, StoreUnderTest, completion, send
+from tests.conformance.support import VERBS as CONFORMANCE_VERBS
 from tests.conftest import create_database, drop_database
 from tests.support import backends
-from tests.support.harness import serial_plan
+from tests.support.harness import make_config, serial_plan
 
 pytestmark = pytest.mark.postgres
 
@@ -41,8 +42,11 @@ PAIRS = sorted(
     name.removesuffix("_many") for name in STORE_STATEMENTS.names() if name.endswith("_many")
 )
 # Clock-derived values (now(), clock_timestamp(), now() + a retry delay) differ between the two
-# replays by when each ran; they are compared as seconds after their replay began, this close.
-CLOCK_TOLERANCE_S = 5.0
+# replays by when each ran; they are compared as seconds after their replay began, this close:
+# far below the retry delay (half an hour or more), so a delay lost or doubled still shows.
+CLOCK_TOLERANCE_S = 60.0
+LONG_RETRY = {"max_attempts": 3, "initial_backoff": "1h", "max_backoff": "2h"}
+VERBS = {**CONFORMANCE_VERBS, "pay_alo": {"delivery": "at_least_once", "retry": LONG_RETRY}}
 Transaction = list[Query]
 
 
@@ -144,10 +148,15 @@ async def workload() -> AsyncIterator[Workload]:
     seeded = create_database("effectusd_pairs")
     with psycopg.connect(seeded, autocommit=True) as conn:
         backends.migrate(conn)
-    completions = await seed(StoreUnderTest("postgres", seeded))
+    config = make_config(
+        NOWHERE,
+        VERBS,
+        destinations={"other": {"base_url": NOWHERE, "timeout": "2s", "max_concurrency": 4}},
+    )
+    completions = await seed(StoreUnderTest("postgres", seeded, config))
     captured = create_database("effectusd_pairs", template=seeded)
     try:
-        transactions = await capture(StoreUnderTest("postgres", captured), completions)
+        transactions = await capture(StoreUnderTest("postgres", captured, config), completions)
         yield Workload(seeded, transactions)
     finally:
         drop_database(captured)
