@@ -104,8 +104,8 @@ def main() -> None:
     WORKDIR.mkdir(exist_ok=True)
     url, shop_url = DATABASE_URL, SHOP_DATABASE_URL
     backend = backend_for(url)
-    with backend.connect(create=True) as conn:
-        backend.migrate(conn)
+    with backend.runner.connect(create=True) as conn:
+        backend.migrator.migrate(conn)
     print(f"▶ effectusd's store: {url}")
     shop = start_shop(shop_url)
     print(f"▶ the example shop (effectusd.destination) on http://127.0.0.1:{SHOP_PORT}")

@@ -279,13 +279,13 @@ class Client(_ClientBase):
         """In the caller's transaction when given one (it commits), else in our own."""
         joined = conn if conn is not None else self.connection
         if joined is not None:
-            self.backend.join(joined)
-            return self.backend.run(joined, operation)
+            self.backend.runner.join(joined)
+            return self.backend.runner.run(joined, operation)
         return self._run(operation)
 
     def _run(self, operation: Operation[T]) -> T:
-        with self.backend.borrow(self.connection or self.pool) as conn:
-            return self.backend.run(conn, operation)
+        with self.backend.runner.borrow(self.connection or self.pool) as conn:
+            return self.backend.runner.run(conn, operation)
 
     def get(
         self,
@@ -312,15 +312,17 @@ class Client(_ClientBase):
     def wait(self, saga_id: str, timeout: float = 30.0, *, until: Until = None) -> SagaView:
         """The saga's view once ``until`` holds (default: terminal or blocked). Wakes on the
         store's notification of the saga's state changes (PostgreSQL; looking again at least
-        every ``backend.poll_interval_s``), polls on SQLite. SagaNotFound if there is no such
-        saga, WaitTimeout (with the last view) if ``until`` still fails after ``timeout``s, at
-        once (WaitUnreachable) when the saga finished in a state ``until`` does not name.
-        Once it has read the saga, a database that goes away (a restart, a failover to a
-        standby) is read again until the timeout, and the LISTEN connection opened again."""
+        every ``backend.notifications.poll_interval_s``), polls on SQLite. SagaNotFound if
+        there is no such saga, WaitTimeout (with the last view) if ``until`` still fails
+        after ``timeout``s, at once (WaitUnreachable) when the saga finished in a state
+        ``until`` does not name. Once it has read the saga, a database that goes away (a
+        restart, a failover to a standby) is read again until the timeout, and the LISTEN
+        connection opened again."""
         done, states = until_predicate(until), until_states(until)
         deadline = time.monotonic() + timeout
         last: SagaView | None = None
-        with self.backend.saga_changes() as changes:  # listening before the first read
+        # listening before the first read
+        with self.backend.notifications.saga_changes() as changes:
             while True:
                 try:
                     view = self.get(saga_id)
@@ -339,7 +341,7 @@ class Client(_ClientBase):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise _waited_too_long(view, timeout)
-                changes.wait(view.saga_id, min(left, self.backend.poll_interval_s))
+                changes.wait(view.saga_id, min(left, self.backend.notifications.poll_interval_s))
 
 
 class AsyncClient(_ClientBase):
@@ -388,11 +390,11 @@ class AsyncClient(_ClientBase):
         """In the caller's transaction when given one (it commits), else in our own."""
         joined = conn if conn is not None else self.connection
         if joined is not None:
-            return await self.backend.run_joined_async(joined, operation)
+            return await self.backend.runner.run_joined_async(joined, operation)
         return await self._run(operation)
 
     async def _run(self, operation: Operation[T]) -> T:
-        return await self.backend.run_async(operation, self.connection or self.pool)
+        return await self.backend.runner.run_async(operation, self.connection or self.pool)
 
     async def get(
         self,
@@ -418,7 +420,7 @@ class AsyncClient(_ClientBase):
         done, states = until_predicate(until), until_states(until)
         deadline = time.monotonic() + timeout
         last: SagaView | None = None
-        async with self.backend.saga_changes_async() as changes:
+        async with self.backend.notifications.saga_changes_async() as changes:
             while True:
                 try:
                     view = await self.get(saga_id)
@@ -437,4 +439,6 @@ class AsyncClient(_ClientBase):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise _waited_too_long(view, timeout)
-                await changes.wait(view.saga_id, min(left, self.backend.poll_interval_s))
+                await changes.wait(
+                    view.saga_id, min(left, self.backend.notifications.poll_interval_s)
+                )

@@ -45,12 +45,14 @@ def _url_for(database: str) -> str:
     return ADMIN_URL.rsplit("/", 1)[0] + "/" + database
 
 
-def create_database(prefix: str = "effectusd_test") -> str:
-    """Create an empty database and return its URL (fails or skips if PostgreSQL is absent)."""
+def create_database(prefix: str = "effectusd_test", template: str | None = None) -> str:
+    """Create an empty database (a copy of the database of the URL ``template``, which nothing
+    may be connected to) and return its URL (fails or skips if PostgreSQL is absent)."""
     name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    copied = "" if template is None else f' TEMPLATE "{template.rsplit("/", 1)[1]}"'
     try:
         with psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=5) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
+            admin.execute(f'CREATE DATABASE "{name}"{copied}')
     except psycopg.OperationalError as exc:
         missing(f"PostgreSQL unreachable at {ADMIN_URL}: {exc}")
     return _url_for(name)

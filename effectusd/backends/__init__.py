@@ -2,10 +2,11 @@
 
 ``backend_for(url)`` is the one place the dialect is chosen; everything above (the store, the
 client, the daemon, the command line, the destination kit, the bench) asks the backend it
-gets. A backend connects (or borrows the caller's connection or pool), runs operations
-(``operation.py``) sync and async, wakes the daemon and ``Client.wait`` (PostgreSQL: LISTEN;
-SQLite: none, they poll; ``changes.py``), applies migration sets
-(``migrations.py``) and names the store's statements (``statements.py``).
+gets, each audience through its own part: the ``runner`` connects (or borrows the caller's
+connection or pool) and runs operations (``operation.py``) sync and async; ``notifications``
+wake the daemon and ``Client.wait`` (PostgreSQL: LISTEN; SQLite: none, they poll;
+``changes.py``); the ``migrator`` reads, applies and checks the store's migration set
+(``migrations.py``). The backend names the store's statements (``statements.py``).
 
 Adding a database means adding a folder here (and the store's statements in its dialect).
 """
@@ -20,12 +21,20 @@ from effectusd.backends.changes import AsyncSagaChanges, SagaChanges
 from effectusd.backends.connections import Connection
 from effectusd.backends.migrations import Migration, MigrationSet, MigrationStatus
 from effectusd.backends.operation import Operation
-from effectusd.backends.statements import Statements
 from effectusd.core.database_url import Dialect, PostgresDatabase, parse_database_url
 
 T = TypeVar("T")
 
-__all__ = ["Backend", "Connection", "Replication", "Session", "backend_for"]
+__all__ = [
+    "Backend",
+    "Connection",
+    "Migrator",
+    "Notifications",
+    "Replication",
+    "Runner",
+    "Session",
+    "backend_for",
+]
 
 
 class Session(Protocol):
@@ -47,13 +56,11 @@ class Replication(Protocol):
         """The ``/readyz`` body's ``replication`` entry."""
 
 
-class Backend(Protocol):
+class Runner(Protocol):
+    """Runs store operations (the client, the command line, the operator, the console; the
+    daemon through its session)."""
+
     dialect: Dialect
-    url: str
-    poll_interval_s: float  # how often an idle daemon looks for due work unless woken
-    notifies: bool  # whether wakeups() says when work may be due (else the daemon polls)
-    statements: Statements  # the store's named SQL in this dialect
-    migrations: MigrationSet  # the store's schema in this dialect
 
     def connect(self, *, create: bool = False) -> AbstractContextManager[Any]: ...
     def run(self, conn: Any, operation: Operation[T]) -> T: ...
@@ -62,17 +69,46 @@ class Backend(Protocol):
     def borrow(self, source: object | None = None) -> AbstractContextManager[Any]: ...
     async def run_async(self, operation: Operation[T], source: object | None = None) -> T: ...
     async def run_joined_async(self, conn: object, operation: Operation[T]) -> T: ...
-    def migration_status(
-        self, conn: Any, known: list[Migration] | None = None
-    ) -> MigrationStatus: ...
-    def migrate(self, conn: Any, known: list[Migration] | None = None) -> list[Migration]: ...
-    def require_current(self, conn: Any) -> None: ...
-    def wakeups(self) -> AsyncGenerator[None, None]: ...
-    def saga_changes(self) -> AbstractContextManager[SagaChanges]: ...
-    def saga_changes_async(self) -> AbstractAsyncContextManager[AsyncSagaChanges]: ...
     # The watch every connection of open_session's pool reports to (None: SQLite).
     def watch_replication(self, *, require_synchronous: bool) -> Replication | None: ...
     async def open_session(self, min_size: int, max_size: int) -> Session: ...
+
+
+class Notifications(Protocol):
+    """Says when something may have changed (the daemon's wake-ups, ``Client.wait``):
+    PostgreSQL's LISTEN, or nothing at all and the caller polls."""
+
+    poll_interval_s: float  # how often an idle daemon looks for due work unless woken
+    notifies: bool  # whether wakeups() says when work may be due (else the daemon polls)
+
+    def wakeups(self) -> AsyncGenerator[None, None]: ...
+    def saga_changes(self) -> AbstractContextManager[SagaChanges]: ...
+    def saga_changes_async(self) -> AbstractAsyncContextManager[AsyncSagaChanges]: ...
+
+
+class Migrator(Protocol):
+    """Reads, applies and checks the store's schema (``effectusd migrate``, the daemon's and
+    the console's start)."""
+
+    migrations: MigrationSet  # the store's schema in this dialect
+
+    def status(self, conn: Any, known: list[Migration] | None = None) -> MigrationStatus: ...
+    def migrate(self, conn: Any, known: list[Migration] | None = None) -> list[Migration]: ...
+    def require_current(self, conn: Any) -> None: ...
+
+
+class Backend(Protocol):
+    """One database, and what each audience uses of it."""
+
+    dialect: Dialect
+    url: str
+
+    @property
+    def runner(self) -> Runner: ...
+    @property
+    def notifications(self) -> Notifications: ...
+    @property
+    def migrator(self) -> Migrator: ...
 
 
 def backend_for(url: str) -> Backend:

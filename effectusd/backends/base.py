@@ -1,42 +1,37 @@
-"""What every backend does the same way once its dialect's runner and migration runner are
-chosen: run a store operation, read, apply and check the store's schema."""
+"""What every backend does the same way whatever its dialect: where the store's migrations
+are, and the policy of its migrator (``Migrator``, effectusd.backends)."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from functools import partial
 from importlib.resources import files
 from importlib.resources.abc import Traversable
-from pathlib import Path
-from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any
 
-from effectusd.backends.errors import schema_checked
 from effectusd.backends.migrations import (
     Migration,
     MigrationSet,
     MigrationStatus,
     raise_unless_current,
 )
-from effectusd.backends.operation import Operation
 from effectusd.backends.statements import Statements
 
-T = TypeVar("T")
-_REPO = Path(__file__).resolve().parents[2]
 
-
-def _schema_folder(shipped: str, source: str) -> Traversable:
-    """Inside the wheel ``effectusd/<shipped>``; in a source tree ``schema/<source>``."""
-    folder = files("effectusd") / shipped
-    return folder if folder.is_dir() else _REPO / "schema" / source
+def _schema_folder(dialect_folder: str) -> Traversable:
+    """The package's ``schema/<dialect_folder>``: ``effectusd/schema`` links the repository's
+    top-level ``schema/``, so the wheel holds the files and a source tree reads them in place."""
+    return files("effectusd") / "schema" / dialect_folder
 
 
 def store_migrations(
-    statements: Statements, shipped: str, source: str, **locking: str | None
+    statements: Statements, dialect_folder: str, **locking: str | None
 ) -> MigrationSet:
-    """The store's migration set of one dialect: its files, and the migrations_* statements
-    of its ``statements`` (``locking``: the ``exists`` and ``lock`` ones, where it has them)."""
+    """The store's migration set of one dialect: its files (``schema/<dialect_folder>``), and
+    the migrations_* statements of its ``statements`` (``locking``: the ``exists`` and ``lock``
+    ones, where it has them)."""
     return MigrationSet(
-        folder=partial(_schema_folder, shipped, source),
+        folder=partial(_schema_folder, dialect_folder),
         statements=statements,
         table="effectus_schema_migrations",
         create="migrations_create_table",
@@ -46,26 +41,21 @@ def store_migrations(
     )
 
 
-class StoreBackend:
-    runner: ModuleType  # run(conn, operation, statements)
-    migrator: ModuleType  # status(conn, set, known), migrate(conn, set, known)
-    statements: Statements  # the store's named SQL in this dialect
-    migrations: MigrationSet  # the store's schema in this dialect
+class StoreMigrator(ABC):
+    """Reads, applies and checks the store's schema in one dialect (``Migrator``): the
+    dialect's migrations module applies ``migrations``."""
 
-    def run(self, conn: Any, operation: Operation[T]) -> T:
-        """Run a store operation in one transaction (a savepoint inside an open one)."""
-        with schema_checked():
-            result: T = self.runner.run(conn, operation, self.statements)
-            return result
+    def __init__(self, migrations: MigrationSet) -> None:
+        self.migrations = migrations
 
-    def migration_status(self, conn: Any, known: list[Migration] | None = None) -> MigrationStatus:
-        status: MigrationStatus = self.migrator.status(conn, self.migrations, known)
-        return status
+    @abstractmethod
+    def status(self, conn: Any, known: list[Migration] | None = None) -> MigrationStatus:
+        """What is applied, what is pending, what is wrong (``known``: the set's files)."""
 
+    @abstractmethod
     def migrate(self, conn: Any, known: list[Migration] | None = None) -> list[Migration]:
-        applied: list[Migration] = self.migrator.migrate(conn, self.migrations, known)
-        return applied
+        """Apply every pending migration; the ones applied now."""
 
     def require_current(self, conn: Any) -> None:
         """Refuse to run against a schema older or newer than this code."""
-        raise_unless_current(self.migration_status(conn))
+        raise_unless_current(self.status(conn))

@@ -68,7 +68,7 @@ class Context:
     def connect(self, *, create: bool = False) -> Iterator[Connection]:
         with ExitStack() as stack:
             try:
-                conn = stack.enter_context(self.backend.connect(create=create))
+                conn = stack.enter_context(self.backend.runner.connect(create=create))
             except UNAVAILABLE as exc:
                 fail(f"cannot connect to the database: {str(exc).strip()}", EXIT_FAILURE)
             yield conn

@@ -28,7 +28,7 @@ def console_command(obj: Context, host: str | None, port: int | None, log_level:
     backend = obj.backend
     try:
         with obj.connect() as conn:
-            backend.require_current(conn)
+            backend.migrator.require_current(conn)
         where = (host or config.console.host, config.console.port if port is None else port)
         asyncio.run(serve(config, backend, *where))
     except KeyboardInterrupt:

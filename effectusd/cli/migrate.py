@@ -22,7 +22,7 @@ def migrate(obj: Context, check_only: bool, as_json: bool) -> None:
         backend = obj.backend
         try:
             if check_only:
-                current = backend.migration_status(conn)
+                current = backend.migrator.status(conn)
                 data = {
                     "applied": current.applied,
                     "pending": [f"{m.version}_{m.name}" for m in current.pending],
@@ -44,7 +44,7 @@ def migrate(obj: Context, check_only: bool, as_json: bool) -> None:
                 if current.pending:
                     sys.exit(EXIT_PENDING)
                 return
-            applied = backend.migrate(conn)
+            applied = backend.migrator.migrate(conn)
         except MigrationError as exc:
             fail(str(exc), EXIT_CONFLICT)
     names = [f"{m.version}_{m.name}" for m in applied]

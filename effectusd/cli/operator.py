@@ -57,7 +57,7 @@ def _operator_action(obj: Context, build: Callable[..., Any], as_json: bool) -> 
     try:
         operation = build(obj.config.registry())
         with obj.connect() as conn:
-            report = obj.backend.run(conn, operation)
+            report = obj.backend.runner.run(conn, operation)
     except Refused as exc:
         if as_json:
             emit({"ok": False, "refused": exc.kind.value, "error": exc.message}, True, str)
@@ -272,12 +272,12 @@ def _adopt_verb(obj: Context, registry: Any, verb: str, actor: str, evidence: st
 
     report = VerbAdoptionReport(verb, actor, evidence)
     with obj.connect() as conn:
-        for saga_id in obj.backend.run(conn, candidates()):
+        for saga_id in obj.backend.runner.run(conn, candidates()):
             operation = adopt_contract(
                 saga_id, registry=registry, actor=actor, evidence=evidence, verb=verb
             )
             try:
-                report.adopted.append(obj.backend.run(conn, operation))
+                report.adopted.append(obj.backend.runner.run(conn, operation))
             except NotBlockedOnVerb as exc:
                 report.skipped.append({"saga_id": saga_id, "error": exc.message})
             except Refused as exc:

@@ -82,7 +82,7 @@ def sagas_show(
         raise click.UsageError("--plan goes with --execution-id")
     with obj.connect() as conn:
         found, missing = _find(obj, conn, saga_id, execution_id, plan_id)
-        view = obj.backend.run(conn, operations.load_saga(found))
+        view = obj.backend.runner.run(conn, operations.load_saga(found))
         if view is None:
             _not_found(obj, conn, found, missing)
     emit(view, as_json, render.saga_detail)
@@ -105,7 +105,7 @@ def _find(
             )
         if len(prefix) == SAGA_ID_LENGTH:
             return prefix, f"saga {prefix} not found"
-        rows = obj.backend.run(conn, operations.find_sagas(prefix=prefix))
+        rows = obj.backend.runner.run(conn, operations.find_sagas(prefix=prefix))
         missing = f"no saga id starts with {prefix}"
         several = f"saga id prefix {prefix}"
     else:
@@ -115,7 +115,7 @@ def _find(
         missing = f"no saga with execution id {execution_id!r}{plan} in namespace {namespace!r}"
         if plan_id is not None:
             return derive_saga_id(namespace, execution_id, plan_id), missing
-        rows = obj.backend.run(
+        rows = obj.backend.runner.run(
             conn, operations.find_sagas(namespace=namespace, execution_id=execution_id)
         )
         several = f"execution id {execution_id!r}"
@@ -138,7 +138,7 @@ def _line(row: dict[str, Any]) -> str:
 
 def _not_found(obj: Context, conn: Connection, saga_id: str, missing: str) -> NoReturn:
     """Exit 5; for a pruned saga, say when it finished and when it was pruned."""
-    for row in obj.backend.run(conn, operations.saga_identity(saga_id)):
+    for row in obj.backend.runner.run(conn, operations.saga_identity(saga_id)):
         if row["pruned_at"] is not None:
             finished = row["finished_at"].isoformat() if row["finished_at"] else "-"
             fail(

@@ -221,7 +221,7 @@ class ConsoleService:
         self.registry = config.registry()
 
     async def sagas(self, filters: Filters) -> list[dict[str, Any]]:
-        rows = await self.backend.run_async(
+        rows = await self.backend.runner.run_async(
             operations.list_sagas(
                 filters.state,
                 filters.plan_id,
@@ -235,20 +235,20 @@ class ConsoleService:
         return [jsonable(dict(row)) for row in rows]
 
     async def saga(self, saga_id: str) -> dict[str, Any] | None:
-        view = await self.backend.run_async(operations.load_saga(saga_id))
+        view = await self.backend.runner.run_async(operations.load_saga(saga_id))
         return None if view is None else as_dict(view)
 
     async def blocked(self, limit: int = 100) -> list[dict[str, Any]]:
-        return await self.backend.run_async(_blocked_queue(self.config.namespace, limit))
+        return await self.backend.runner.run_async(_blocked_queue(self.config.namespace, limit))
 
     async def overview(self) -> dict[str, Any]:
-        return await self.backend.run_async(_overview_reads())
+        return await self.backend.runner.run_async(_overview_reads())
 
     async def act(
         self, action: str, saga_id: str, fields: Mapping[str, Any], actor: str
     ) -> ActionReport:
         """Run one operator action; ``Refused`` (writing nothing) when it does not apply."""
-        return await self.backend.run_async(self._operation(action, saga_id, fields, actor))
+        return await self.backend.runner.run_async(self._operation(action, saga_id, fields, actor))
 
     @staticmethod
     def operator_name(fields: Mapping[str, Any]) -> str | None:

@@ -128,7 +128,7 @@ class _Postgres:
     @staticmethod
     @contextmanager
     def open(database_url: str) -> Iterator[_Ledger]:
-        with backend_for(database_url).connect() as conn:  # autocommit
+        with backend_for(database_url).runner.connect() as conn:  # autocommit
             yield _Postgres(conn)
 
     def rows(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:

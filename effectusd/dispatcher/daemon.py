@@ -94,7 +94,7 @@ class Daemon:
         self.metrics = Metrics()
         self.http_port: int | None = None  # the bound port, once the endpoints are up
         self.backend = backend_for(database_url)
-        self.replication = self.backend.watch_replication(
+        self.replication = self.backend.runner.watch_replication(
             require_synchronous=config.database.require_synchronous_replication
         )
         self._store: DispatchStore | None = None
@@ -109,8 +109,8 @@ class Daemon:
         serving = self.config.observability.http_port is not None
         if self._web is not None and serving:
             self._extra_routes = [self._web(self.metrics.outcome_totals)]
-        with self.backend.connect() as conn:
-            self.backend.require_current(conn)
+        with self.backend.runner.connect() as conn:
+            self.backend.migrator.require_current(conn)
             if self.replication is not None:
                 try:
                     self.replication.connected_sync(conn)
@@ -193,7 +193,7 @@ class Daemon:
             Loop("reclaimer", self._reclaim_round(pipeline), self.metrics),
             Loop("sampler", self._sample_round(store), self.metrics),
         ]
-        if self.backend.notifies:  # else (SQLite) the claimer polls
+        if self.backend.notifications.notifies:  # else (SQLite) the claimer polls
             loops.append(Loop("listener", self._listen_round, self.metrics))
         return loops
 
@@ -223,7 +223,7 @@ class Daemon:
                 claimer.cancel()
 
     def _claim_round(self, pipeline: Pipeline, store: DispatchStore, until_idle: bool) -> Round:
-        poll = self.config.dispatcher.poll_seconds(self.backend.poll_interval_s)
+        poll = self.config.dispatcher.poll_seconds(self.backend.notifications.poll_interval_s)
         destinations = list(self.config.destinations)
 
         async def claim_round() -> float | None:
@@ -369,7 +369,7 @@ class Daemon:
         """Wake the claimer on every notification, until the connection is lost. A connection
         that cannot be opened fails the round (the loop backs off); one lost after it worked
         is opened again at once. Meanwhile the claimer polls."""
-        wakeups = self.backend.wakeups()
+        wakeups = self.backend.notifications.wakeups()
         try:
             async for _ in wakeups:
                 # The first comes once listening: notifications may have been missed meanwhile.

@@ -86,7 +86,7 @@ def prune(
         raise ValueError("batch_size must be at least 1")
 
     def run(operation: Operation[Rows]) -> Rows:
-        return backend.run(conn, operation)
+        return backend.runner.run(conn, operation)
 
     seconds = older_than.total_seconds()
     [row] = run(single("op_prune_cutoff", {"older_than_s": seconds}))

@@ -26,6 +26,6 @@ async def open_dispatch_store(
 ) -> DispatchStore:
     """The dispatch store on ``backend``: a connection pool of ``pool_size`` (min, max) on
     PostgreSQL, one worker thread on SQLite."""
-    session = await backend.open_session(*pool_size)
+    session = await backend.runner.open_session(*pool_size)
     store_class = DISPATCH_STORES[backend.dialect]
     return store_class(session, registry, owner, lease_margin_s, fencing)

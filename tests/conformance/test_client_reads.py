@@ -36,7 +36,7 @@ WOKEN_S = WAIT_S / 2  # a wait not woken sleeps until WAIT_S before it looks aga
 def notified_only(store: StoreUnderTest, client: object) -> None:
     """On PostgreSQL, look again only when notified: a missed notification means a timeout."""
     if not store.sqlite:
-        client.backend.poll_interval_s = 10 * WAIT_S  # type: ignore[attr-defined]
+        client.backend.notifications.poll_interval_s = 10 * WAIT_S  # type: ignore[attr-defined]
 
 
 async def test_get_returns_a_typed_view_with_enums(store: StoreUnderTest) -> None:

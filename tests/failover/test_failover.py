@@ -101,7 +101,7 @@ def test_a_two_host_url_finds_the_primary_whichever_host_comes_first(
     )
     client = Client(Config(), database_url=standby_first)
     assert client.list() == []
-    with client.backend.connect() as conn:
+    with client.backend.runner.connect() as conn:
         [(in_recovery,)] = conn.execute("SELECT pg_is_in_recovery()").fetchall()
     assert in_recovery is False
 

@@ -1,8 +1,11 @@
-"""The wheel ships what the code reads at run time: the migrations of both stores, the store's
-named queries and the bench's own."""
+"""The wheel ships what the code reads at run time: the migrations of both stores (kept in the
+repository's top-level ``schema/``, which ``effectusd/schema`` links), the store's named queries
+and the bench's own; installed, effectusd reads its migrations from the package."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -10,6 +13,10 @@ from pathlib import Path
 
 import pytest
 
+import effectusd
+from effectusd.backends.migrations import known_migrations
+from effectusd.backends.postgres import STORE_MIGRATIONS as POSTGRES_MIGRATIONS
+from effectusd.backends.sqlite import STORE_MIGRATIONS as SQLITE_MIGRATIONS
 from tests.support.backends import postgres_store_migrations
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,7 +50,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_wheel_ships_the_migrations_and_the_named_queries(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
-        shipped = archive.read(f"effectusd/_migrations/{FIRST_MIGRATION}.sql")
+        shipped = archive.read(f"effectusd/schema/migrations/{FIRST_MIGRATION}.sql")
 
     assert "effectusd/store/postgres/queries/insert_saga.sql" in names
     source_queries = REPO / "effectusd" / "store" / "postgres" / "queries"
@@ -51,7 +58,7 @@ def test_the_wheel_ships_the_migrations_and_the_named_queries(wheel: Path) -> No
         assert f"effectusd/store/postgres/queries/{query.name}" in names
     source_migrations = REPO / "schema" / "migrations"
     for migration in source_migrations.glob("*.sql"):
-        assert f"effectusd/_migrations/{migration.name}" in names
+        assert f"effectusd/schema/migrations/{migration.name}" in names
     assert shipped == (source_migrations / f"{FIRST_MIGRATION}.sql").read_bytes()
     for query in (REPO / "effectusd" / "store" / "sqlite" / "queries").glob("*.sql"):
         assert f"effectusd/store/sqlite/queries/{query.name}" in names
@@ -68,14 +75,61 @@ def test_the_wheel_ships_the_migrations_and_the_named_queries(wheel: Path) -> No
     for template in templates:
         assert f"effectusd/console/templates/{template.name}" in names
     for migration in (REPO / "schema" / "sqlite").glob("*.sql"):
-        assert f"effectusd/_sqlite_migrations/{migration.name}" in names
+        assert f"effectusd/schema/sqlite/{migration.name}" in names
 
 
 def test_migrations_read_from_the_wheel_match_the_source_tree(wheel: Path) -> None:
-    folder = zipfile.Path(wheel, "effectusd/_migrations/")
+    folder = zipfile.Path(wheel, "effectusd/schema/migrations/")
 
     from_wheel = postgres_store_migrations.known_migrations(folder)
 
     assert [(m.version, m.name, m.checksum) for m in from_wheel] == [
         (m.version, m.name, m.checksum) for m in postgres_store_migrations.known_migrations()
     ]
+
+
+INSTALLED_MIGRATIONS = """
+import json
+from effectusd.backends.postgres import STORE_MIGRATIONS as POSTGRES
+from effectusd.backends.sqlite import STORE_MIGRATIONS as SQLITE
+print(json.dumps({
+    name: {"folder": str(mset.folder()), "known": [m.checksum for m in mset.known()]}
+    for name, mset in (("postgresql", POSTGRES), ("sqlite", SQLITE))
+}))
+"""
+
+
+def test_an_installed_wheel_reads_its_migrations_from_the_package_not_a_source_tree(
+    wheel: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "installed"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", target, wheel],
+        check=True,
+        capture_output=True,
+    )
+    # PYTHONPATH goes before the editable install's path to this repository
+    found = subprocess.run(
+        [sys.executable, "-c", INSTALLED_MIGRATIONS],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(target)},
+        text=True,
+    )
+
+    by_dialect = json.loads(found.stdout)
+    for dialect, source in (("postgresql", "migrations"), ("sqlite", "sqlite")):
+        folder = Path(by_dialect[dialect]["folder"])
+        assert folder == target / "effectusd" / "schema" / source
+        checksums = [m.checksum for m in known_migrations(REPO / "schema" / source)]
+        assert by_dialect[dialect]["known"] == checksums and checksums
+
+
+def test_the_store_reads_its_migrations_as_data_of_the_effectusd_package() -> None:
+    """No lookup of a repository: in a source tree too, the files are the package's
+    ``schema/`` (a link to the top-level ``schema/`` there, real files in the wheel)."""
+    package = Path(effectusd.__file__).parent
+    for mset, folder in ((POSTGRES_MIGRATIONS, "migrations"), (SQLITE_MIGRATIONS, "sqlite")):
+        assert Path(str(mset.folder())) == package / "schema" / folder
+    assert (package / "schema").resolve() == REPO / "schema"

@@ -9,20 +9,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from effectusd.backends import Connection, backend_for
+from effectusd.backends.base import StoreMigrator
 from effectusd.backends.errors import UNAVAILABLE, schema_checked
-from effectusd.backends.migrations import (
-    Migration,
-    MigrationStatus,
-    known_migrations,
-    raise_unless_current,
-)
+from effectusd.backends.migrations import Migration, known_migrations
 from effectusd.backends.operation import Operation
 from effectusd.backends.postgres import STORE_MIGRATIONS as PG_MIGRATIONS
-from effectusd.backends.postgres import migrations as pg_migrations
 from effectusd.backends.postgres import runner as pg_runner
+from effectusd.backends.postgres.migrations import PostgresMigrator
 from effectusd.backends.sqlite import STORE_MIGRATIONS as SQLITE_MIGRATIONS
-from effectusd.backends.sqlite import migrations as sqlite_migrations
 from effectusd.backends.sqlite import runner as sqlite_runner
+from effectusd.backends.sqlite.migrations import SqliteMigrator
 from effectusd.core.database_url import SqliteDatabase, parse_database_url
 
 __all__ = ["UNAVAILABLE", "Connection", "connection", "is_sqlite", "migrate", "run", "sqlite_path"]
@@ -31,7 +27,7 @@ T = TypeVar("T")
 
 
 def connection(url: str, *, create: bool = False) -> AbstractContextManager[Any]:
-    return backend_for(url).connect(create=create)
+    return backend_for(url).runner.connect(create=create)
 
 
 def is_sqlite(url: str) -> bool:
@@ -55,32 +51,26 @@ def run(conn: Any, operation: Operation[T]) -> T:
 def migrate(conn: Any) -> list[Migration]:
     """Apply the store's pending migrations on ``conn``."""
     if isinstance(conn, sqlite3.Connection):
-        return sqlite_migrations.migrate(conn, SQLITE_MIGRATIONS)
-    return pg_migrations.migrate(conn, PG_MIGRATIONS)
+        return sqlite_store_migrations.migrate(conn)
+    return postgres_store_migrations.migrate(conn)
 
 
 class StoreMigrations:
-    """The store's migration set of one dialect, as functions of a connection."""
+    """The store's migrator of one dialect, and the files it knows (of another folder, e.g. a
+    wheel's, when given one)."""
 
-    def __init__(self, module: Any, mset: Any) -> None:
-        self.module = module
-        self.mset = mset
+    def __init__(self, migrator: StoreMigrator) -> None:
+        self.migrator = migrator
+        self.status = migrator.status
+        self.migrate = migrator.migrate
+        self.require_current = migrator.require_current
 
     def known_migrations(self, folder: Any = None) -> list[Migration]:
-        return known_migrations(folder if folder is not None else self.mset.folder())
-
-    def status(self, conn: Any, known: list[Migration] | None = None) -> MigrationStatus:
-        return self.module.status(conn, self.mset, known)  # type: ignore[no-any-return]
-
-    def migrate(self, conn: Any, known: list[Migration] | None = None) -> list[Migration]:
-        return self.module.migrate(conn, self.mset, known)  # type: ignore[no-any-return]
-
-    def require_current(self, conn: Any) -> None:
-        raise_unless_current(self.status(conn))
+        return known_migrations(folder if folder is not None else self.migrator.migrations.folder())
 
 
-postgres_store_migrations = StoreMigrations(pg_migrations, PG_MIGRATIONS)
-sqlite_store_migrations = StoreMigrations(sqlite_migrations, SQLITE_MIGRATIONS)
+postgres_store_migrations = StoreMigrations(PostgresMigrator(PG_MIGRATIONS))
+sqlite_store_migrations = StoreMigrations(SqliteMigrator(SQLITE_MIGRATIONS))
 
 
 def postgres_query_names() -> list[str]:

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from effectusd.backends.base import StoreBackend, store_migrations
+from effectusd.backends.base import store_migrations
 from effectusd.backends.changes import AsyncSagaChanges
 from effectusd.backends.connections import (
     require_async_connection,
@@ -18,9 +18,9 @@ from effectusd.backends.connections import (
 )
 from effectusd.backends.errors import schema_checked
 from effectusd.backends.operation import Operation
-from effectusd.backends.postgres import migrations as postgres_migrations
 from effectusd.backends.postgres import runner as postgres_runner
 from effectusd.backends.postgres.hosts import primary_conninfo
+from effectusd.backends.postgres.migrations import PostgresMigrator
 from effectusd.backends.postgres.replication import ReplicationWatch
 from effectusd.backends.postgres.session import (
     PoolSession,
@@ -39,7 +39,6 @@ STORE_STATEMENTS = Statements("effectusd.store.postgres", "queries")
 
 STORE_MIGRATIONS = store_migrations(
     STORE_STATEMENTS,
-    "_migrations",
     "migrations",
     exists="migrations_table_exists",
     lock="migrations_lock",
@@ -72,18 +71,15 @@ def connection_keywords(conninfo: str) -> dict[str, str]:
     return keywords
 
 
-class PostgresBackend(StoreBackend):
-    dialect: Dialect = "postgresql"
-    poll_interval_s: float = 1.0  # LISTEN/NOTIFY wakes the daemon; polling is backup
-    notifies: bool = True  # wakeups() yields on each NOTIFY
-    runner = postgres_runner
-    migrator = postgres_migrations
-    statements = STORE_STATEMENTS
-    migrations = STORE_MIGRATIONS
+class PostgresRunner:
+    """Runs the store's operations on PostgreSQL: on connections of its own, the caller's
+    connection or pool, or a pool for the daemon (``open_session``)."""
 
-    def __init__(self, url: str, database: PostgresDatabase) -> None:
-        self.url = url
-        self.conninfo = primary_conninfo(database.conninfo)  # several hosts: the writable one
+    dialect: Dialect = "postgresql"
+
+    def __init__(self, conninfo: str, statements: Statements) -> None:
+        self.conninfo = conninfo
+        self.statements = statements
         self.replication: ReplicationWatch | None = None
 
     def watch_replication(self, *, require_synchronous: bool) -> ReplicationWatch:
@@ -98,6 +94,11 @@ class PostgresBackend(StoreBackend):
         """An autocommit connection, closed afterwards (``create`` is SQLite's: ignored)."""
         with psycopg.connect(self.conninfo, autocommit=True) as conn:
             yield conn
+
+    def run(self, conn: psycopg.Connection[Any], operation: Operation[T]) -> T:
+        """Run a store operation in one transaction (a savepoint inside an open one)."""
+        with schema_checked():
+            return postgres_runner.run(conn, operation, self.statements)
 
     def join(self, conn: object, who: str = "Client") -> None:
         """Refuse a connection of the wrong kind; open its transaction, to write inside it."""
@@ -137,13 +138,6 @@ class PostgresBackend(StoreBackend):
         with schema_checked():
             return await postgres_runner.run_async(conn, operation, self.statements)
 
-    def saga_changes(self) -> AbstractContextManager[SagaListener]:
-        """A LISTEN connection of its own that wakes when a saga's state changed."""
-        return saga_listener(self.conninfo, self.statements)
-
-    def saga_changes_async(self) -> AbstractAsyncContextManager[AsyncSagaChanges]:
-        return async_saga_listener(self.conninfo, self.statements)
-
     async def run_joined_async(self, conn: object, operation: Operation[T]) -> T:
         """Run a store operation inside the caller's async connection's transaction."""
         require_async_connection(self.dialect, conn)
@@ -152,11 +146,40 @@ class PostgresBackend(StoreBackend):
         with schema_checked():
             return await postgres_runner.run_async(conn, operation, self.statements)
 
-    def wakeups(self) -> AsyncGenerator[None, None]:
-        """LISTEN for the outbox's notifications."""
-        return notifications(self.conninfo, self.statements, "listen_outbox")
-
     async def open_session(self, min_size: int, max_size: int) -> PoolSession:
         return await PoolSession.open(
             self.conninfo, self.statements, min_size, max_size, self.replication
         )
+
+
+class PostgresNotifications:
+    """LISTEN/NOTIFY, each listener on a connection of its own."""
+
+    poll_interval_s: float = 1.0  # LISTEN/NOTIFY wakes the daemon; polling is backup
+    notifies: bool = True  # wakeups() yields on each NOTIFY
+
+    def __init__(self, conninfo: str, statements: Statements) -> None:
+        self.conninfo = conninfo
+        self.statements = statements
+
+    def wakeups(self) -> AsyncGenerator[None, None]:
+        """LISTEN for the outbox's notifications."""
+        return notifications(self.conninfo, self.statements, "listen_outbox")
+
+    def saga_changes(self) -> AbstractContextManager[SagaListener]:
+        """A LISTEN connection of its own that wakes when a saga's state changed."""
+        return saga_listener(self.conninfo, STORE_STATEMENTS)
+
+    def saga_changes_async(self) -> AbstractAsyncContextManager[AsyncSagaChanges]:
+        return async_saga_listener(self.conninfo, STORE_STATEMENTS)
+
+
+class PostgresBackend:
+    dialect: Dialect = "postgresql"
+
+    def __init__(self, url: str, database: PostgresDatabase) -> None:
+        self.url = url
+        self.conninfo = primary_conninfo(database.conninfo)  # several hosts: the writable one
+        self.runner = PostgresRunner(self.conninfo, STORE_STATEMENTS)
+        self.notifications = PostgresNotifications(self.conninfo, STORE_STATEMENTS)
+        self.migrator = PostgresMigrator(STORE_MIGRATIONS)

@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 
+from effectusd.backends.base import StoreMigrator
 from effectusd.backends.migrations import Migration, MigrationError, MigrationSet, MigrationStatus
 from effectusd.backends.postgres.runner import sql
 
@@ -84,3 +85,17 @@ async def install_async(conn: psycopg.AsyncConnection[Any], mset: MigrationSet) 
             await conn.execute(migration.text.encode("utf-8"))  # our own file, not user input
             await conn.execute(sql(statements, mset.record), migration.record())
     return [migration.version for migration in pending]
+
+
+class PostgresMigrator(StoreMigrator):
+    """The store's schema on PostgreSQL (``migrate``: each file in its own transaction)."""
+
+    def status(
+        self, conn: psycopg.Connection[Any], known: list[Migration] | None = None
+    ) -> MigrationStatus:
+        return status(conn, self.migrations, known)
+
+    def migrate(
+        self, conn: psycopg.Connection[Any], known: list[Migration] | None = None
+    ) -> list[Migration]:
+        return migrate(conn, self.migrations, known)

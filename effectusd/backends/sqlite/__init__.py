@@ -19,15 +19,17 @@ from contextlib import (
     contextmanager,
     nullcontext,
 )
+from pathlib import Path
 from typing import TypeVar
 
-from effectusd.backends.base import StoreBackend, store_migrations
+from effectusd.backends.base import store_migrations
 from effectusd.backends.changes import AsyncPolling, Polling
 from effectusd.backends.connections import require_async_connection, require_connection
+from effectusd.backends.errors import schema_checked
 from effectusd.backends.operation import Operation
-from effectusd.backends.sqlite import migrations as sqlite_migrations
 from effectusd.backends.sqlite import runner as sqlite_runner
 from effectusd.backends.sqlite.connection import connect
+from effectusd.backends.sqlite.migrations import SqliteMigrator
 from effectusd.backends.sqlite.session import ThreadSession
 from effectusd.backends.sqlite.transaction import atomic, write_transaction
 from effectusd.backends.statements import Statements
@@ -63,22 +65,18 @@ def version() -> str:
 STORE_STATEMENTS = Statements("effectusd.store.sqlite", "queries")
 
 
-STORE_MIGRATIONS = store_migrations(STORE_STATEMENTS, "_sqlite_migrations", "sqlite")
+STORE_MIGRATIONS = store_migrations(STORE_STATEMENTS, "sqlite")
 
 
-class SqliteBackend(StoreBackend):
+class SqliteRunner:
+    """Runs the store's operations on SQLite: on connections of its own or the caller's; in a
+    worker thread when asked asynchronously (there is no async SQLite connection or pool)."""
+
     dialect: Dialect = "sqlite"
-    # No notifications: the daemon polls (a cheap indexed read).
-    poll_interval_s: float = 0.05
-    notifies: bool = False  # wakeups() yields on each NOTIFY
-    runner = sqlite_runner
-    migrator = sqlite_migrations
-    statements = STORE_STATEMENTS
-    migrations = STORE_MIGRATIONS
 
-    def __init__(self, url: str, database: SqliteDatabase) -> None:
-        self.url = url
-        self.path = database.path
+    def __init__(self, path: Path, statements: Statements) -> None:
+        self.path = path
+        self.statements = statements
 
     @contextmanager
     def connect(self, *, create: bool = False) -> Iterator[sqlite3.Connection]:
@@ -89,6 +87,11 @@ class SqliteBackend(StoreBackend):
             yield conn
         finally:
             conn.close()
+
+    def run(self, conn: sqlite3.Connection, operation: Operation[T]) -> T:
+        """Run a store operation in one transaction (a savepoint inside an open one)."""
+        with schema_checked():
+            return sqlite_runner.run(conn, operation, self.statements)
 
     def join(self, conn: object, who: str = "Client") -> None:
         """Refuse a connection of the wrong kind; open its transaction, to write inside it."""
@@ -119,21 +122,9 @@ class SqliteBackend(StoreBackend):
 
         return await asyncio.to_thread(in_thread)
 
-    def saga_changes(self) -> AbstractContextManager[Polling]:
-        """No notifications on SQLite: a wait looks again every poll interval."""
-        return nullcontext(Polling(self.poll_interval_s))
-
-    def saga_changes_async(self) -> AbstractAsyncContextManager[AsyncPolling]:
-        return nullcontext(AsyncPolling(self.poll_interval_s))
-
     async def run_joined_async(self, conn: object, operation: Operation[T]) -> T:
         require_async_connection(self.dialect, conn)  # raises: no async SQLite connection
         raise AssertionError("unreachable")  # pragma: no cover
-
-    async def wakeups(self) -> AsyncGenerator[None, None]:
-        """None ever: SQLite has no notifications (``notifies`` is False; the daemon polls)."""
-        return
-        yield  # unreachable; makes this an async generator
 
     def watch_replication(self, *, require_synchronous: bool) -> None:
         """None: a SQLite file has no standby to fail over to."""
@@ -142,3 +133,34 @@ class SqliteBackend(StoreBackend):
     async def open_session(self, min_size: int, max_size: int) -> ThreadSession:
         """One connection in one worker thread (the pool sizes are PostgreSQL's)."""
         return ThreadSession(self.path, self.statements)
+
+
+class SqliteNotifications:
+    """None: SQLite cannot tell another connection anything, so the daemon and a wait poll
+    (a cheap indexed read)."""
+
+    poll_interval_s: float = 0.05
+    notifies: bool = False  # wakeups() never yields
+
+    def saga_changes(self) -> AbstractContextManager[Polling]:
+        """A wait looks again every poll interval."""
+        return nullcontext(Polling(self.poll_interval_s))
+
+    def saga_changes_async(self) -> AbstractAsyncContextManager[AsyncPolling]:
+        return nullcontext(AsyncPolling(self.poll_interval_s))
+
+    async def wakeups(self) -> AsyncGenerator[None, None]:
+        """None ever (``notifies`` is False; the daemon polls)."""
+        return
+        yield  # unreachable; makes this an async generator
+
+
+class SqliteBackend:
+    dialect: Dialect = "sqlite"
+
+    def __init__(self, url: str, database: SqliteDatabase) -> None:
+        self.url = url
+        self.path = database.path
+        self.runner = SqliteRunner(self.path, STORE_STATEMENTS)
+        self.notifications = SqliteNotifications()
+        self.migrator = SqliteMigrator(STORE_MIGRATIONS)

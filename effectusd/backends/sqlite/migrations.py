@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 
+from effectusd.backends.base import StoreMigrator
 from effectusd.backends.migrations import Migration, MigrationError, MigrationSet, MigrationStatus
 from effectusd.backends.sqlite.transaction import atomic, read_transaction, write_transaction
 from effectusd.backends.statements import Statements
@@ -111,3 +112,17 @@ def install(conn: sqlite3.Connection, mset: MigrationSet, savepoint: str) -> lis
         for migration in pending:
             _apply(conn, mset, migration, check_keys=False)
     return [migration.version for migration in pending]
+
+
+class SqliteMigrator(StoreMigrator):
+    """The store's schema on SQLite (``migrate``: each file in its own BEGIN IMMEDIATE)."""
+
+    def status(
+        self, conn: sqlite3.Connection, known: list[Migration] | None = None
+    ) -> MigrationStatus:
+        return status(conn, self.migrations, known)
+
+    def migrate(
+        self, conn: sqlite3.Connection, known: list[Migration] | None = None
+    ) -> list[Migration]:
+        return migrate(conn, self.migrations, known)
