@@ -1037,6 +1037,7 @@ def test_recorder_statements_settle_once_and_keep_late_evidence(conn: sqlite3.Co
             "outcome": "unknown_outcome",  # the second settle found it settled already
             "settled_by": "executor",
             "sent_at": None,
+            "lease_token": first["lease_token"],  # the row's own lease, not the second's
             "later_sent": True,
         }
     ]
