@@ -57,6 +57,7 @@ class TransitionBuilder:
             s.effect_id: s.result for s in saga.steps.values() if s.result is not None
         }
         self.step_states = {s.effect_id: s.state for s in saga.steps.values()}
+        self.orders = {s.effect_id: s.succeeded_order for s in saga.steps.values()}
         self.saga_state = saga.state
         self.actor = actor
 
@@ -117,8 +118,15 @@ class TransitionBuilder:
         self, state: StepState, result: JsonValue = None, effect_id: str | None = None
     ) -> None:
         effect = effect_id or self.dispatch_facts.effect_id
-        set_result = state is StepState.SUCCEEDED
-        self.transition.steps.append(StepUpdate(effect, state, result, set_result))
+        order = None
+        if state is StepState.SUCCEEDED:
+            # The order steps succeeded in is the order they are compensated in, reversed.
+            order = 1 + max((o for o in self.orders.values() if o is not None), default=0)
+            self.orders[effect] = order
+        succeeded = state is StepState.SUCCEEDED
+        self.transition.steps.append(
+            StepUpdate(effect, state, result, succeeded, succeeded_order=order)
+        )
         self._record_step(effect, state, result)
 
     def _record_step(self, effect: str, state: StepState, result: JsonValue = None) -> None:

@@ -196,6 +196,8 @@ async def test_success_enqueues_the_next_step_then_completes_the_saga(
     assert view["state"] == "completed" and view["finished_at"] is not None
     assert step_states(view) == {"s1": "succeeded", "s2": "succeeded"}
     assert view["steps"][1]["result"] is None
+    # A sequential plan records the order of successes too (compensation reads it back).
+    assert [s["succeeded_order"] for s in view["steps"]] == [1, 2]
     assert await daemon.claim({"dest": 10, "other": 10}) == []
 
 
