@@ -14,7 +14,14 @@ from effectusd.core.enqueue import DispatchSpec, build_dispatch
 from effectusd.core.expressions import ResolutionError
 from effectusd.core.plan import CheckedStep
 from effectusd.core.registry import Registry
-from effectusd.core.states import Direction, DispatchState, SagaState, StepState
+from effectusd.core.states import (
+    Direction,
+    DispatchState,
+    OutcomeClass,
+    SagaState,
+    SettledBy,
+    StepState,
+)
 from effectusd.core.transition import (
     Completion,
     DispatchFacts,
@@ -147,6 +154,8 @@ class TransitionBuilder:
     def saga(self, state: SagaState, reason: str | None) -> None:
         if state is self.saga_state and self.transition.saga is not None:
             return
+        if state.is_terminal:
+            reason = self._resolved(state, reason)
         self.transition.events.append(
             Event(
                 "saga_state",
@@ -162,6 +171,19 @@ class TransitionBuilder:
         )
         self.saga_state = state
         self.transition.saga = SagaUpdate(state, reason)
+
+    def _resolved(self, state: SagaState, reason: str | None) -> str | None:
+        """A saga that ends through an operator's resolution says so first: who, and what they
+        found out; then why it failed or compensated, if it did. The block's reason it replaces
+        stays on the timeline."""
+        ended = self.ended
+        if ended is None or ended.settled_by is not SettledBy.OPERATOR:
+            return reason
+        found = "committed" if ended.outcome is OutcomeClass.SUCCESS else "not committed"
+        resolved = f"resolved by {ended.actor} as {found}"
+        if reason is None and state is SagaState.COMPENSATED:
+            reason = self.saga_facts.compensation_reason  # compensation began before the block
+        return resolved if reason is None else f"{resolved}; {reason}"
 
     def resume_if_unblocked(self) -> None:
         """A blocked saga whose blocking dispatch was settled (late answer, operator) resumes;

@@ -68,6 +68,37 @@ async def test_resolve_committed_settles_as_success_and_the_saga_moves_on(
     assert (resolved["from_state"], resolved["to_state"]) == ("blocked_unknown", "succeeded")
 
 
+async def _one_step_resolved(store: StoreUnderTest, resolution: Resolution) -> tuple[str, dict]:
+    """The block's stop reason, and the view of a one-step saga after ``resolution``."""
+    saga = store.submit(serial_plan("p", ["pay"]), "x")
+    await step(await store.dispatch_store(), OutcomeClass.UNKNOWN)
+    blocked = store.view(saga)["stop_reason"]
+    assert "at_most_once" in blocked
+    evidence = "looked at the ledger"
+    store.run(
+        resolve(saga, "s1", resolution, registry=store.registry, actor=OPS, evidence=evidence)
+    )
+    return blocked, store.view(saga)
+
+
+async def test_a_saga_completed_by_a_resolution_says_who_resolved_it_not_why_it_blocked(
+    store: StoreUnderTest,
+) -> None:
+    blocked, view = await _one_step_resolved(store, Resolution.COMMITTED)
+    assert (view["state"], view["stop_reason"]) == ("completed", f"resolved by {OPS} as committed")
+    reasons = [e["detail"].get("reason") for e in view["timeline"] if e["kind"] == "saga_state"]
+    assert blocked in reasons  # the block's reason stays on the timeline
+    assert reasons[-1] == f"resolved by {OPS} as committed"
+
+
+async def test_a_saga_failed_by_a_resolution_says_who_resolved_it_and_why_it_failed(
+    store: StoreUnderTest,
+) -> None:
+    _, view = await _one_step_resolved(store, Resolution.FAIL)
+    assert view["state"] == "failed"
+    assert view["stop_reason"].startswith(f"resolved by {OPS} as not committed; step 's1' failed")
+
+
 async def test_resolve_not_committed_retry_sends_again_with_the_same_key(
     store: StoreUnderTest,
 ) -> None:
