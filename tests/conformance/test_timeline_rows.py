@@ -6,6 +6,7 @@ they are read from are kept as the events table keeps its rows."""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import Any
 
@@ -24,6 +25,7 @@ from effectusd.store import operations, rows
 from tests.conformance.support import (
     StoreUnderTest,
     claim_one,
+    completion,
     dispatch_in,
     send,
     step,
@@ -316,3 +318,43 @@ async def test_a_settlement_or_enqueue_on_the_timeline_is_kept_as_a_stored_event
     store.execute("UPDATE effectus_saga_outbox SET state = state, updated_at = updated_at")
     store.execute("DELETE FROM effectus_saga_instances")  # prune's way: with the saga
     assert store.execute("SELECT count(*) FROM effectus_saga_outbox") == [(0,)]
+
+
+class EverySlot:
+    """A daemon with room for every dispatch: the recorder claims each next step it writes
+    (where the store can: PostgreSQL)."""
+
+    def take(self, destination: str) -> bool:
+        return True
+
+
+async def test_a_timeline_never_goes_back_in_time(store: StoreUnderTest) -> None:
+    """A saga through success, a retry, a failure and its compensation, each next dispatch
+    claimed where it is written wherever the store can: no entry of its timeline is earlier
+    than the one above it (a claim made in the record transaction once took the
+    transaction's start, before the settlement and enqueue above it)."""
+    saga = store.submit(serial_plan("p", ["pay", "pay_alo", "pay"], {"s1": "undo"}), "x")
+    daemon = await store.dispatch_store()
+    outcomes = [OutcomeClass.SUCCESS, OutcomeClass.RETRYABLE, OutcomeClass.SUCCESS]
+    outcomes += [OutcomeClass.PERMANENT, OutcomeClass.SUCCESS]
+    claimed: list[Any] = []
+    in_record = 0
+    for outcome in outcomes:
+        if claimed:
+            claim = claimed.pop()
+            in_record += 1
+        else:
+            store.make_due()
+            claim = await claim_one(daemon)
+        if not claim.written_ahead:
+            await send(daemon, claim)
+        report = await daemon.record([completion(claim, outcome)], EverySlot())
+        assert report.applied == 1
+        claimed.extend(report.claimed)
+
+    view = store.view(saga)
+    assert view["state"] == "compensated"
+    assert in_record == (0 if store.sqlite else 3)  # s2, s3 and the compensation of s1
+    entries = [(e["kind"], e["effect_id"], when(e["at"])) for e in view["timeline"]]
+    for above, below in itertools.pairwise(entries):
+        assert above[2] <= below[2], (above, below)
