@@ -159,14 +159,17 @@ def _declared_over(headers: Mapping[str, str], limit: int) -> bool:
 
 def _reason_of(body: bytes) -> str | None:
     """The reason a refusal's body gives: the ``error`` string of a JSON object (as the kit's
-    PermanentFailure sends), or a body of plain text; on one line, control characters
-    escaped, at most REASON_CHARS characters. None for other JSON and for empty text."""
+    PermanentFailure sends), or a short body of plain text; on one line, control characters
+    escaped, at most REASON_CHARS characters. None for other JSON, and for text that is empty
+    or longer (a proxy's error page says nothing the status does not)."""
     try:
         parsed = parse_json(body)
     except (ValueError, RecursionError):
         try:
-            text = body.decode("utf-8")
+            text = " ".join(body.decode("utf-8").split())
         except UnicodeDecodeError:
+            return None
+        if len(text) > REASON_CHARS:
             return None
     else:
         error = parsed.get("error") if isinstance(parsed, dict) else None

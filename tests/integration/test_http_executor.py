@@ -496,9 +496,10 @@ async def test_a_refusal_keeps_the_destinations_reason_on_one_bounded_printable_
             body=b"  try again\tlater \n",
         ),
         Reply(status=422, headers=refused, body=b'{"detail":"o-1"}'),  # no reason: not kept
+        Reply(status=502, headers=refused, body=b"<html>" + b"o-1 " * 60 + b"</html>"),  # a page
     )
     async with executor(destination(recorder.base_url)) as ex:
-        refusal, busy, other = [await ex.call(invocation()) for _ in range(3)]
+        refusal, busy, other, page = [await ex.call(invocation()) for _ in range(4)]
     assert refusal.outcome is OutcomeClass.PERMANENT
     reason = refusal.evidence["reason"]
     assert reason.startswith("out of stock \\u001b[31mxxx") and reason.endswith("x…")
@@ -506,7 +507,8 @@ async def test_a_refusal_keeps_the_destinations_reason_on_one_bounded_printable_
     assert refusal.error == f"HTTP 409: {reason}"
     assert (busy.outcome, busy.error) == (OutcomeClass.RETRYABLE, "HTTP 503: try again later")
     assert (other.outcome, other.error) == (OutcomeClass.PERMANENT, "HTTP 422")
-    assert "reason" not in other.evidence
+    assert (page.outcome, page.error) == (OutcomeClass.PERMANENT, "HTTP 502")
+    assert "reason" not in other.evidence and "reason" not in page.evidence
 
 
 async def test_a_refusal_whose_body_never_arrives_keeps_its_class_without_a_reason() -> None:
