@@ -32,6 +32,7 @@ from tests.conformance.support import (
     timeline,
     when,
 )
+from tests.conformance.test_parallel import fan_plan
 from tests.support.harness import serial_plan
 
 OPS = "user:ops"
@@ -355,6 +356,45 @@ async def test_a_timeline_never_goes_back_in_time(store: StoreUnderTest) -> None
     view = store.view(saga)
     assert view["state"] == "compensated"
     assert in_record == (0 if store.sqlite else 3)  # s2, s3 and the compensation of s1
+    assert_never_back_in_time(view)
+
+
+async def test_a_resolved_saga_timeline_never_goes_back_in_time(store: StoreUnderTest) -> None:
+    """A block, the operator's resolution and the step it enqueued, claimed and recorded."""
+    saga = store.submit(serial_plan("p", ["pay", "pay"]), "x")
+    daemon = await store.dispatch_store()
+    await step(daemon, OutcomeClass.UNKNOWN)  # at_most_once: blocked
+    resolution = resolve(
+        saga, "s1", Resolution.COMMITTED, registry=store.registry, actor=OPS, evidence="seen"
+    )
+    store.run(resolution)
+    await step(daemon, OutcomeClass.SUCCESS)
+    view = store.view(saga)
+    assert view["state"] == "completed"
+    assert_never_back_in_time(view)
+
+
+async def test_a_parallel_saga_timeline_never_goes_back_in_time(store: StoreUnderTest) -> None:
+    """hold, then a, b and c together, then join: each transition claims what it enqueues
+    wherever the store can, so claims of siblings interleave with their settlements."""
+    saga = store.submit(fan_plan(), "x")
+    daemon = await store.dispatch_store()
+    due = [await claim_one(daemon)]
+    while due:
+        claims, due = due, []
+        for claim in claims:
+            if not claim.written_ahead:
+                await send(daemon, claim)
+        for claim in claims:
+            report = await daemon.record([completion(claim, OutcomeClass.SUCCESS)], EverySlot())
+            due.extend(report.claimed)
+        due.extend(await daemon.claim({"dest": 10}))
+    view = store.view(saga)
+    assert view["state"] == "completed"
+    assert_never_back_in_time(view)
+
+
+def assert_never_back_in_time(view: dict[str, Any]) -> None:
     entries = [(e["kind"], e["effect_id"], when(e["at"])) for e in view["timeline"]]
     for above, below in itertools.pairwise(entries):
         assert above[2] <= below[2], (above, below)
