@@ -15,7 +15,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from effectusd.core.branches import Branch, Moves, next_moves, still_blocked, undoing
-from effectusd.core.canonical import JsonValue
 from effectusd.core.enqueue import build_dispatch
 from effectusd.core.expressions import ResolutionError
 from effectusd.core.graph import PlanGraph
@@ -35,7 +34,6 @@ from effectusd.core.transition import (
     DispatchFacts,
     Event,
     SagaFacts,
-    StepUpdate,
 )
 
 
@@ -54,7 +52,6 @@ class ParallelTransitionBuilder(TransitionBuilder):
         facts = saga.steps.values()
         self.dispatch_states = {s.effect_id: s.dispatch for s in facts}
         self.uncertain = {s.effect_id: s.uncertain for s in facts}
-        self.orders = {s.effect_id: s.succeeded_order for s in facts}
         # Set when this transition decided to compensate (an operator's cancel of a dispatch
         # not sent leaves no failed step and may carry no cancel request).
         self.undo_started = False
@@ -66,19 +63,6 @@ class ParallelTransitionBuilder(TransitionBuilder):
             effect = self.dispatch_facts.effect_id
             self.dispatch_states[effect] = state
             self.uncertain[effect] = self.transition.uncertain_attempt is not None
-
-    def step(
-        self, state: StepState, result: JsonValue = None, effect_id: str | None = None
-    ) -> None:
-        if state is not StepState.SUCCEEDED:
-            super().step(state, result, effect_id)
-            return
-        # The order steps succeeded in is the order they are compensated in, reversed.
-        effect = effect_id or self.dispatch_facts.effect_id
-        order = 1 + max((o for o in self.orders.values() if o is not None), default=0)
-        self.orders[effect] = order
-        self.transition.steps.append(StepUpdate(effect, state, result, True, succeeded_order=order))
-        self._record_step(effect, state, result)
 
     def retry(self, delay: timedelta) -> None:
         if self._cancels_instead():

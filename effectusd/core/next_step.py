@@ -14,7 +14,14 @@ from effectusd.core.enqueue import DispatchSpec, build_dispatch
 from effectusd.core.expressions import ResolutionError
 from effectusd.core.plan import CheckedStep
 from effectusd.core.registry import Registry
-from effectusd.core.states import Direction, DispatchState, SagaState, StepState
+from effectusd.core.states import (
+    Direction,
+    DispatchState,
+    OutcomeClass,
+    SagaState,
+    SettledBy,
+    StepState,
+)
 from effectusd.core.transition import (
     Completion,
     DispatchFacts,
@@ -57,6 +64,7 @@ class TransitionBuilder:
             s.effect_id: s.result for s in saga.steps.values() if s.result is not None
         }
         self.step_states = {s.effect_id: s.state for s in saga.steps.values()}
+        self.orders = {s.effect_id: s.succeeded_order for s in saga.steps.values()}
         self.saga_state = saga.state
         self.actor = actor
 
@@ -117,8 +125,15 @@ class TransitionBuilder:
         self, state: StepState, result: JsonValue = None, effect_id: str | None = None
     ) -> None:
         effect = effect_id or self.dispatch_facts.effect_id
-        set_result = state is StepState.SUCCEEDED
-        self.transition.steps.append(StepUpdate(effect, state, result, set_result))
+        order = None
+        if state is StepState.SUCCEEDED:
+            # The order steps succeeded in is the order they are compensated in, reversed.
+            order = 1 + max((o for o in self.orders.values() if o is not None), default=0)
+            self.orders[effect] = order
+        succeeded = state is StepState.SUCCEEDED
+        self.transition.steps.append(
+            StepUpdate(effect, state, result, succeeded, succeeded_order=order)
+        )
         self._record_step(effect, state, result)
 
     def _record_step(self, effect: str, state: StepState, result: JsonValue = None) -> None:
@@ -139,6 +154,8 @@ class TransitionBuilder:
     def saga(self, state: SagaState, reason: str | None) -> None:
         if state is self.saga_state and self.transition.saga is not None:
             return
+        if state.is_terminal:
+            reason = self._resolved(state, reason)
         self.transition.events.append(
             Event(
                 "saga_state",
@@ -154,6 +171,19 @@ class TransitionBuilder:
         )
         self.saga_state = state
         self.transition.saga = SagaUpdate(state, reason)
+
+    def _resolved(self, state: SagaState, reason: str | None) -> str | None:
+        """A saga that ends through an operator's resolution says so first: who, and what they
+        found out; then why it failed or compensated, if it did. The block's reason it replaces
+        stays on the timeline."""
+        ended = self.ended
+        if ended is None or ended.settled_by is not SettledBy.OPERATOR:
+            return reason
+        found = "committed" if ended.outcome is OutcomeClass.SUCCESS else "not committed"
+        resolved = f"resolved by {ended.actor} as {found}"
+        if reason is None and state is SagaState.COMPENSATED:
+            reason = self.saga_facts.compensation_reason  # compensation began before the block
+        return resolved if reason is None else f"{resolved}; {reason}"
 
     def resume_if_unblocked(self) -> None:
         """A blocked saga whose blocking dispatch was settled (late answer, operator) resumes;

@@ -349,9 +349,9 @@ def with_claims(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     same dispatch moving it to ``queued`` or ``retry_wait`` before any entry of this attempt
     or a later one; its ``to_state`` is the claim's ``from_state``), before every entry of
     the same dispatch about this attempt or a later one, and between those two, in time: after
-    every entry at or before ``claimed_at`` (the claim transaction's start; a claim made in
-    the transaction that enqueued its dispatch has a ``claimed_at`` before its enqueue's, the
-    first rule keeps it after). Claims at one place go by ``claimed_at``, dispatch, attempt."""
+    every entry at or before ``claimed_at`` (the claim transaction's start; for a claim made
+    where its dispatch is enqueued, the row's ``created_at``). Claims at one place go by
+    ``claimed_at``, dispatch, attempt."""
     events = [row for row in rows if row["event_id"] is not None]
     stored = {
         (e["effect_id"], e["direction"], e["attempt"]) for e in events if e["kind"] == CLAIMED
@@ -373,7 +373,7 @@ def with_claims(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
             "actor": row["actor"],  # the lease owner
             "evidence": None,
             "detail": {"lease_expires_at": row["lease_expires_at"].isoformat()},
-            "at": row["at"],  # claimed_at: the claim transaction's start
+            "at": row["at"],  # claimed_at
         }
         placed.append((position, row["at"], row["dispatch_id"], row["attempt"], entry))
     placed.sort(key=lambda p: p[:4])

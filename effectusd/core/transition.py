@@ -213,7 +213,7 @@ class StepUpdate:
     set_result: bool = False
     args: str | None = None  # canonical resolved args, set when a forward step starts
     args_hash: str | None = None
-    succeeded_order: int | None = None  # set when a step of a parallel plan succeeds
+    succeeded_order: int | None = None  # set when a step succeeds
 
 
 @frozen

@@ -133,7 +133,7 @@ class StepView(_View):
     args_hash: str | None
     result: JsonValue
     after: list[str]  # the steps it runs after (the plan's graph), see store.operations.load_saga
-    succeeded_order: int | None  # its place among the saga's successes (parallel plans)
+    succeeded_order: int | None  # its place among the saga's successes
     has_compensation: bool
     dispatches: list[DispatchView]
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 
 from effectusd.core.engine import Completion
 from effectusd.core.states import OutcomeClass
+from effectusd.executors.classify import without_reason
 from effectusd.executors.protocol import CallResult
 from effectusd.store.dispatch import DispatchStore, RecordReport
 from effectusd.store.records import Claim, WriteAhead
@@ -159,8 +160,10 @@ class AttemptSpans(NoSpans):
                     attributes["effectusd.saga_state"] = transition.saga.state.value
             span.event("record", attributes)
             if completion.outcome is not OutcomeClass.SUCCESS:
-                # the error names classes and reasons, never values (CallResult.error)
-                span.fail(f"{completion.outcome.value}: {completion.error or 'no detail'}")
+                # the error names classes and reasons, never values (CallResult.error), and
+                # not what the destination said (kept as the attempt's evidence only)
+                error = without_reason(completion.error, completion.evidence)
+                span.fail(f"{completion.outcome.value}: {error or 'no detail'}")
             span.end()
 
     def close(self) -> None:

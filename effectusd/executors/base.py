@@ -118,6 +118,7 @@ class BaseHttpExecutor(Generic[Request, WireT]):
         wire = self._new_wire()
         wire.request_id = inv.request_id
         total = min(inv.timeout, self._timeout)
+        wire.deadline = asyncio.get_running_loop().time() + total
         try:
             if not is_token(inv.method):
                 raise InvalidInvocation("method is not an HTTP token")

@@ -8,6 +8,7 @@ that it never got a connection to write on. A false "not sent" can duplicate a p
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -29,6 +30,9 @@ from effectusd.executors.storable import body_digest, unstorable_reasons
 
 ANSWER_HEADERS = (*REPLY_HEADERS, REQUEST_ID)  # every header classification reads
 MAX_ERROR_CHARS = 500
+# A refusal's reason: its body is read only this far, and what it says is cut to REASON_CHARS.
+REASON_BYTES = 4096
+REASON_CHARS = 200
 NOT_SENT = "not_sent"
 MAYBE_SENT = "maybe_sent"
 
@@ -36,7 +40,7 @@ MAYBE_SENT = "maybe_sent"
 class Wire:
     """What one request did on the wire, as far as the transport can prove it."""
 
-    __slots__ = ("body", "echo", "headers", "request_id", "status_code")
+    __slots__ = ("body", "deadline", "echo", "headers", "reason", "request_id", "status_code")
 
     def __init__(self) -> None:
         self.status_code: int | None = None
@@ -44,6 +48,9 @@ class Wire:
         self.request_id = ""  # this attempt's, set before anything is sent
         self.echo: str | None = None  # how the destination's request-ID echo compared
         self.body: dict[str, Any] | None = None  # size and hash of a body we could not keep
+        self.reason: str | None = None  # what a refusal's body says, bounded and printable
+        # the event loop's time the whole call must end by (set by the transport); None: no limit
+        self.deadline: float | None = None
 
     def provably_not_sent(self, exc: BaseException) -> bool:
         raise NotImplementedError
@@ -80,12 +87,17 @@ class Wire:
             evidence["request_id_echo"] = self.echo
         if self.body is not None:
             evidence["body"] = self.body
+        if error is not None:
+            error = printable(error, MAX_ERROR_CHARS)
+            if self.reason is not None:
+                evidence["reason"] = self.reason
+                error = f"{error}: {self.reason}"
         acknowledged = decode_fencing(self.headers.get(FENCING))
         return CallResult(
             outcome=outcome,
             status_code=self.status_code,
             result=result,
-            error=None if error is None else printable(error, MAX_ERROR_CHARS),
+            error=error,
             fencing_acknowledged=acknowledged,
             evidence=evidence,
         )
@@ -109,15 +121,72 @@ async def classify(
     assert status is not None
     outcome, doubt = _header_outcome(wire, status, headers, status_map)
     if outcome is not OutcomeClass.SUCCESS:
-        # The headers decided; an unread body only costs this keep-alive connection.
+        # The headers decided. A refusal's body may say why; one that cannot be read in time
+        # only loses that, and an unread body only costs this keep-alive connection.
+        if not 200 <= status < 300 and wire.echo != "mismatched":
+            wire.reason = await _refusal_reason(wire, headers, read_body)
         return wire.result(started, outcome, doubt or f"HTTP {status}")
-    declared = headers.get("Content-Length", "")
     limit = max_response_bytes
-    body = None if declared.isdigit() and int(declared) > limit else await read_body(limit)
+    body = None if _declared_over(headers, limit) else await read_body(limit)
     if body is None:
         error = f"HTTP {status} with a body over max_response_bytes"
         return wire.result(started, OutcomeClass.UNKNOWN, error)
     return _success_body(wire, started, status, body)
+
+
+async def _refusal_reason(
+    wire: Wire, headers: Mapping[str, str], read_body: Callable[[int], Awaitable[bytes | None]]
+) -> str | None:
+    """What a refusal's body says, read up to REASON_BYTES and never past the call's deadline
+    (a timeout there would make the answer unknown): None when it says nothing we keep."""
+    if _declared_over(headers, REASON_BYTES):
+        return None
+    # A hair before the call's own deadline, so this read's timeout fires first.
+    until = None if wire.deadline is None else wire.deadline - 0.01
+    try:
+        async with asyncio.timeout_at(until):
+            body = await read_body(REASON_BYTES)
+    except Exception:  # noqa: BLE001 - the status and headers decided; the reason is extra
+        return None
+    return None if body is None else _reason_of(body)
+
+
+def _declared_over(headers: Mapping[str, str], limit: int) -> bool:
+    """The answer's Content-Length says its body is over ``limit`` bytes."""
+    declared = headers.get("Content-Length", "")
+    return declared.isdigit() and int(declared) > limit
+
+
+def _reason_of(body: bytes) -> str | None:
+    """The reason a refusal's body gives: the ``error`` string of a JSON object (as the kit's
+    PermanentFailure sends), or a short body of plain text; on one line, control characters
+    escaped, at most REASON_CHARS characters. None for other JSON, and for text that is empty
+    or longer (a proxy's error page says nothing the status does not)."""
+    try:
+        parsed = parse_json(body)
+    except (ValueError, RecursionError):
+        try:
+            text = " ".join(body.decode("utf-8").split())
+        except UnicodeDecodeError:
+            return None
+        if len(text) > REASON_CHARS:
+            return None
+    else:
+        error = parsed.get("error") if isinstance(parsed, dict) else None
+        if not isinstance(error, str):
+            return None
+        text = error
+    text = " ".join(text.split())
+    return printable(text, REASON_CHARS) if text else None
+
+
+def without_reason(error: str | None, evidence: Mapping[str, Any]) -> str | None:
+    """``error`` without the destination's reason appended to it (``Wire.result``): what may
+    go where operators do not look for a destination's words (logs, traces)."""
+    reason = evidence.get("reason")
+    if error is not None and isinstance(reason, str) and error.endswith(f": {reason}"):
+        return error[: -len(reason) - 2]
+    return error
 
 
 def _header_outcome(

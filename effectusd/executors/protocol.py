@@ -32,7 +32,9 @@ class CallResult:
     outcome: OutcomeClass
     status_code: int | None = None
     result: Any = None  # the parsed JSON body on success
-    error: str | None = None  # what went wrong, for humans; never secrets or argument values
+    # what went wrong, for humans: our words name classes and reasons, never secrets or argument
+    # values; a refusal's own reason follows its status (evidence["reason"], design.md section 5)
+    error: str | None = None
     fencing_acknowledged: bool = False
     evidence: dict[str, Any] = field(default_factory=dict)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -66,6 +67,54 @@ async def test_resolve_committed_settles_as_success_and_the_saga_moves_on(
     [resolved] = [e for e in view["timeline"] if e["kind"] == "operator_resolve"]
     assert (resolved["actor"], resolved["evidence"]) == (OPS, "the ledger shows charge c-1")
     assert (resolved["from_state"], resolved["to_state"]) == ("blocked_unknown", "succeeded")
+
+
+async def _one_step_resolved(
+    store: StoreUnderTest, resolution: Resolution
+) -> tuple[str, dict[str, Any]]:
+    """The block's stop reason, and the view of a one-step saga after ``resolution``."""
+    saga = store.submit(serial_plan("p", ["pay"]), "x")
+    await step(await store.dispatch_store(), OutcomeClass.UNKNOWN)
+    blocked = store.view(saga)["stop_reason"]
+    assert "at_most_once" in blocked
+    return blocked, _resolved_by_ops(store, saga, resolution)
+
+
+def _resolved_by_ops(
+    store: StoreUnderTest, saga: str, resolution: Resolution, direction: Direction | None = None
+) -> dict[str, Any]:
+    """The view of ``saga`` after OPS resolved its step s1 as ``resolution``."""
+    found, registry = "looked at the destination", store.registry
+    store.run(
+        resolve(
+            saga,
+            "s1",
+            resolution,
+            registry=registry,
+            actor=OPS,
+            evidence=found,
+            direction=direction,
+        )
+    )
+    return store.view(saga)
+
+
+async def test_a_saga_completed_by_a_resolution_says_who_resolved_it_not_why_it_blocked(
+    store: StoreUnderTest,
+) -> None:
+    blocked, view = await _one_step_resolved(store, Resolution.COMMITTED)
+    assert (view["state"], view["stop_reason"]) == ("completed", f"resolved by {OPS} as committed")
+    reasons = [e["detail"].get("reason") for e in view["timeline"] if e["kind"] == "saga_state"]
+    assert blocked in reasons  # the block's reason stays on the timeline
+    assert reasons[-1] == f"resolved by {OPS} as committed"
+
+
+async def test_a_saga_failed_by_a_resolution_says_who_resolved_it_and_why_it_failed(
+    store: StoreUnderTest,
+) -> None:
+    _, view = await _one_step_resolved(store, Resolution.FAIL)
+    assert view["state"] == "failed"
+    assert view["stop_reason"].startswith(f"resolved by {OPS} as not committed; step 's1' failed")
 
 
 async def test_resolve_not_committed_retry_sends_again_with_the_same_key(
@@ -193,6 +242,20 @@ async def test_resolve_a_failed_compensation_undone_by_hand_compensates_the_rest
     view = store.view(saga)
     assert view["state"] == "compensated"
     assert view["stop_reason"].startswith("step 's3' failed")  # why compensation began
+
+
+async def test_a_saga_compensated_by_a_resolution_says_who_and_why_compensation_began(
+    store: StoreUnderTest,
+) -> None:
+    saga = store.submit(serial_plan("p", ["pay", "pay"], {"s1": "undo"}), "x")
+    daemon = await store.dispatch_store()
+    await step(daemon, OutcomeClass.SUCCESS)
+    await step(daemon, OutcomeClass.PERMANENT, error="declined")
+    began = store.view(saga)["stop_reason"]
+    await step(daemon, OutcomeClass.PERMANENT)  # the undo of s1 fails: blocked_compensation
+    view = _resolved_by_ops(store, saga, Resolution.COMMITTED, Direction.COMPENSATION)
+    assert view["state"] == "compensated"
+    assert view["stop_reason"] == f"resolved by {OPS} as committed; {began}"
 
 
 async def test_resolve_a_failed_compensation_refuses_what_does_not_fit(

@@ -151,6 +151,22 @@ async def test_the_late_answer_of_the_attempt_that_blocked_settles_the_dispatch(
     assert view["steps"][0]["result"] == {"id": 1}
 
 
+async def test_a_late_answer_that_completes_a_blocked_saga_leaves_no_stop_reason(
+    store: StoreUnderTest,
+) -> None:
+    saga = store.submit(serial_plan("p", ["pay"]), "x")
+    zombie = await store.dispatch_store(owner="zombie")
+    claim = await claim_one(zombie)
+    await send(zombie, claim)
+    store.expire_leases()
+    await zombie.reclaim_expired()
+    assert store.view(saga)["stop_reason"] is not None  # blocked: it may have committed
+
+    await zombie.record([completion(claim, SUCCESS)])
+    view = store.view(saga)
+    assert (view["state"], view["stop_reason"]) == ("completed", None)
+
+
 async def test_a_late_answer_that_resumes_compensation_restores_why_compensation_began(
     store: StoreUnderTest,
 ) -> None:
@@ -194,8 +210,11 @@ async def test_success_enqueues_the_next_step_then_completes_the_saga(
     await step(daemon, SUCCESS, destination="other", result=None)
     view = store.view(saga)
     assert view["state"] == "completed" and view["finished_at"] is not None
+    assert view["stop_reason"] is None
     assert step_states(view) == {"s1": "succeeded", "s2": "succeeded"}
     assert view["steps"][1]["result"] is None
+    # A sequential plan records the order of successes too (compensation reads it back).
+    assert [s["succeeded_order"] for s in view["steps"]] == [1, 2]
     assert await daemon.claim({"dest": 10, "other": 10}) == []
 
 

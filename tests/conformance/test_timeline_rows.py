@@ -6,6 +6,7 @@ they are read from are kept as the events table keeps its rows."""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import Any
 
@@ -24,12 +25,14 @@ from effectusd.store import operations, rows
 from tests.conformance.support import (
     StoreUnderTest,
     claim_one,
+    completion,
     dispatch_in,
     send,
     step,
     timeline,
     when,
 )
+from tests.conformance.test_parallel import fan_plan
 from tests.support.harness import serial_plan
 
 OPS = "user:ops"
@@ -316,3 +319,82 @@ async def test_a_settlement_or_enqueue_on_the_timeline_is_kept_as_a_stored_event
     store.execute("UPDATE effectus_saga_outbox SET state = state, updated_at = updated_at")
     store.execute("DELETE FROM effectus_saga_instances")  # prune's way: with the saga
     assert store.execute("SELECT count(*) FROM effectus_saga_outbox") == [(0,)]
+
+
+class EverySlot:
+    """A daemon with room for every dispatch: the recorder claims each next step it writes
+    (where the store can: PostgreSQL)."""
+
+    def take(self, destination: str) -> bool:
+        return True
+
+
+async def test_a_timeline_never_goes_back_in_time(store: StoreUnderTest) -> None:
+    """A saga through success, a retry, a failure and its compensation, each next dispatch
+    claimed where it is written wherever the store can: no entry of its timeline is earlier
+    than the one above it (a claim made in the record transaction once took the
+    transaction's start, before the settlement and enqueue above it)."""
+    saga = store.submit(serial_plan("p", ["pay", "pay_alo", "pay"], {"s1": "undo"}), "x")
+    daemon = await store.dispatch_store()
+    outcomes = [OutcomeClass.SUCCESS, OutcomeClass.RETRYABLE, OutcomeClass.SUCCESS]
+    outcomes += [OutcomeClass.PERMANENT, OutcomeClass.SUCCESS]
+    claimed: list[Any] = []
+    in_record = 0
+    for outcome in outcomes:
+        if claimed:
+            claim = claimed.pop()
+            in_record += 1
+        else:
+            store.make_due()
+            claim = await claim_one(daemon)
+        if not claim.written_ahead:
+            await send(daemon, claim)
+        report = await daemon.record([completion(claim, outcome)], EverySlot())
+        assert report.applied == 1
+        claimed.extend(report.claimed)
+
+    view = store.view(saga)
+    assert view["state"] == "compensated"
+    assert in_record == (0 if store.sqlite else 3)  # s2, s3 and the compensation of s1
+    assert_never_back_in_time(view)
+
+
+async def test_a_resolved_saga_timeline_never_goes_back_in_time(store: StoreUnderTest) -> None:
+    """A block, the operator's resolution and the step it enqueued, claimed and recorded."""
+    saga = store.submit(serial_plan("p", ["pay", "pay"]), "x")
+    daemon = await store.dispatch_store()
+    await step(daemon, OutcomeClass.UNKNOWN)  # at_most_once: blocked
+    resolution = resolve(
+        saga, "s1", Resolution.COMMITTED, registry=store.registry, actor=OPS, evidence="seen"
+    )
+    store.run(resolution)
+    await step(daemon, OutcomeClass.SUCCESS)
+    view = store.view(saga)
+    assert view["state"] == "completed"
+    assert_never_back_in_time(view)
+
+
+async def test_a_parallel_saga_timeline_never_goes_back_in_time(store: StoreUnderTest) -> None:
+    """hold, then a, b and c together, then join: each transition claims what it enqueues
+    wherever the store can, so claims of siblings interleave with their settlements."""
+    saga = store.submit(fan_plan(), "x")
+    daemon = await store.dispatch_store()
+    due = [await claim_one(daemon)]
+    while due:
+        claims, due = due, []
+        for claim in claims:
+            if not claim.written_ahead:
+                await send(daemon, claim)
+        for claim in claims:
+            report = await daemon.record([completion(claim, OutcomeClass.SUCCESS)], EverySlot())
+            due.extend(report.claimed)
+        due.extend(await daemon.claim({"dest": 10}))
+    view = store.view(saga)
+    assert view["state"] == "completed"
+    assert_never_back_in_time(view)
+
+
+def assert_never_back_in_time(view: dict[str, Any]) -> None:
+    entries = [(e["kind"], e["effect_id"], when(e["at"])) for e in view["timeline"]]
+    for above, below in itertools.pairwise(entries):
+        assert above[2] <= below[2], (above, below)

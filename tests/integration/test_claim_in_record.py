@@ -38,25 +38,23 @@ async def test_each_next_step_is_claimed_in_the_transaction_that_records_the_one
         await run_until_idle(config, db)
 
     assert [r.effect for r in dest.requests] == ["s1", "s2", "s3"]
-    # now() is the transaction's start: the attempt row's claimed_at and the step row the
-    # same transaction recorded as succeeded carry the same one
-    recorded = {
-        row["effect_id"]: row["updated_at"]
-        for row in fetch(
-            db, "SELECT effect_id, updated_at FROM effectus_saga_steps WHERE saga_id = %s", saga
-        )
-    }
+    # A claim made where its row is written takes the row's birth as its time; the claim
+    # loop's claim comes in a later transaction, after the row was committed.
     claimed = {  # a claim's record is the attempt row it opens
-        row["effect_id"]: row["claimed_at"]
+        row["effect_id"]: (row["claimed_at"], row["created_at"])
         for row in fetch(
             db,
-            "SELECT o.effect_id, a.claimed_at FROM effectus_saga_attempts a "
+            "SELECT o.effect_id, a.claimed_at, o.created_at FROM effectus_saga_attempts a "
             "JOIN effectus_saga_outbox o USING (dispatch_id) WHERE o.saga_id = %s",
             saga,
         )
     }
-    assert claimed["s2"] == recorded["s1"] and claimed["s3"] == recorded["s2"]
-    assert claimed["s1"] < recorded["s1"]  # the first step is claimed by the claim loop
+    assert {effect: at == born for effect, (at, born) in claimed.items()} == {
+        "s1": False,  # the first step is claimed by the claim loop
+        "s2": True,
+        "s3": True,
+    }
+    assert claimed["s1"][0] > claimed["s1"][1]
     # and the timeline reads in order: each claim follows what enqueued it
     timeline = [(e.effect_id, e.kind) for e in client.get(saga).timeline]  # type: ignore[union-attr]
     for before, after in (("s1", "s2"), ("s2", "s3")):

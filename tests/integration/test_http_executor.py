@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import gzip
 import hashlib
+import json
 import shutil
 import socket
 import ssl
@@ -480,6 +481,47 @@ async def test_outcome_header_names_the_class_of_a_non_2xx_answer(
         result = await ex.call(invocation())
     assert (result.outcome, result.status_code) == (outcome, status)
     assert result.evidence["headers"] == {"X-Effectus-Outcome": outcome.value}
+
+
+async def test_a_refusal_keeps_the_destinations_reason_on_one_bounded_printable_line(
+    recorder: Recorder,
+) -> None:
+    said = "out of stock\n\x1b[31m" + "x" * 500
+    refused = [("X-Effectus-Outcome", "permanent_failure")]
+    recorder.reply(
+        Reply(status=409, headers=refused, body=json.dumps({"error": said}).encode()),
+        Reply(
+            status=503,
+            headers=[("X-Effectus-Outcome", "retryable_failure_known_not_committed")],
+            body=b"  try again\tlater \n",
+        ),
+        Reply(status=422, headers=refused, body=b'{"detail":"o-1"}'),  # no reason: not kept
+        Reply(status=502, headers=refused, body=b"<html>" + b"o-1 " * 60 + b"</html>"),  # a page
+    )
+    async with executor(destination(recorder.base_url)) as ex:
+        refusal, busy, other, page = [await ex.call(invocation()) for _ in range(4)]
+    assert refusal.outcome is OutcomeClass.PERMANENT
+    reason = refusal.evidence["reason"]
+    assert reason.startswith("out of stock \\u001b[31mxxx") and reason.endswith("x…")
+    assert len(reason) == 200 + 5 + 1  # 200 characters (the escape is 6 for 1), then "…"
+    assert refusal.error == f"HTTP 409: {reason}"
+    assert (busy.outcome, busy.error) == (OutcomeClass.RETRYABLE, "HTTP 503: try again later")
+    assert (other.outcome, other.error) == (OutcomeClass.PERMANENT, "HTTP 422")
+    assert (page.outcome, page.error) == (OutcomeClass.PERMANENT, "HTTP 502")
+    assert "reason" not in other.evidence and "reason" not in page.evidence
+
+
+async def test_a_refusal_whose_body_never_arrives_keeps_its_class_without_a_reason() -> None:
+    async def behaviour(server: RawServer, reader: Any, writer: Any) -> None:
+        await server.read_request(reader)
+        head = "HTTP/1.1 409 Conflict\r\nContent-Length: 100\r\n"
+        writer.write(f"{head}X-Effectus-Outcome: permanent_failure\r\n\r\n{{".encode())
+        await writer.drain()
+        await server.release.wait()
+
+    result, _ = await call_raw(behaviour, timeout=SHORT)
+    assert (result.outcome, result.error) == (OutcomeClass.PERMANENT, "HTTP 409")
+    assert "reason" not in result.evidence
 
 
 async def test_503_without_outcome_header_is_unknown(recorder: Recorder) -> None:

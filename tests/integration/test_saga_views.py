@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
+import httpx
 import jsonschema
 import psycopg
 import pytest
 from click.testing import CliRunner
 
 from effectusd.cli import main
+from effectusd.destination import PermanentFailure
+from tests.support.console import READ_TOKEN, TOKENS, console_running, login, with_console
 from tests.support.destination import Request, Response, running
 from tests.support.harness import client_for, make_config, run_until_idle, serial_plan
 
@@ -52,6 +56,36 @@ async def test_show_of_a_blocked_saga_gives_the_evidence_and_the_commands(db: st
         f"effectusd resolve {saga} s1 --not-committed --retry --evidence 'WHAT YOU CHECKED'",
         f"effectusd resolve {saga} s1 --not-committed --fail --evidence 'WHAT YOU CHECKED'",
     ]
+
+
+def out_of_stock(request: Request) -> Response:
+    """The kit's own answer to a mutation that raised PermanentFailure."""
+    reply = PermanentFailure("out of stock", status=409).reply(acknowledged=False)
+    return Response(reply.status, json.loads(reply.body), reply.headers)
+
+
+async def test_a_refusal_shows_the_destinations_reason_after_its_status(db: str) -> None:
+    with running(out_of_stock) as dest:
+        config = make_config(dest.base_url, {"pay": {}})
+        client = client_for(config, db)
+        saga = client.submit(serial_plan("v", ["pay"]), execution_id="v-1").saga_id
+        await run_until_idle(config, db)
+        async with console_running(with_console(config, tokens=TOKENS), db) as base:
+            async with httpx.AsyncClient(base_url=base) as http:
+                await login(http, READ_TOKEN)
+                page = html.unescape((await http.get(f"/sagas/{saga}")).text)
+    cli = ["--database-url", db, "sagas", "show", saga]
+    text = CliRunner().invoke(main, cli).output
+    view = json.loads(CliRunner().invoke(main, [*cli, "--json"]).output)
+
+    jsonschema.validate(view, published("saga.json"))
+    assert view["state"] == "failed"
+    assert view["stop_reason"] == "step 's1' failed: permanent failure: HTTP 409: out of stock"
+    [attempt] = view["steps"][0]["dispatches"][0]["attempts"]
+    assert attempt["error"] == "HTTP 409: out of stock"
+    assert attempt["evidence"]["reason"] == "out of stock"
+    assert "HTTP 409: out of stock" in text and view["stop_reason"] in text
+    assert view["stop_reason"] in page and "HTTP 409: out of stock" in page
 
 
 async def test_completed_saga_offers_nothing_to_do(db: str) -> None:

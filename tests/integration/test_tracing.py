@@ -122,6 +122,8 @@ async def test_a_compensated_saga_is_one_trace_from_the_submit_to_the_kit(
     assert failed.status.status_code is StatusCode.ERROR
     assert (failed.attributes or {})["effectusd.outcome"] == "permanent_failure"
     assert (failed.attributes or {})["http.response.status_code"] == 402
+    # the destination's reason ("declined") is the attempt's evidence, never a trace's
+    assert failed.status.description == "permanent_failure: HTTP 402"
     record = failed.events[-1].attributes or {}
     assert record["effectusd.saga_state"] == "compensating"
     declined = _by_name(spans, "effectusd.destination charge")

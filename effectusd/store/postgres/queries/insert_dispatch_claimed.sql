@@ -7,7 +7,10 @@
 -- claim loop's claim writes it); it skips the claim's second version of the row and its
 -- round trip. Its claim's timeline entry is its attempt row, as a claim's is, and its
 -- enqueue's is the row itself (enqueued_by, as insert_dispatch.sql writes it;
--- effectusd/core/timeline.py). Delivered to no one else: no NOTIFY.
+-- effectusd/core/timeline.py). The claim is made when the row is written: its claimed_at is
+-- the row's created_at, not the transaction's start (now()), which would put the claim on
+-- the timeline before the settlement and enqueue written earlier in this transaction.
+-- Delivered to no one else: no NOTIFY.
 WITH d AS (
     SELECT *
     FROM jsonb_to_recordset(%(rows)s::jsonb) AS d(
@@ -45,8 +48,9 @@ claimed AS (
 opened AS (
     INSERT INTO effectus_saga_attempts
         (dispatch_id, attempt, request_id, lease_owner, lease_token, lease_expires_at,
-         sent_at, grants, fencing_status)
+         claimed_at, sent_at, grants, fencing_status)
     SELECT dispatch_id, attempt, gen_random_uuid(), %(owner)s, lease_token, lease_expires_at,
+           created_at,
            CASE WHEN written_ahead THEN clock_timestamp() END,
            CASE WHEN written_ahead THEN '[]'::jsonb END,
            CASE WHEN written_ahead THEN 'not_requested' END

@@ -2,6 +2,7 @@
 UPDATE effectus_saga_instances s
 SET state = r.state,
     stop_reason = CASE WHEN r.state = 'running' THEN NULL
+                       WHEN r.state = 'completed' THEN r.stop_reason
                        ELSE coalesce(r.stop_reason, s.stop_reason) END,
     finished_at = CASE WHEN r.state IN ('completed', 'compensated', 'failed') THEN now() END,
     revision = s.revision + 1,
