@@ -89,6 +89,8 @@ def invocation(
     attempt: int = 1,
     grants: tuple[FencingGrant, ...] = (),
     path: str = "/ok",
+    deadline: datetime | None = None,
+    issued_at: datetime | None = None,
 ) -> Invocation:
     body = canonical_bytes({"order": "o-1", "amount": 1250} if args is None else args)
     return Invocation(
@@ -106,7 +108,8 @@ def invocation(
         contract_hash=sha256_hex(b"contract"),
         idempotency_key=sha256_hex(key.encode()),
         fencing_grants=grants,
-        deadline=datetime.now(UTC) + timedelta(minutes=5),
+        deadline=datetime.now(UTC) + timedelta(minutes=5) if deadline is None else deadline,
+        key_issued_at=datetime.now(UTC) if issued_at is None else issued_at,
         timeout=10.0,
     )
 
