@@ -135,6 +135,11 @@ def has_control(value: str) -> bool:
     return not value.isprintable() and _CONTROL.search(value) is not None
 
 
+def is_hex64(value: str) -> bool:
+    """64 lowercase hex digits: an idempotency key, a saga ID, a hash."""
+    return _HEX64.fullmatch(value) is not None
+
+
 def is_reserved_header(name: str) -> bool:
     lowered = name.strip().lower()
     return lowered in ENGINE_OWNED or lowered.startswith(RESERVED_PREFIX)
@@ -222,7 +227,7 @@ def decode_request_headers(headers: HeaderSource) -> RequestIdentity | list[Wire
             del text[name]
 
     for name in (IDEMPOTENCY_KEY, SAGA_ID, ARGUMENT_HASH, CONTRACT_HASH):
-        check(name, bool(_HEX64.fullmatch(text.get(name, ""))), "expected 64 lowercase hex digits")
+        check(name, is_hex64(text.get(name, "")), "expected 64 lowercase hex digits")
     attempt = text.get(ATTEMPT, "")
     check(ATTEMPT, bool(_ATTEMPT.fullmatch(attempt)), "expected a positive decimal integer")
     check(DIRECTION, text.get(DIRECTION) in set(Direction), "expected forward or compensation")

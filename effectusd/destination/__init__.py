@@ -30,12 +30,14 @@ from effectusd.core.database_url import (
     SqliteDatabase,
     parse_database_url,
 )
+from effectusd.destination.exchange import DEFAULT_CLOCK_SKEW
 from effectusd.destination.ledger import (
     DEFAULT_RETENTION,
     AsyncMutation,
     SyncMutation,
     handle,
     handle_sync,
+    probe,
     prune_ledger,
     prune_ledger_sync,
 )
@@ -52,6 +54,7 @@ from effectusd.destination.sqlite import (
     SqliteMutation,
     connect_sqlite,
     handle_sqlite,
+    probe_sqlite,
     prune_ledger_sqlite,
     write_transaction,
 )
@@ -59,6 +62,7 @@ from effectusd.destination.sqlite_pool import SqlitePool, SqlitePoolTimeout
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
+    "DEFAULT_CLOCK_SKEW",
     "DEFAULT_RETENTION",
     "AsyncMutation",
     "Database",
@@ -85,6 +89,8 @@ __all__ = [
     "install_sync",
     "parse_database_url",
     "parse_request",
+    "probe",
+    "probe_sqlite",
     "prune_ledger",
     "prune_ledger_sqlite",
     "prune_ledger_sync",

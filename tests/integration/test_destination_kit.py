@@ -670,7 +670,9 @@ async def test_prune_removes_only_expired_keys_and_a_replay_extends_a_key(
     mutation = mutations_for(kit.control)["/ok"]
     async with await psycopg.AsyncConnection.connect(kit_db) as conn:
         for key in ("short", "replayed"):
-            await handle(conn, request_of(invocation(key)), mutation, retention=timedelta(0))
+            await handle(
+                conn, request_of(invocation(key)), mutation, retention=timedelta(seconds=30)
+            )
         await handle(conn, request_of(invocation("long")), mutation)
         replay = await handle(conn, request_of(invocation("replayed", attempt=2)), mutation)
         assert replay.replayed
