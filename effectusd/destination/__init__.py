@@ -19,7 +19,10 @@ On SQLite the same contract, over a ``sqlite3`` connection and a plain (sync) mu
     install_sqlite(conn)
     reply = handle_sqlite(conn, request, charge)  # def charge(conn, request): ...
 
-and ``SqlitePool`` runs that in worker threads for async code. Starlette helpers live in
+and ``SqlitePool`` runs that in worker threads for async code. ``probe(conn, key)`` (and
+``probe_sqlite``) says what the ledger knows of a key: committed with its answer, in progress,
+or unknown. Deadlines are enforced with ``clock_skew`` and keys issued before ``retention``
+are never run (docs/design.md section 9). Starlette helpers live in
 ``effectusd.destination.asgi`` (extra ``destination``); ``effectus_app`` takes either URL.
 """
 
