@@ -325,6 +325,7 @@ async def _bare_calls_per_s(
         idempotency_key="0" * 64,
         fencing_grants=(),
         deadline=datetime.now(UTC) + timedelta(hours=1),
+        key_issued_at=datetime.now(UTC),
         timeout=10.0,
     )
 

@@ -37,6 +37,10 @@ REQUEST_HEADERS = (
     IDEMPOTENCY_KEY, REQUEST_ID, EXECUTION_ID, SAGA_ID, EFFECT_ID, ATTEMPT, DIRECTION, VERB,
     ARGUMENT_HASH, CONTRACT_HASH, FENCING_GRANTS, DEADLINE,
 )  # fmt: skip
+# When the key was first issued (the dispatch's enqueue, the daemon's database clock): the same
+# for every attempt. Optional on arrival, so a request from a daemon that predates it is as
+# valid as before; a destination that prunes its dedupe records compares it with its retention.
+KEY_ISSUED_AT = "X-Effectus-Key-Issued-At"
 
 # W3C trace context of the attempt's span, sent only while tracing is on (docs/operations.md
 # "Tracing"); never part of the identity, so a request without them is as valid as before.
@@ -116,6 +120,7 @@ class RequestIdentity:
     contract_hash: str
     fencing_grants: tuple[FencingGrant, ...]  # sorted by resource, no resource twice
     deadline: datetime  # timezone-aware
+    key_issued_at: datetime | None  # timezone-aware; None only from a daemon that predates it
 
 
 def is_token(value: str) -> bool:
@@ -128,6 +133,11 @@ def has_control(value: str) -> bool:
     Every control character is unprintable, so a printable text (str.isprintable, a tenth of
     the search's time on a request's headers) needs no search."""
     return not value.isprintable() and _CONTROL.search(value) is not None
+
+
+def is_hex64(value: str) -> bool:
+    """64 lowercase hex digits: an idempotency key, a saga ID, a hash."""
+    return _HEX64.fullmatch(value) is not None
 
 
 def is_reserved_header(name: str) -> bool:
@@ -157,6 +167,8 @@ def encode_request_headers(identity: RequestIdentity) -> dict[str, str]:
         FENCING_GRANTS: grants,
         DEADLINE: format_deadline(identity.deadline),
     }
+    if identity.key_issued_at is not None:
+        headers[KEY_ISSUED_AT] = format_time(identity.key_issued_at, KEY_ISSUED_AT)
     if has_control("".join(headers.values())):  # one scan; only a refusal looks for where
         for name, value in headers.items():
             if has_control(value):
@@ -176,11 +188,17 @@ def encode_fencing_grants(grants: Iterable[FencingGrant]) -> str:
 
 def format_deadline(deadline: datetime) -> str:
     """RFC 3339 UTC with a Z and milliseconds."""
-    if deadline.tzinfo is None or deadline.utcoffset() is None:
-        raise WireError(DEADLINE, "deadline must be timezone-aware")
+    return format_time(deadline, DEADLINE)
+
+
+def format_time(moment: datetime, header: str) -> str:
+    """``moment`` for ``header``: RFC 3339 UTC with a Z and milliseconds."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise WireError(header, "must be timezone-aware")
     # Truncated, never rounded up (isoformat truncates): the destination must not be promised
-    # time we do not have. astimezone(UTC) makes the offset "+00:00", which RFC 3339 writes Z.
-    return deadline.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+    # time we do not have, nor a key issued later than it was. astimezone(UTC) makes the
+    # offset "+00:00", which RFC 3339 writes Z.
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 # --- request: decode (destination side) -----------------------------------------------------
@@ -209,7 +227,7 @@ def decode_request_headers(headers: HeaderSource) -> RequestIdentity | list[Wire
             del text[name]
 
     for name in (IDEMPOTENCY_KEY, SAGA_ID, ARGUMENT_HASH, CONTRACT_HASH):
-        check(name, bool(_HEX64.fullmatch(text.get(name, ""))), "expected 64 lowercase hex digits")
+        check(name, is_hex64(text.get(name, "")), "expected 64 lowercase hex digits")
     attempt = text.get(ATTEMPT, "")
     check(ATTEMPT, bool(_ATTEMPT.fullmatch(attempt)), "expected a positive decimal integer")
     check(DIRECTION, text.get(DIRECTION) in set(Direction), "expected forward or compensation")
@@ -225,6 +243,15 @@ def decode_request_headers(headers: HeaderSource) -> RequestIdentity | list[Wire
             deadline = parse_deadline(text[DEADLINE])
         except WireError as exc:
             check(DEADLINE, False, exc.reason)
+    key_issued_at = None
+    issued = read_header(found, KEY_ISSUED_AT)
+    if isinstance(issued, str):
+        try:
+            key_issued_at = parse_time(issued, KEY_ISSUED_AT)
+        except WireError as exc:
+            problems.append(WireProblem(KEY_ISSUED_AT, exc.reason))
+    elif issued.reason != "missing":  # absent: a daemon that predates the header
+        problems.append(issued)
     if problems or deadline is None:
         return problems
     return RequestIdentity(
@@ -240,6 +267,7 @@ def decode_request_headers(headers: HeaderSource) -> RequestIdentity | list[Wire
         contract_hash=text[CONTRACT_HASH],
         fencing_grants=grants,
         deadline=deadline,
+        key_issued_at=key_issued_at,
     )
 
 
@@ -280,10 +308,15 @@ def decode_fencing_grants(value: str) -> tuple[FencingGrant, ...]:
 
 
 def parse_deadline(value: str) -> datetime:
+    return parse_time(value, DEADLINE)
+
+
+def parse_time(value: str, header: str) -> datetime:
+    """An RFC 3339 timestamp with an offset, as ``header`` carries it."""
     # fromisoformat alone accepts many ISO 8601 forms RFC 3339 does not (no offset, week dates).
     match = _RFC3339.fullmatch(value)
     if match is None:
-        raise WireError(DEADLINE, "expected an RFC 3339 timestamp with an offset")
+        raise WireError(header, "expected an RFC 3339 timestamp with an offset")
     date, time, fraction, offset = match.groups()
     # Microseconds are all Python keeps; nanoseconds are meaningless for a deadline anyway.
     micros = f".{fraction[:6].ljust(6, '0')}" if fraction else ""
@@ -292,7 +325,7 @@ def parse_deadline(value: str) -> datetime:
     try:
         return datetime.fromisoformat(whole)
     except ValueError:
-        raise WireError(DEADLINE, "is not a valid date and time") from None
+        raise WireError(header, "is not a valid date and time") from None
 
 
 def collect_headers(headers: HeaderSource) -> dict[str, list[str | bytes]]:

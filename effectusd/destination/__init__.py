@@ -19,7 +19,10 @@ On SQLite the same contract, over a ``sqlite3`` connection and a plain (sync) mu
     install_sqlite(conn)
     reply = handle_sqlite(conn, request, charge)  # def charge(conn, request): ...
 
-and ``SqlitePool`` runs that in worker threads for async code. Starlette helpers live in
+and ``SqlitePool`` runs that in worker threads for async code. ``probe(conn, key)`` (and
+``probe_sqlite``) says what the ledger knows of a key: committed with its answer, in progress,
+or unknown. Deadlines are enforced with ``clock_skew`` and keys issued before ``retention``
+are never run (docs/design.md section 9). Starlette helpers live in
 ``effectusd.destination.asgi`` (extra ``destination``); ``effectus_app`` takes either URL.
 """
 
@@ -30,12 +33,14 @@ from effectusd.core.database_url import (
     SqliteDatabase,
     parse_database_url,
 )
+from effectusd.destination.exchange import DEFAULT_CLOCK_SKEW
 from effectusd.destination.ledger import (
     DEFAULT_RETENTION,
     AsyncMutation,
     SyncMutation,
     handle,
     handle_sync,
+    probe,
     prune_ledger,
     prune_ledger_sync,
 )
@@ -52,6 +57,7 @@ from effectusd.destination.sqlite import (
     SqliteMutation,
     connect_sqlite,
     handle_sqlite,
+    probe_sqlite,
     prune_ledger_sqlite,
     write_transaction,
 )
@@ -59,6 +65,7 @@ from effectusd.destination.sqlite_pool import SqlitePool, SqlitePoolTimeout
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
+    "DEFAULT_CLOCK_SKEW",
     "DEFAULT_RETENTION",
     "AsyncMutation",
     "Database",
@@ -85,6 +92,8 @@ __all__ = [
     "install_sync",
     "parse_database_url",
     "parse_request",
+    "probe",
+    "probe_sqlite",
     "prune_ledger",
     "prune_ledger_sqlite",
     "prune_ledger_sync",

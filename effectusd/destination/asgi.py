@@ -31,10 +31,12 @@ from starlette.routing import Route
 
 from effectusd import tracing
 from effectusd.backends.connections import AsyncPostgresConnection, SqliteConnection
+from effectusd.backends.errors import DATABASE_ERRORS, conflict
 from effectusd.backends.postgres.pool import AsyncPool, PoolTimeout, service_pool
 from effectusd.core.database_url import SqliteDatabase, parse_database_url
 from effectusd.core.states import OutcomeClass
-from effectusd.destination.ledger import DEFAULT_RETENTION, AsyncMutation, handle
+from effectusd.destination.exchange import DEFAULT_CLOCK_SKEW
+from effectusd.destination.ledger import DEFAULT_RETENTION, AsyncMutation, handle, probe
 from effectusd.destination.protocol import (
     EffectusRequest,
     ProtocolError,
@@ -43,7 +45,12 @@ from effectusd.destination.protocol import (
 )
 from effectusd.destination.replies import Reply, error_reply
 from effectusd.destination.schema import install, install_sqlite
-from effectusd.destination.sqlite import SqliteMutation, handle_sqlite, write_transaction
+from effectusd.destination.sqlite import (
+    SqliteMutation,
+    handle_sqlite,
+    probe_sqlite,
+    write_transaction,
+)
 from effectusd.destination.sqlite_pool import SqlitePool, SqlitePoolTimeout
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
@@ -52,6 +59,8 @@ Setup = Callable[[AsyncPostgresConnection], Awaitable[None]]
 SqliteSetup = Callable[[SqliteConnection], None]
 _Answer = Callable[[EffectusRequest], Awaitable[Reply]]
 _NO_CONNECTION = "no database connection available; nothing was done"
+_BUSY = "the database stayed busy; ask again"
+DEFAULT_PROBE_MOUNT = "/effectus"  # effectus_app serves GET /effectus/keys/{key}
 
 
 def to_response(reply: Reply, request_id: str | None = None) -> Response:
@@ -67,6 +76,7 @@ def effectus_endpoint(
     mutation: AsyncMutation,
     *,
     retention: timedelta = ...,
+    clock_skew: timedelta = ...,
     max_body_bytes: int = ...,
     tracer_provider: object | None = ...,
 ) -> Endpoint: ...
@@ -76,6 +86,7 @@ def effectus_endpoint(
     mutation: SqliteMutation,
     *,
     retention: timedelta = ...,
+    clock_skew: timedelta = ...,
     max_body_bytes: int = ...,
     tracer_provider: object | None = ...,
 ) -> Endpoint: ...
@@ -84,6 +95,7 @@ def effectus_endpoint(
     mutation: AsyncMutation | SqliteMutation,
     *,
     retention: timedelta = DEFAULT_RETENTION,
+    clock_skew: timedelta = DEFAULT_CLOCK_SKEW,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     tracer_provider: object | None = None,
 ) -> Endpoint:
@@ -92,12 +104,13 @@ def effectus_endpoint(
     answers 500 without an outcome header: unknown, as it should be.
 
     With the ``otel`` extra installed, a verified request runs under a SERVER span that
-    continues the daemon's attempt span (``tracer_provider``, else the global one)."""
+    continues the daemon's attempt span (``tracer_provider``, else the global one).
+    ``retention`` and ``clock_skew``: see effectusd.destination.exchange."""
     if isinstance(pool, SqlitePool):
         _require_plain_function(mutation, "the mutation")
-        answer = _sqlite_answer(pool, cast(SqliteMutation, mutation), retention)
+        answer = _sqlite_answer(pool, cast(SqliteMutation, mutation), retention, clock_skew)
     else:
-        answer = _postgres_answer(pool, cast(AsyncMutation, mutation), retention)
+        answer = _postgres_answer(pool, cast(AsyncMutation, mutation), retention, clock_skew)
 
     async def endpoint(request: Request) -> Response:
         # Raw bytes: Starlette decodes header values as latin-1, the executor sends UTF-8.
@@ -140,30 +153,59 @@ def _answered(span: tracing.Span, reply: Reply) -> None:
         span.fail(reply.outcome.value)
 
 
-def _postgres_answer(pool: AsyncPool, mutation: AsyncMutation, retention: timedelta) -> _Answer:
+def _postgres_answer(
+    pool: AsyncPool, mutation: AsyncMutation, retention: timedelta, clock_skew: timedelta
+) -> _Answer:
     async def answer(parsed: EffectusRequest) -> Reply:
         try:
             conn = await pool.getconn()
         except PoolTimeout:
             return error_reply(503, OutcomeClass.RETRYABLE, _NO_CONNECTION)
         try:
-            return await handle(conn, parsed, mutation, retention=retention)
+            return await handle(conn, parsed, mutation, retention=retention, clock_skew=clock_skew)
         finally:
             await pool.putconn(conn)  # the pool discards a connection left broken
 
     return answer
 
 
-def _sqlite_answer(pool: SqlitePool, mutation: SqliteMutation, retention: timedelta) -> _Answer:
+def _sqlite_answer(
+    pool: SqlitePool, mutation: SqliteMutation, retention: timedelta, clock_skew: timedelta
+) -> _Answer:
+    def run(conn: SqliteConnection, parsed: EffectusRequest) -> Reply:
+        return handle_sqlite(conn, parsed, mutation, retention=retention, clock_skew=clock_skew)
+
     async def answer(parsed: EffectusRequest) -> Reply:
         try:
-            return await pool.run(
-                lambda conn: handle_sqlite(conn, parsed, mutation, retention=retention)
-            )
+            return await pool.run(lambda conn: run(conn, parsed))
         except SqlitePoolTimeout:
             return error_reply(503, OutcomeClass.RETRYABLE, _NO_CONNECTION)
 
     return answer
+
+
+def effectus_probe(pool: AsyncPool | SqlitePool) -> Endpoint:
+    """A Starlette endpoint for ``GET <mount>/keys/{key}``: what the ledger knows of the key
+    (effectusd.destination.probe). It shows stored answers as a replay would: mount it where
+    the service's mutations are, behind the same authentication if they have one."""
+
+    async def endpoint(request: Request) -> Response:
+        key = request.path_params["key"]
+        try:
+            if isinstance(pool, SqlitePool):
+                reply = await pool.run(lambda conn: probe_sqlite(conn, key))
+            else:
+                async with pool.connection() as conn:
+                    reply = await probe(conn, key)
+        except (PoolTimeout, SqlitePoolTimeout):
+            reply = error_reply(503, OutcomeClass.RETRYABLE, _NO_CONNECTION)
+        except DATABASE_ERRORS as exc:
+            if not conflict(exc):  # SQLite's busy timeout, PostgreSQL's serialization failure
+                raise
+            reply = error_reply(503, OutcomeClass.RETRYABLE, _BUSY)
+        return to_response(reply)
+
+    return endpoint
 
 
 def effectus_app(
@@ -172,6 +214,8 @@ def effectus_app(
     *,
     setup: Setup | SqliteSetup | None = None,
     retention: timedelta = DEFAULT_RETENTION,
+    clock_skew: timedelta = DEFAULT_CLOCK_SKEW,
+    probe_mount: str | None = DEFAULT_PROBE_MOUNT,
     min_size: int = 1,
     max_size: int = 10,
     methods: tuple[str, ...] = ("POST",),
@@ -184,7 +228,8 @@ def effectus_app(
     URL. On PostgreSQL the routes and ``setup`` are coroutine functions and ``min_size`` /
     ``max_size`` bound the connection pool; on SQLite they are plain functions, run in
     ``max_size`` worker threads with a connection each (``min_size`` does not apply).
-    ``tracer_provider``: see ``effectus_endpoint``.
+    ``tracer_provider``: see ``effectus_endpoint``. ``probe_mount``: the prefix of the
+    ``GET {probe_mount}/keys/{key}`` route (``effectus_probe``); None serves none.
     """
     database = parse_database_url(database_url)
     if isinstance(database, SqliteDatabase):
@@ -199,6 +244,7 @@ def effectus_app(
                 sqlite_pool,
                 cast(SqliteMutation, mutation),
                 retention=retention,
+                clock_skew=clock_skew,
                 tracer_provider=tracer_provider,
             )
             for path, mutation in routes.items()
@@ -212,15 +258,19 @@ def effectus_app(
                 pg_pool,
                 cast(AsyncMutation, mutation),
                 retention=retention,
+                clock_skew=clock_skew,
                 tracer_provider=tracer_provider,
             )
             for path, mutation in routes.items()
         }
         pool = pg_pool
-    app = Starlette(
-        routes=[Route(path, endpoint, methods=[*methods]) for path, endpoint in endpoints.items()],
-        lifespan=lifespan,
-    )
+    routes_served = [
+        Route(path, endpoint, methods=[*methods]) for path, endpoint in endpoints.items()
+    ]
+    if probe_mount is not None:
+        probe_path = f"{probe_mount.rstrip('/')}/keys/{{key}}"
+        routes_served.append(Route(probe_path, effectus_probe(pool), methods=["GET"]))
+    app = Starlette(routes=routes_served, lifespan=lifespan)
     app.state.pool = pool
     return app
 

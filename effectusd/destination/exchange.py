@@ -18,8 +18,18 @@ connection that failed before or at BEGIN (no transaction began). Any other exce
 back and propagates: the server answers 500 without an outcome header, which the dispatcher
 must treat as unknown, and it is: a failed COMMIT may or may not have committed.
 
-The deadline header is not enforced: it is another machine's clock, and late work is harmless
-here because a retry replays it instead of repeating it.
+Deadlines are enforced with a skew allowance (``clock_skew``: the deadline is the daemon's
+database clock, checked here against this service's): a new key arriving past its deadline plus
+the allowance answers 503 retryable_failure_known_not_committed with nothing run, and so does a
+mutation whose transaction would commit past it (the clock is read once more right before
+COMMIT, and the transaction rolls back). A caller can then trust that nothing commits under a
+key after its deadline plus the allowance, and ask the ledger (probe.py) what became of it.
+
+Retention: a key absent from the ledger whose ``X-Effectus-Key-Issued-At`` is older than the
+retention (less the allowance) may have run and been pruned since, so it answers 410
+unknown_outcome with nothing run. An operator's ``keys forget`` re-issues the key as of the
+forget, so the retry it was done for runs. A request without the header (an older daemon) is
+not checked.
 
 ``Exchange.steps`` is a generator of named SQL steps; ``drive`` (or ``drive_async``: the
 store's operations run with the same, effectusd.backends.operation) sends each step to a
@@ -30,15 +40,15 @@ backends cannot drift apart in what they decide.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from effectusd.backends.errors import CONNECTION_FAILED, DATABASE_ERRORS, conflict
 from effectusd.core.canonical import canonical_bytes
 from effectusd.core.states import OutcomeClass
-from effectusd.core.wire import FENCING_GRANTS
+from effectusd.core.wire import DEADLINE, FENCING_GRANTS, KEY_ISSUED_AT
 from effectusd.destination.protocol import EffectusRequest
 from effectusd.destination.replies import (
     PermanentFailure,
@@ -48,6 +58,14 @@ from effectusd.destination.replies import (
 )
 
 DEFAULT_RETENTION = timedelta(days=7)  # must outlast every retry budget of every caller
+# How far this service's clock may differ from the daemon's database clock (and how long a
+# COMMIT may take once the deadline was checked before it).
+DEFAULT_CLOCK_SKEW = timedelta(seconds=5)
+Clock = Callable[[], datetime]
+
+
+def wall_clock() -> datetime:
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,15 +108,51 @@ def busy_reply() -> Reply:
     return error_reply(409, OutcomeClass.UNKNOWN, message)
 
 
+def late_reply() -> Reply:
+    message = f"{DEADLINE}: past, with the clock skew allowance; nothing was done"
+    return error_reply(503, OutcomeClass.RETRYABLE, message)
+
+
+def outlived_reply() -> Reply:
+    message = (
+        f"{KEY_ISSUED_AT}: older than this ledger keeps answers and no answer is stored; "
+        "it may have run and been pruned, so nothing was done"
+    )
+    return error_reply(410, OutcomeClass.UNKNOWN, message)
+
+
 class Exchange:
     """The contract's decisions for one request. ``steps`` yields each statement to run (sent
     back its first row, or None) and ``MUTATE`` (sent back the mutation's result, or
     ``Refused``), and returns the reply. Raising ``Abandon`` rolls everything back."""
 
-    def __init__(self, request: EffectusRequest, retention: timedelta) -> None:
+    def __init__(
+        self,
+        request: EffectusRequest,
+        retention: timedelta,
+        clock_skew: timedelta = DEFAULT_CLOCK_SKEW,
+        clock: Clock = wall_clock,
+    ) -> None:
+        if retention <= clock_skew:
+            # No key could be trusted absent: every one would be refused as outlived.
+            raise ValueError("retention: must be longer than clock_skew")
         self.request = request
         self.retention = retention
+        self.clock_skew = clock_skew
+        self.clock = clock
         self.checked_fences = False
+
+    def late(self) -> bool:
+        """Past the request's deadline plus the skew allowance, by this service's clock."""
+        return self.clock() > self.request.deadline + self.clock_skew
+
+    def issued_before(self) -> datetime | None:
+        """The moment before which an absent key may have been stored and pruned since: its
+        row expires ``retention`` after it completed, no earlier than its issue time (less
+        the skew). None when the key was issued after it, or the request did not say."""
+        issued = self.request.key_issued_at
+        cutoff = self.clock() - self.retention + self.clock_skew
+        return cutoff if issued is not None and issued < cutoff else None
 
     def steps(self) -> Generator[Step, Any, Reply]:
         reply = yield from self._steps()
@@ -120,6 +174,13 @@ class Exchange:
             if reply.replayed:
                 yield Query("extend_key", {**key, "retention": self.retention})
             return reply
+        cutoff = self.issued_before()
+        if cutoff is not None:
+            (forgotten,) = yield Query("key_forgotten_since", {**key, "since": cutoff.timestamp()})
+            if not forgotten:
+                raise Abandon(outlived_reply())
+        if self.late():
+            raise Abandon(late_reply())
         # Grants come sorted by resource, so concurrent requests lock watermarks in one order.
         self.checked_fences = bool(request.fencing_grants)
         for grant in request.fencing_grants:
@@ -144,6 +205,8 @@ class Exchange:
         stored = yield Query("complete_key", completion)
         if stored is None:
             raise RuntimeError("the ledger row vanished inside its own transaction")
+        if self.late():  # the last moment before COMMIT: a late commit rolls back instead
+            raise Abandon(late_reply())
         return reply
 
     def _answer_known(self, row: tuple[Any, ...]) -> Reply:

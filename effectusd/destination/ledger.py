@@ -25,13 +25,17 @@ from effectusd.backends.connections import (
 from effectusd.backends.operation import drive, drive_async
 from effectusd.backends.postgres.runner import connection_state
 from effectusd.destination.exchange import (
+    DEFAULT_CLOCK_SKEW,
     DEFAULT_RETENTION,
     SETTLED,
+    Clock,
     Exchange,
     Query,
     Refused,
     Step,
+    wall_clock,
 )
+from effectusd.destination.probe import probe_steps
 from effectusd.destination.protocol import EffectusRequest
 from effectusd.destination.queries import sql
 from effectusd.destination.replies import PermanentFailure, Reply
@@ -45,6 +49,7 @@ __all__ = [
     "SyncMutation",
     "handle",
     "handle_sync",
+    "probe",
     "prune_ledger",
     "prune_ledger_sync",
 ]
@@ -65,13 +70,17 @@ async def handle(
     mutation: AsyncMutation,
     *,
     retention: timedelta = DEFAULT_RETENTION,
+    clock_skew: timedelta = DEFAULT_CLOCK_SKEW,
+    clock: Clock = wall_clock,
 ) -> Reply:
     """Answer ``request``, running ``mutation(conn, request)`` at most once per key.
 
     The mutation writes through ``conn`` only (its writes commit with the ledger row) and
     returns a JSON value, the 200 body; or raises PermanentFailure / RetryableFailure.
+    ``retention``: how long stored answers are kept; ``clock_skew``: the deadline's allowance
+    (both in exchange.py); ``clock``: this service's time, as an aware datetime.
     """
-    exchange = Exchange(request, retention)
+    exchange = Exchange(request, retention, clock_skew, clock)
     if not _usable(conn):
         return exchange.not_begun()
     steps = exchange.steps()
@@ -104,9 +113,11 @@ def handle_sync(
     mutation: SyncMutation,
     *,
     retention: timedelta = DEFAULT_RETENTION,
+    clock_skew: timedelta = DEFAULT_CLOCK_SKEW,
+    clock: Clock = wall_clock,
 ) -> Reply:
     """``handle`` for a synchronous connection and mutation."""
-    exchange = Exchange(request, retention)
+    exchange = Exchange(request, retention, clock_skew, clock)
     if not _usable(conn):
         return exchange.not_begun()
     steps = exchange.steps()
@@ -129,6 +140,22 @@ def handle_sync(
         return reply  # committed
     except SETTLED as exc:
         return exchange.settle(exc, began=began)
+    finally:
+        steps.close()
+
+
+async def probe(conn: AsyncPostgresConnection, key: str) -> Reply:
+    """What the ledger knows of ``key`` (probe.py). Each statement commits on its own, so the
+    ledger is read after the lock check whatever isolation level the connection defaults to."""
+    steps = probe_steps(key)
+
+    async def perform(step: Query) -> Any:
+        async with conn.transaction(), conn.cursor() as cur:
+            await cur.execute(sql(step.name), step.params)
+            return await cur.fetchone()
+
+    try:
+        return await drive_async(steps, perform)
     finally:
         steps.close()
 

@@ -32,14 +32,18 @@ from effectusd.backends.sqlite.connection import open_connection
 from effectusd.backends.sqlite.runner import adapted
 from effectusd.core.database_url import PostgresDatabase, parse_database_url
 from effectusd.destination.exchange import (
+    DEFAULT_CLOCK_SKEW,
     DEFAULT_RETENTION,
     MUTATE,
     SETTLED,
+    Clock,
     Exchange,
     Query,
     Refused,
     Step,
+    wall_clock,
 )
+from effectusd.destination.probe import probe_steps
 from effectusd.destination.protocol import EffectusRequest
 from effectusd.destination.queries import sqlite_sql
 from effectusd.destination.replies import PermanentFailure, Reply
@@ -52,6 +56,7 @@ __all__ = [
     "connect_sqlite",
     "handle_sqlite",
     "is_busy",
+    "probe_sqlite",
     "prune_ledger_sqlite",
     "sqlite_path",
     "write_transaction",
@@ -116,15 +121,18 @@ def handle_sqlite(
     mutation: SqliteMutation,
     *,
     retention: timedelta = DEFAULT_RETENTION,
+    clock_skew: timedelta = DEFAULT_CLOCK_SKEW,
+    clock: Clock = wall_clock,
 ) -> Reply:
     """Answer ``request``, running ``mutation(conn, request)`` at most once per key.
 
     The mutation writes through ``conn`` only (its writes commit with the ledger row), must not
     end the transaction, and returns a JSON value, the 200 body; or raises PermanentFailure /
-    RetryableFailure. Any other exception rolls back and propagates.
+    RetryableFailure. Any other exception rolls back and propagates. ``retention``,
+    ``clock_skew`` and ``clock``: as for ``handle``.
     """
     require_own_transaction(conn, "handle_sqlite")
-    exchange = Exchange(request, retention)
+    exchange = Exchange(request, retention, clock_skew, clock)
     steps = exchange.steps()
 
     def perform(step: Step) -> Any:
@@ -174,6 +182,23 @@ def _require_still_open(conn: SqliteConnection) -> None:
         raise RuntimeError(
             "the mutation ended the kit's transaction (COMMIT or ROLLBACK on its connection)"
         )
+
+
+def probe_sqlite(conn: SqliteConnection, key: str) -> Reply:
+    """What the ledger knows of ``key`` (probe.py), read under the write lock: it waits for an
+    open request's transaction to end (up to the busy timeout; then the busy error propagates)."""
+    require_own_transaction(conn, "probe_sqlite")
+    steps = probe_steps(key)
+
+    def perform(step: Query) -> Any:
+        rows = conn.execute(sqlite_sql(step.name), adapted(step.params)).fetchall()
+        return rows[0] if rows else None
+
+    try:
+        with backend.write_transaction(conn):
+            return drive(steps, perform)
+    finally:
+        steps.close()
 
 
 def prune_ledger_sqlite(

@@ -213,6 +213,7 @@ class Pipeline:
             idempotency_key=claim.idempotency_key,
             fencing_grants=tuple(FencingGrant(r, t) for r, t in ahead.grants),
             deadline=claim.db_now + timedelta(seconds=timeout),
+            key_issued_at=claim.created_at,  # the dispatch's enqueue: the same for every attempt
             timeout=timeout,
             trace_headers=trace_headers,
         )

@@ -89,6 +89,8 @@ def invocation(
     attempt: int = 1,
     grants: tuple[FencingGrant, ...] = (),
     path: str = "/ok",
+    deadline: datetime | None = None,
+    issued_at: datetime | None = None,
 ) -> Invocation:
     body = canonical_bytes({"order": "o-1", "amount": 1250} if args is None else args)
     return Invocation(
@@ -106,7 +108,8 @@ def invocation(
         contract_hash=sha256_hex(b"contract"),
         idempotency_key=sha256_hex(key.encode()),
         fencing_grants=grants,
-        deadline=datetime.now(UTC) + timedelta(minutes=5),
+        deadline=datetime.now(UTC) + timedelta(minutes=5) if deadline is None else deadline,
+        key_issued_at=datetime.now(UTC) if issued_at is None else issued_at,
         timeout=10.0,
     )
 
@@ -667,7 +670,9 @@ async def test_prune_removes_only_expired_keys_and_a_replay_extends_a_key(
     mutation = mutations_for(kit.control)["/ok"]
     async with await psycopg.AsyncConnection.connect(kit_db) as conn:
         for key in ("short", "replayed"):
-            await handle(conn, request_of(invocation(key)), mutation, retention=timedelta(0))
+            await handle(
+                conn, request_of(invocation(key)), mutation, retention=timedelta(seconds=30)
+            )
         await handle(conn, request_of(invocation("long")), mutation)
         replay = await handle(conn, request_of(invocation("replayed", attempt=2)), mutation)
         assert replay.replayed
@@ -811,6 +816,88 @@ async def test_executor_gets_unknown_while_the_key_is_in_progress_then_the_repla
     assert replay.outcome is OutcomeClass.SUCCESS
     assert replay.result == {"charge_id": "ch-held"}
     assert await kit.count("kit_shop_charges") == 1
+
+
+async def probe_key(base_url: str, key: str) -> httpx.Response:
+    """``GET /effectus/keys/{key}``, the probe route effectus_app serves (the shop's app)."""
+    async with httpx.AsyncClient(base_url=base_url, timeout=10) as client:
+        return await client.get(f"/effectus/keys/{key}")
+
+
+async def test_executor_gets_retryable_past_the_deadline_and_the_probe_finds_nothing(
+    shop: HttpxExecutor, shop_url: str, kit: Kit
+) -> None:
+    late = await shop.call(charge("late", deadline=datetime.now(UTC) - timedelta(hours=1)))
+    assert (late.outcome, late.status_code) == (OutcomeClass.RETRYABLE, 503)
+    assert await kit.count("kit_shop_charges") == 0
+    probed = await probe_key(shop_url, sha256_hex(b"late"))
+    assert (probed.status_code, probed.json()["state"]) == (404, "unknown")
+
+
+async def test_executor_gets_unknown_for_an_absent_key_issued_longer_ago_than_retention(
+    shop: HttpxExecutor, kit: Kit
+) -> None:
+    old = datetime.now(UTC) - timedelta(days=8)  # the kit keeps answers 7 days by default
+    refused = await shop.call(charge("old", issued_at=old))
+    assert (refused.outcome, refused.status_code) == (OutcomeClass.UNKNOWN, 410)
+    assert await kit.count("kit_shop_charges") == 0
+    assert await kit.count("effectus_dest_keys") == 0
+
+
+async def test_the_probe_route_answers_the_stored_answer_or_unknown_over_http(
+    shop: HttpxExecutor, shop_url: str, kit: Kit
+) -> None:
+    charged = await shop.call(charge("a"))
+    await shop.call(charge("big", amount=20_000))
+    committed = await probe_key(shop_url, sha256_hex(b"a"))
+    assert committed.status_code == 200
+    assert committed.json() == {
+        "key": sha256_hex(b"a"),
+        "state": "committed",
+        "answer": {
+            "status": 200,
+            "outcome": None,
+            "fencing_acknowledged": True,
+            "body": charged.result,
+        },
+    }
+    assert "x-effectus-outcome" not in committed.headers  # a probe is no answer to a call
+    declined = (await probe_key(shop_url, sha256_hex(b"big"))).json()["answer"]
+    assert (declined["status"], declined["outcome"]) == (402, "permanent_failure")
+    never = await probe_key(shop_url, sha256_hex(b"never"))
+    assert (never.status_code, never.json()) == (
+        404,
+        {"key": sha256_hex(b"never"), "state": "unknown"},
+    )
+    bad = await probe_key(shop_url, "not-a-key")
+    assert (bad.status_code, bad.json()) == (
+        400,
+        {"error": "key: expected 64 lowercase hex digits"},
+    )
+    assert await kit.count("kit_shop_charges") == 1  # probes run nothing
+
+
+@postgres
+async def test_the_probe_says_in_progress_without_disturbing_the_request_it_sees(
+    postgresql_shop: str, pg_kit: Kit, kit_db: str
+) -> None:
+    kit, inv = pg_kit, charge("a")
+
+    async def held(conn: psycopg.AsyncConnection[Any], request: EffectusRequest) -> Any:
+        kit.control.entered.set()
+        await kit.control.release.wait()
+        return {"charge_id": "ch-held"}
+
+    async with await psycopg.AsyncConnection.connect(kit_db) as conn:
+        holder = asyncio.create_task(handle(conn, request_of(inv), held))
+        await kit.control.entered.wait()
+        during = await probe_key(postgresql_shop, inv.idempotency_key)
+        kit.control.release.set()
+        answered = await holder
+    assert (during.status_code, during.json()["state"]) == (409, "in_progress")
+    assert answered.status == 200  # the probe took no lock the request needed
+    after = await probe_key(postgresql_shop, inv.idempotency_key)
+    assert (after.status_code, after.json()["answer"]["body"]) == (200, {"charge_id": "ch-held"})
 
 
 async def test_every_shop_endpoint_answers_the_example_shop_shapes(

@@ -299,7 +299,9 @@ def test_prune_removes_only_expired_keys_and_a_replay_extends_a_key(
     conn: sqlite3.Connection,
 ) -> None:
     for key in ("short", "replayed"):
-        handle_sqlite(conn, request_of(invocation(key)), insert_effect, retention=timedelta(0))
+        handle_sqlite(
+            conn, request_of(invocation(key)), insert_effect, retention=timedelta(seconds=30)
+        )
     handle_sqlite(conn, request_of(invocation("long")), insert_effect)
     assert handle_sqlite(
         conn, request_of(invocation("replayed", attempt=2)), insert_effect

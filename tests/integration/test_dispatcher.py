@@ -7,12 +7,14 @@ import hashlib
 import socket
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 
 from effectusd.core.canonical import canonical_bytes
 from effectusd.core.identity import idempotency_key
 from effectusd.core.states import Direction
+from effectusd.core.wire import KEY_ISSUED_AT, format_time
 from tests.support.destination import Request, Response, ok, running
 from tests.support.harness import (
     attempts_of,
@@ -39,6 +41,7 @@ RESERVED = (
     "x-effectus-contract-hash",
     "x-effectus-fencing-grants",
     "x-effectus-deadline",
+    "x-effectus-key-issued-at",
 )
 
 
@@ -157,6 +160,12 @@ async def test_unknown_outcome_at_least_once_retries_with_the_same_key_until_blo
         dispatch = dispatch_of(store_url, saga, "s1")
         assert dispatch["state"] == "blocked_unknown"
         assert dispatch["uncertain_attempt"] == 1
+        # Every attempt says when its key was first issued: the dispatch's enqueue.
+        created = dispatch["created_at"]
+        if not isinstance(created, datetime):  # SQLite keeps REAL Unix seconds
+            created = datetime.fromtimestamp(created, UTC)
+        issued = {r.headers["x-effectus-key-issued-at"] for r in dest.requests}
+        assert issued == {format_time(created, KEY_ISSUED_AT)}
         assert not [r for r in dest.requests if r.direction == "compensation"]
 
 

@@ -73,6 +73,7 @@ def invocation(**changes: Any) -> Invocation:
         idempotency_key=FORWARD_KEY,
         fencing_grants=(FencingGrant("account:b", 9), FencingGrant("account:a", 12)),
         deadline=datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC),
+        key_issued_at=datetime(2030, 1, 1, 23, 59, 58, 123456, tzinfo=UTC),
         timeout=5.0,
     )
     return dataclasses.replace(inv, **changes)
@@ -314,6 +315,7 @@ async def test_every_reserved_header_arrives_with_its_exact_value(recorder: Reco
             '[{"resource":"account:a","token":12},{"resource":"account:b","token":9}]'
         ),
         "X-Effectus-Deadline": "2030-01-02T03:04:05.678Z",
+        "X-Effectus-Key-Issued-At": "2030-01-01T23:59:58.123Z",
         "Content-Type": "application/json",
     }
     assert {name: got.one(name) for name in expected} == expected

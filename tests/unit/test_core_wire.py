@@ -56,6 +56,7 @@ IDENTITY = st.builds(
     contract_hash=HEX64,
     fencing_grants=GRANTS.map(lambda grants: tuple(sorted(grants, key=lambda g: g.resource))),
     deadline=DEADLINE,
+    key_issued_at=st.none() | DEADLINE,
 )
 
 
@@ -190,6 +191,7 @@ def test_header_names_are_fixed() -> None:
         "X-Effectus-Fencing-Grants",
         "X-Effectus-Deadline",
     )
+    assert wire.KEY_ISSUED_AT == "X-Effectus-Key-Issued-At"  # optional, so not among them
     assert wire.REPLY_HEADERS == ("X-Effectus-Outcome", "X-Effectus-Fencing", "Retry-After")
 
 
@@ -216,7 +218,7 @@ def test_reply_headers_for_a_fixed_reply() -> None:
 def test_decoding_lists_every_problem_by_header_and_never_the_value() -> None:
     identity = RequestIdentity(
         "k" * 64, "r", "e", "s" * 64, "f", 1, Direction.FORWARD, "v", "a" * 64, "c" * 64, (),
-        datetime(2030, 1, 1, tzinfo=UTC),
+        datetime(2030, 1, 1, tzinfo=UTC), None,
     )  # fmt: skip
     headers = wire.encode_request_headers(identity)
     del headers[wire.SAGA_ID]
@@ -236,7 +238,7 @@ def test_decoding_lists_every_problem_by_header_and_never_the_value() -> None:
 def test_a_value_that_could_forge_a_header_is_refused_by_name() -> None:
     identity = RequestIdentity(
         "k" * 64, "r", "order\r\nX-Evil: yes", "s" * 64, "f", 1, Direction.FORWARD, "v",
-        "a" * 64, "c" * 64, (), datetime(2030, 1, 1, tzinfo=UTC),
+        "a" * 64, "c" * 64, (), datetime(2030, 1, 1, tzinfo=UTC), None,
     )  # fmt: skip
     with pytest.raises(WireError) as raised:
         wire.encode_request_headers(identity)
@@ -247,7 +249,7 @@ def test_a_value_that_could_forge_a_header_is_refused_by_name() -> None:
 def test_of_two_values_that_could_forge_a_header_the_first_sent_is_named() -> None:
     identity = RequestIdentity(
         "k" * 64, "r", "e", "s" * 64, "step\nX-Evil: 1", 1, Direction.FORWARD, "verb\r",
-        "a" * 64, "c" * 64, (), datetime(2030, 1, 1, tzinfo=UTC),
+        "a" * 64, "c" * 64, (), datetime(2030, 1, 1, tzinfo=UTC), None,
     )  # fmt: skip
     with pytest.raises(WireError) as raised:
         wire.encode_request_headers(identity)
@@ -257,7 +259,7 @@ def test_of_two_values_that_could_forge_a_header_the_first_sent_is_named() -> No
 def test_an_unfenced_attempt_sends_an_empty_canonical_grant_list() -> None:
     identity = RequestIdentity(
         "k" * 64, "r", "e", "s" * 64, "f", 1, Direction.FORWARD, "v", "a" * 64, "c" * 64, (),
-        datetime(2030, 1, 1, tzinfo=UTC),
+        datetime(2030, 1, 1, tzinfo=UTC), None,
     )  # fmt: skip
     assert wire.encode_request_headers(identity)[wire.FENCING_GRANTS] == "[]"
     assert wire.encode_fencing_grants([]) == wire.encode_fencing_grants(()) == "[]"
@@ -267,7 +269,7 @@ def test_an_unfenced_attempt_sends_an_empty_canonical_grant_list() -> None:
 def test_a_fencing_resource_json_cannot_escape_is_refused_by_name() -> None:
     identity = RequestIdentity(
         "k" * 64, "r", "e", "s" * 64, "f", 1, Direction.FORWARD, "v", "a" * 64, "c" * 64,
-        (FencingGrant("account\x7fsecret", 1),), datetime(2030, 1, 1, tzinfo=UTC),
+        (FencingGrant("account\x7fsecret", 1),), datetime(2030, 1, 1, tzinfo=UTC), None,
     )  # fmt: skip
     with pytest.raises(WireError) as raised:
         wire.encode_request_headers(identity)

@@ -44,6 +44,7 @@ INVOCATION = executor_protocol.Invocation(
         executor_protocol.FencingGrant("account:a", 12),
     ),
     deadline=datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=UTC),
+    key_issued_at=datetime(2030, 1, 1, 3, 4, 5, 678000, tzinfo=UTC),
     timeout=5.0,
 )
 
@@ -85,6 +86,7 @@ def test_executor_headers_parse_to_the_invocation_identity() -> None:
         contract_hash="ab" * 32,
         fencing_grants=(FencingGrant("account:a", 12), FencingGrant("account:b", 9)),
         deadline=datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=UTC),
+        key_issued_at=datetime(2030, 1, 1, 3, 4, 5, 678000, tzinfo=UTC),
         body=BODY,
         arguments=ARGS,
     )
@@ -139,6 +141,38 @@ def test_rfc3339_deadlines_in_any_offset_and_precision_are_accepted(
     text: str, expected: datetime
 ) -> None:
     assert parse_request(headers(x_effectus_deadline=text), BODY).deadline == expected
+
+
+def test_a_request_without_a_key_issue_time_parses_as_from_an_older_daemon() -> None:
+    request = parse_request(headers(x_effectus_key_issued_at=None), BODY)
+    assert request.key_issued_at is None
+    assert request.deadline == INVOCATION.deadline
+
+
+def test_the_key_issue_time_is_parsed_in_any_offset() -> None:
+    request = parse_request(headers(x_effectus_key_issued_at="2030-01-01T05:04:05.678+02:00"), BODY)
+    assert request.key_issued_at == datetime(2030, 1, 1, 3, 4, 5, 678000, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("yesterday", "expected an RFC 3339 timestamp with an offset"),
+        ("2030-01-01T03:04:05", "expected an RFC 3339 timestamp with an offset"),
+        ("2030-02-30T03:04:05Z", "is not a valid date and time"),
+        ("  ", "empty"),
+    ],
+)
+def test_an_unusable_key_issue_time_is_refused_by_name(value: str, reason: str) -> None:
+    error = refused(headers(x_effectus_key_issued_at=value))
+    assert (error.header, error.reason) == ("X-Effectus-Key-Issued-At", reason)
+    assert value.strip() == "" or value not in str(error)
+
+
+def test_a_key_issue_time_sent_twice_is_refused() -> None:
+    pairs = [*headers().items(), ("x-effectus-key-issued-at", "2030-01-01T00:00:00Z")]
+    error = refused(pairs)
+    assert (error.header, error.reason) == ("X-Effectus-Key-Issued-At", "sent more than once")
 
 
 # --- refusals name the header ---------------------------------------------------------------

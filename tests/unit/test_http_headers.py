@@ -27,6 +27,7 @@ BASE = Invocation(
     idempotency_key="k" * 64,
     fencing_grants=(),
     deadline=datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC),
+    key_issued_at=datetime(2030, 1, 1, 3, 4, 5, 678999, tzinfo=UTC),
     timeout=1.0,
 )
 
@@ -45,7 +46,19 @@ def test_headers_are_exactly_the_reserved_set_with_invocation_values() -> None:
         "X-Effectus-Contract-Hash": "c" * 64,
         "X-Effectus-Fencing-Grants": "[]",
         "X-Effectus-Deadline": "2030-01-02T03:04:05.000Z",
+        "X-Effectus-Key-Issued-At": "2030-01-01T03:04:05.678Z",  # truncated, never rounded up
     }
+
+
+def test_a_key_without_an_issue_time_sends_no_issued_at_header() -> None:
+    sent = encode_request_headers(dataclasses.replace(BASE, key_issued_at=None))
+    assert "X-Effectus-Key-Issued-At" not in sent
+
+
+def test_a_naive_issue_time_is_refused_naming_its_header() -> None:
+    naive = dataclasses.replace(BASE, key_issued_at=datetime(2030, 1, 1))
+    with pytest.raises(WireError, match="X-Effectus-Key-Issued-At: must be timezone-aware"):
+        encode_request_headers(naive)
 
 
 def test_fencing_grants_are_canonical_json_sorted_by_resource() -> None:
