@@ -43,7 +43,8 @@ SCALARS = st.one_of(
     st.booleans(),
     st.integers(-(2**53) + 1, 2**53 - 1),
     st.floats(-1e6, 1e6, allow_nan=False),
-    st.text(st.characters(exclude_categories=("Cs",)), max_size=5),
+    # U+0000 aside: no store keeps it, and check refuses it in either form (its own tests)
+    st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=5),
 )
 JSON_VALUES = st.recursive(
     SCALARS,
