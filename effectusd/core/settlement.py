@@ -133,22 +133,14 @@ def reclaimed(held: HeldAttempt, sent: bool, lease_owner: str, actor: str) -> Co
     """The completion a reclaim records for an attempt whose lease ran out (``actor``: the
     reclaiming daemon): written ahead (``sent``) means it may have been sent, so the outcome
     is unknown and the delivery rule decides; else nothing was sent, known not committed."""
-    if sent:
-        return Completion.of(
-            held,
-            OutcomeClass.UNKNOWN,
-            settled_by=SettledBy.RECLAIM,
-            error=f"lease of {lease_owner} expired after the call may have been sent",
-            actor=actor,
-            cause=Cause.RECLAIMED_SENT,
-        )
+    when = "after the call may have been sent" if sent else "before anything was sent"
     return Completion.of(
         held,
-        OutcomeClass.RETRYABLE,
+        OutcomeClass.UNKNOWN if sent else OutcomeClass.RETRYABLE,
         settled_by=SettledBy.RECLAIM,
-        error=f"lease of {lease_owner} expired before anything was sent",
+        error=f"lease of {lease_owner} expired {when}",
         actor=actor,
-        cause=Cause.RECLAIMED_UNSENT,
+        cause=Cause.RECLAIMED_SENT if sent else Cause.RECLAIMED_UNSENT,
     )
 
 
