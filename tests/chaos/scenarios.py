@@ -34,6 +34,10 @@ class Scenario:
     # PostgreSQL fails over mid-drain (tests/failover): "synchronous" or "asynchronous"
     # replication; the plans take a fenced step and an at_most_once one
     failover: str = ""
+    # The kit keeps answers this many seconds (0: its default) and its ledger is pruned all
+    # through the run while an operator retries blocked sagas (tests/chaos/retention.py)
+    retention: float = 0.0
+    withhold_issued_at: bool = False  # that row's control: the kit never sees the issue time
 
 
 @dataclass
@@ -47,6 +51,7 @@ class Report:
     states: dict[str, int] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    details: dict[str, object] = field(default_factory=dict)  # a scenario's own figures
 
     @property
     def blocked(self) -> dict[str, int]:
@@ -101,6 +106,28 @@ SHORT = [
         faults=tuple(sorted(POINTS)),
         external_kills=4,
         fan_out=True,
+    ),
+    # The kit's ledger pruned all through the run while an operator sends blocked sagas again,
+    # half of them once their keys were pruned (tests/chaos/retention.py, issue 30); its
+    # control withholds the key's issue time from the kit, which then mutates twice.
+    *(
+        Scenario(
+            name,
+            sagas=16,
+            daemons=2,
+            healthy=3,
+            external_kills=6,  # kill -9 at random moments, in-flight calls left uncertain
+            stall_after_commit=0.1,
+            reset_after_commit=0.1,
+            retention=20.0,  # past the daemons' own retries, short of the operator's
+            withhold_issued_at=control,
+            expect_duplicates=control,
+            timeout_s=120,
+        )
+        for name, control in (
+            ("kit ledger pruned mid-run, operator retries old blocked dispatches", False),
+            ("control: the same, the key's issue time withheld from the kit", True),
+        )
     ),
     # Healthy sagas must all complete while hostile sagas beside them meet destinations that
     # answer what the store cannot hold, send stray responses, stall, reset, or bomb.
