@@ -214,6 +214,13 @@ class Operator:
         }
         sent = [r for r in self.retries if not r.refused]
         refused = [r for r in sent if refused_after.get(r.dispatch_id, 0) > r.attempt]
+        answers = {
+            (row["dispatch_id"], row["attempt"]): f"{row['status_code'] or '-'} {row['outcome']}"
+            for row in self.rows(
+                self.url,
+                "SELECT dispatch_id, attempt, status_code, outcome FROM effectus_saga_attempts",
+            )
+        }
         report.details = {
             "pruned": self.pruned,
             "operator_retries": len(sent),
@@ -222,6 +229,10 @@ class Operator:
             "refused_410": len(refused),
             "refused_ended": dict(Counter(ends[r.saga_id] for r in refused)),
             "retried_ended": dict(Counter(ends[r.saga_id] for r in sent)),
+            # what each retry's attempt was answered: "status outcome" ("-": no answer)
+            "retry_answers": dict(
+                Counter(answers.get((r.dispatch_id, r.attempt + 1), "none") for r in sent)
+            ),
             "answers_410": len(refusals),
         }
         v = report.violations
