@@ -13,8 +13,10 @@ the clock is read once more before COMMIT: past the deadline plus the allowance 
 transaction rolls back and answers 503 too. So nothing commits under a key after its deadline
 plus the allowance, which is what ``honours_deadline = true`` declares.
 
-GET /lookup/{key}: 200 {"key", "status", "body"} with the stored answer; 409 while a request
-under the key holds its lock (its transaction may still commit); 404 unknown otherwise.
+GET /lookup/{key}: 200 {"key", "state": "committed", "status", "body"} with the stored answer
+of a key that took effect; 422 ("refused") with the stored refusal of one that never will;
+409 while a request under the key holds its lock (its transaction may still commit); 404
+unknown otherwise.
 
 --stall-after-commit / --reset-after-commit: after a commit, that share of answers never
 arrives (silence past any timeout, or a reset connection), so the caller cannot know.
@@ -126,7 +128,10 @@ def build_app(
             stored = await (await conn.execute(SELECT_ANSWER, (key,))).fetchone()
         if stored is None:
             return _json(404, {"key": key, "state": "unknown"})
-        return _json(200, {"key": key, "status": stored[0], "body": json.loads(stored[1])})
+        status, body = stored[0], json.loads(stored[1])
+        if status >= 300:  # refused: it never took effect, and asked again it is refused again
+            return _json(422, {"key": key, "state": "refused", "status": status, "body": body})
+        return _json(200, {"key": key, "state": "committed", "status": status, "body": body})
 
     app = web.Application()
     app.router.add_get("/lookup/{key}", lookup)

@@ -43,7 +43,8 @@ SCENARIO = Scenario(
 def config_text(ports: dict[str, int]) -> str:
     """The daemons' config: the lookup destination declares it honours deadlines, and each
     verb probes ``GET /lookup/{key}`` once its attempt's deadline plus SKEW (and a margin)
-    has passed: 200 committed (the stored answer's body is the result), 404 not committed."""
+    has passed: 200 committed (the stored answer's body is the result); 404 (unknown) and 422
+    (a stored refusal, replayed to a retry under the key) not committed."""
     port = ports[NAME]
     parts = [
         '[dispatcher]\nconcurrency = 32\nlease_margin = "1s"\npoll_interval = "100ms"\n'
@@ -57,7 +58,7 @@ def config_text(ports: dict[str, int]) -> str:
             f'[verbs."{NAME}.{verb}"]\ndestination = "{NAME}"\npath = "/{verb}"\n'
             f'delivery = "{delivery}"\nretry = {_RETRY}\n'
             f'[verbs."{NAME}.{verb}".probe]\npath = "/lookup/{{key}}"\ncommitted = [200]\n'
-            f'not_committed = [404]\nresult = "/body"\nafter = "{SKEW + 1:g}s"\n'
+            f'not_committed = [404, 422]\nresult = "/body"\nafter = "{SKEW + 1:g}s"\n'
             'every = "500ms"\nmax_probes = 20\n'
         )
     return "".join(parts)

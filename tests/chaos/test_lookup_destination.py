@@ -91,8 +91,11 @@ async def test_a_refusal_is_stored_and_replayed_as_a_permanent_failure(service: 
     assert first.status_code == again.status_code == 422
     assert first.headers[OUTCOME] == again.headers[OUTCOME] == "permanent_failure"
     assert service.effects() == 0
-    found = await service.client.get(f"/lookup/{KEY}")
-    assert found.json() == {"key": KEY, "status": 422, "body": {"error": "declined"}}
+    found = await service.client.get(f"/lookup/{KEY}")  # it never took effect
+    assert (found.status_code, found.json()) == (
+        422,
+        {"key": KEY, "state": "refused", "status": 422, "body": {"error": "declined"}},
+    )
 
 
 async def test_a_request_past_its_deadline_and_the_allowance_runs_nothing(
@@ -121,7 +124,8 @@ async def test_the_lookup_says_committed_with_the_answer_or_unknown(service: Ser
     await service.call()
     found = await service.client.get(f"/lookup/{KEY}")
     assert found.status_code == 200
-    assert found.json() == {"key": KEY, "status": 200, "body": {"ok": True, "key": KEY}}
+    body = {"ok": True, "key": KEY}
+    assert found.json() == {"key": KEY, "state": "committed", "status": 200, "body": body}
 
 
 async def test_the_lookup_says_in_progress_while_a_request_holds_the_key(
