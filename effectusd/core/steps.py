@@ -21,14 +21,12 @@ def step_state(
     """The state of a step whose forward dispatch is in ``forward`` and compensation dispatch
     in ``compensation`` (None: there is none); ``kept`` is the step row's own, read only when
     the step has no dispatch."""
+    if compensation is DispatchState.SUCCEEDED:
+        return StepState.COMPENSATED
     if compensation is not None:
         # compensating from its enqueue until it succeeds (a failed or blocked compensation
         # blocks the saga with its step still compensating)
-        return (
-            StepState.COMPENSATED
-            if compensation is DispatchState.SUCCEEDED
-            else (StepState.COMPENSATING)
-        )
+        return StepState.COMPENSATING
     if forward is None:
         return kept
     if forward is DispatchState.SUCCEEDED:
