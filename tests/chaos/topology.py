@@ -147,7 +147,8 @@ def check_hostile(
             violations.append(f"hostile saga {saga} ended {state}, not a named end")
     results = rows(
         url,
-        "SELECT s.verb, s.result FROM effectus_saga_steps s WHERE s.result IS NOT NULL",
+        # a step's result is its forward dispatch's (migration 10016)
+        "SELECT o.verb, o.result FROM effectus_saga_outbox o WHERE o.result IS NOT NULL",
     )
     for row in results:
         result = json.loads(row["result"]) if isinstance(row["result"], str) else row["result"]
