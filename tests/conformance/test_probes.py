@@ -9,7 +9,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from effectusd.cli import render
 from effectusd.config import Config
+from effectusd.console import pages
 from effectusd.core.states import OutcomeClass
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.probes import Prober
@@ -137,6 +139,9 @@ async def test_a_committed_probe_settles_the_step_as_success_with_its_result(
     assert (answered["from_state"], answered["to_state"]) == ("blocked_unknown", "succeeded")
     assert answered["detail"]["status"] == 200 and answered["evidence"] == "HTTP 200: committed"
     assert "c-1" in answered["detail"]["evidence"]["answer"]
+    exposition = prober.metrics.exposition().decode()
+    assert 'effectusd_probes_total{answer="scheduled",verb="pay"} 1.0' in exposition
+    assert 'effectusd_probes_total{answer="committed",verb="pay"} 1.0' in exposition
 
 
 async def test_not_committed_where_the_destination_honours_deadlines_retries_under_the_same_key(
@@ -225,6 +230,12 @@ async def test_max_probes_spent_gives_up_once_and_asks_no_more(store: StoreUnder
     assert kinds == ["probe_scheduled", "probe_answered", "probe_given_up"]
     given_up = probe_events(view)[-1]
     assert given_up["detail"]["probe"] == 2 and "max_probes 2 spent" in given_up["evidence"]
+    # sagas show and the console's saga page put every probe on the timeline
+    text = render.saga_detail(store.typed_view(saga))
+    assert "probe_given_up s1/forward #1  [probe]  evidence: HTTP 500: neither" in text
+    assert text.count("probe_answered s1/forward #1  [probe]") == 1
+    page = str(pages.saga_detail(view, None))
+    assert all(kind in page for kind in ("probe_scheduled", "probe_answered", "probe_given_up"))
 
 
 async def test_a_probe_of_a_dispatch_resolved_meanwhile_is_evidence_only(

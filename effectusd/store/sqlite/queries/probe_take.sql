@@ -12,7 +12,7 @@ WHERE (dispatch_id, attempt) IN (
     WHERE next_probe_at IS NOT NULL
       AND next_probe_at <= ((julianday('now') - 2440587.5) * 86400.0)
     ORDER BY next_probe_at
-    LIMIT :limit
+    LIMIT coalesce(:limit, -1)
 )
 RETURNING dispatch_id, attempt, probes,
           ((julianday('now') - 2440587.5) * 86400.0) AS "db_now [timestamp_real]"

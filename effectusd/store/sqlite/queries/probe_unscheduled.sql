@@ -10,4 +10,4 @@ WHERE o.state = 'blocked_unknown' AND o.verb IN (SELECT value FROM json_each(:ve
       WHERE p.dispatch_id = o.dispatch_id AND p.attempt = o.attempt
   )
 ORDER BY o.dispatch_id
-LIMIT :limit
+LIMIT coalesce(:limit, -1)
