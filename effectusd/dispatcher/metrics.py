@@ -91,7 +91,7 @@ class Metrics:
         self.probes = self._counter(
             "effectusd_probes_total",
             "Reconciliation probes of blocked dispatches, by what each did: scheduled, "
-            "committed, not_committed, kept_blocked, given_up, moved_on.",
+            "committed, not_committed, kept_blocked, given_up, moved_on, failed.",
             ("verb", "answer"),
         )
         self.fencing_conflicts = self._counter(

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from effectusd.backends import Session
+from effectusd.backends.errors import DATABASE_ERRORS, failure_name
 from effectusd.config import Config
 from effectusd.core.probes import ProbeAnswer, ProbeTimes, decide
 from effectusd.core.states import Direction
@@ -82,12 +83,17 @@ class Prober:
                     max_probes=config.max_probes,
                 )
             )
-        except Exception:  # one probe's fault touches its dispatch only
-            log.exception(
-                "probe of dispatch %d (saga %s) failed; asked again after its interval",
+        except Exception as exc:  # one probe's fault touches its dispatch only
+            # A database's message may quote a row's values: only its class and SQLSTATE.
+            database = isinstance(exc, DATABASE_ERRORS)
+            log.error(
+                "probe of dispatch %d (saga %s) failed (%s); asked again after its interval",
                 ticket.dispatch_id,
                 ticket.saga_id,
+                failure_name(exc) if database else type(exc).__name__,
+                exc_info=None if database else exc,
             )
+            self.metrics.probes.labels(ticket.verb, "failed").inc()
             return None
         self.metrics.probes.labels(ticket.verb, settled.value).inc()
         return settled

@@ -274,3 +274,28 @@ async def test_two_daemons_never_take_the_same_probe(store: StoreUnderTest) -> N
         second = await other.session.write(take_probes(prober.probes, 10))
     assert [t.row["effect_id"] for t in first.tickets] == ["s1"]
     assert second.tickets == [] and second.scheduled == []
+
+
+async def test_a_hostile_answer_touches_its_own_saga_only(store: StoreUnderTest) -> None:
+    async with blocked(store, committed) as (saga, _, destination, prober):
+        other = store.submit(serial_plan("p", ["pay", "pay"], {"s1": "undo"}), "y")
+        late = await store.dispatch_store(owner="daemon-late-2", lease_margin_s=-120.0)
+        claim = await claim_one(late)
+        await late.record([completion(claim, OutcomeClass.UNKNOWN)])
+        hostile = dispatch_in(store.view(saga), "s1")["idempotency_key"]
+
+        def answer(request: Request) -> Response:
+            if hostile in request.path:  # a body no store can hold (U+0000)
+                return Response(200, {"answer": {"body": {"charge_id": "\u0000"}}})
+            return committed(request)
+
+        destination.handler = answer
+        assert sorted(await prober.once()) == [Settled.COMMITTED, Settled.KEPT_BLOCKED]
+        view, other_view = store.view(saga), store.view(other)
+    assert view["state"] == "blocked_unknown" and other_view["state"] == "running"
+    assert other_view["steps"][0]["result"] == {"charge_id": "c-1"}
+    [answered] = [e for e in probe_events(view) if e["kind"] == "probe_answered"]
+    assert (
+        "cannot be stored" in answered["evidence"]
+        and "answer" not in answered["detail"]["evidence"]
+    )
