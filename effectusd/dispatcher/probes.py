@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
@@ -18,8 +19,9 @@ from effectusd.config import Config
 from effectusd.core.probes import ProbeAnswer, ProbeTimes, decide
 from effectusd.core.states import Direction
 from effectusd.core.templates import TemplateError
+from effectusd.core.wire import RequestIdentity
 from effectusd.dispatcher.metrics import Metrics
-from effectusd.executors.probe import ProbeCall, ProbeReply, send_probe
+from effectusd.executors.probe import ProbeReply, send_probe
 from effectusd.executors.protocol import Executor
 from effectusd.operator.probes import ProbeTicket, Settled, settle_probe, take_probes
 
@@ -107,8 +109,10 @@ class Prober:
             )
         except TemplateError as exc:  # names the placeholder, never a value
             return ProbeReply(ProbeAnswer(None, problem=f"probe path: {exc}"), {})
-        call = ProbeCall(
+        timeout = self.config.destinations[destination].timeout
+        identity = RequestIdentity(
             idempotency_key=row["idempotency_key"],
+            request_id=str(uuid.uuid4()),  # the probe's own: it is no attempt
             execution_id=row["execution_id"],
             saga_id=row["saga_id"],
             effect_id=row["effect_id"],
@@ -117,8 +121,8 @@ class Prober:
             verb=ticket.verb,
             argument_hash=row["args_hash"],
             contract_hash=row["contract_hash"],
+            fencing_grants=(),  # a probe holds no resource
+            deadline=datetime.now(UTC) + timeout,
             key_issued_at=row["created_at"],
-            path=path,
         )
-        timeout = self.config.destinations[destination].timeout
-        return await send_probe(self.executors[destination], call, timeout, datetime.now(UTC))
+        return await send_probe(self.executors[destination], identity, path, timeout)

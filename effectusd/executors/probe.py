@@ -7,32 +7,15 @@ identity (Idempotency-Key, the dispatch's attempt and hashes) under a request ID
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, fields
+from datetime import timedelta
 from typing import Any
 
 from effectusd.core.canonical import JsonValue, canonical_text, printable
 from effectusd.core.probes import EVIDENCE_BODY_CHARS, ProbeAnswer
-from effectusd.core.states import Direction, OutcomeClass
+from effectusd.core.states import OutcomeClass
+from effectusd.core.wire import RequestIdentity
 from effectusd.executors.protocol import CallResult, Executor, Invocation
-
-
-@dataclass(frozen=True)
-class ProbeCall:
-    """The key being asked about, as its dispatch row names it."""
-
-    idempotency_key: str
-    execution_id: str
-    saga_id: str
-    effect_id: str
-    attempt: int
-    direction: Direction
-    verb: str
-    argument_hash: str
-    contract_hash: str
-    key_issued_at: datetime
-    path: str  # rendered: the probe config's path for this key
 
 
 @dataclass(frozen=True)
@@ -42,25 +25,14 @@ class ProbeReply:
 
 
 async def send_probe(
-    executor: Executor, call: ProbeCall, timeout: timedelta, now: datetime
+    executor: Executor, identity: RequestIdentity, path: str, timeout: timedelta
 ) -> ProbeReply:
-    """Ask once; every failure is an answer (a transport error is ``status`` None)."""
+    """Ask once about ``identity``'s key, at ``path`` (the probe config's, rendered); every
+    failure is an answer (a transport error is ``status`` None)."""
     invocation = Invocation(
-        idempotency_key=call.idempotency_key,
-        request_id=str(uuid.uuid4()),
-        execution_id=call.execution_id,
-        saga_id=call.saga_id,
-        effect_id=call.effect_id,
-        attempt=call.attempt,
-        direction=call.direction,
-        verb=call.verb,
-        argument_hash=call.argument_hash,
-        contract_hash=call.contract_hash,
-        fencing_grants=(),  # a probe holds no resource
-        deadline=now + timeout,
-        key_issued_at=call.key_issued_at,
+        **{field.name: getattr(identity, field.name) for field in fields(RequestIdentity)},
         method="GET",
-        path=call.path,
+        path=path,
         body=b"",
         timeout=timeout.total_seconds(),
     )
