@@ -40,19 +40,26 @@ PROBE = {
     "every": "1m",
     "max_probes": 2,
 }
+TOKEN = "probe-token-0123456789"
 RESULT_SCHEMA = {"type": "object", "required": ["charge_id"]}
 
 
 def probe_config(base_url: str, *, honours_deadline: bool = False) -> Config:
     verbs = {
         "pay": {"retry": RETRY, "probe": PROBE, "result_schema": RESULT_SCHEMA},
-        "undo": {"retry": RETRY},
+        "undo": {"retry": RETRY, "probe": {**PROBE, "result": None}},
     }
     return make_config(
         base_url,
         verbs,
         destinations={
-            "dest": {"base_url": base_url, "timeout": "2s", "honours_deadline": honours_deadline}
+            "dest": {
+                "base_url": base_url,
+                "timeout": "2s",
+                "honours_deadline": honours_deadline,
+                "headers": {"X-Team": "checkout"},
+                "bearer_token_env": "PROBE_TOKEN",
+            }
         },
     )
 
@@ -89,7 +96,9 @@ async def blocked(
         report = await late.record([completion(claim, OutcomeClass.UNKNOWN)])
         assert report.applied == 1 and store.view(saga)["state"] == "blocked_unknown"
         daemon = await store.dispatch_store()
-        executor = executor_for("dest", store.config.destinations["dest"])
+        executor = executor_for(
+            "dest", store.config.destinations["dest"], environ={"PROBE_TOKEN": TOKEN}
+        )
         try:
             yield (
                 saga,
@@ -133,6 +142,12 @@ async def test_a_committed_probe_settles_the_step_as_success_with_its_result(
     [probe] = gets(destination)
     assert probe.path == f"/keys/{s1['idempotency_key']}/1" and probe.body == b""
     assert probe.headers["idempotency-key"] == s1["idempotency_key"]
+    # the destination's own headers and credentials, as a call has them; a request ID of its own
+    assert probe.headers["authorization"] == f"Bearer {TOKEN}"
+    assert probe.headers["x-team"] == "checkout"
+    assert probe.headers["x-effectus-attempt"] == "1"
+    assert probe.headers["x-effectus-request-id"] != s1["attempts"][0]["request_id"]
+    assert TOKEN not in str(view)
     scheduled, answered = probe_events(view)
     assert scheduled["kind"] == "probe_scheduled" and scheduled["actor"] == "probe"
     assert (answered["kind"], answered["actor"]) == ("probe_answered", "probe")
@@ -299,3 +314,43 @@ async def test_a_hostile_answer_touches_its_own_saga_only(store: StoreUnderTest)
         "cannot be stored" in answered["evidence"]
         and "answer" not in answered["detail"]["evidence"]
     )
+
+
+async def test_a_redirect_is_not_followed_and_keeps_the_dispatch_blocked(
+    store: StoreUnderTest,
+) -> None:
+    moved = answering(302, None)
+    async with blocked(store, moved) as (saga, _, destination, prober):
+        assert await prober.once() == [Settled.KEPT_BLOCKED]
+        view = store.view(saga)
+        assert len(gets(destination)) == 1
+    [answered] = [e for e in probe_events(view) if e["kind"] == "probe_answered"]
+    assert answered["evidence"] == "HTTP 302: neither committed nor not committed"
+
+
+async def test_a_blocked_compensation_probed_committed_is_compensated(
+    store: StoreUnderTest,
+) -> None:
+    async with blocked(store, committed) as (saga, daemon, _, prober):
+        store.run(
+            resolve(
+                saga,
+                "s1",
+                Resolution.COMMITTED,
+                registry=store.registry,
+                actor="user:ops",
+                evidence="charged",
+                result={"charge_id": "c-0"},
+            )
+        )
+        await step(daemon, OutcomeClass.PERMANENT)  # s2 fails: s1 is compensated
+        late = await store.dispatch_store(owner="daemon-late-3", lease_margin_s=-120.0)
+        claim = await claim_one(late)
+        assert (claim.effect_id, claim.direction) == ("s1", "compensation")
+        await late.record([completion(claim, OutcomeClass.UNKNOWN)])
+        assert store.view(saga)["state"] == "blocked_unknown"
+        assert await prober.once() == [Settled.COMMITTED]
+        view = store.view(saga)
+    assert view["state"] == "compensated" and step_states(view)["s1"] == "compensated"
+    answered = [e for e in probe_events(view) if e["kind"] == "probe_answered"]
+    assert [(e["direction"], e["to_state"]) for e in answered] == [("compensation", "succeeded")]
