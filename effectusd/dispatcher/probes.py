@@ -47,6 +47,12 @@ class Prober:
         self.probes = {
             name: verb.probe for name, verb in config.verbs.items() if verb.probe is not None
         }
+        # A round's probes to one destination: at most its max_concurrency at once (besides
+        # its calls, which the pipeline's slots bound).
+        self._room = {
+            name: asyncio.Semaphore(destination.max_concurrency)
+            for name, destination in config.destinations.items()
+        }
 
     async def round(self) -> float:
         await self.once()
@@ -110,19 +116,27 @@ class Prober:
         except TemplateError as exc:  # names the placeholder, never a value
             return ProbeReply(ProbeAnswer(None, problem=f"probe path: {exc}"), {})
         timeout = self.config.destinations[destination].timeout
-        identity = RequestIdentity(
-            idempotency_key=row["idempotency_key"],
-            request_id=str(uuid.uuid4()),  # the probe's own: it is no attempt
-            execution_id=row["execution_id"],
-            saga_id=row["saga_id"],
-            effect_id=row["effect_id"],
-            attempt=int(row["attempt"]),
-            direction=Direction(row["direction"]),
-            verb=ticket.verb,
-            argument_hash=row["args_hash"],
-            contract_hash=row["contract_hash"],
-            fencing_grants=(),  # a probe holds no resource
-            deadline=datetime.now(UTC) + timeout,
-            key_issued_at=row["created_at"],
-        )
-        return await send_probe(self.executors[destination], identity, path, timeout)
+        async with self._room[destination]:
+            identity = _identity(ticket, datetime.now(UTC) + timeout)
+            return await send_probe(self.executors[destination], identity, path, timeout)
+
+
+def _identity(ticket: ProbeTicket, deadline: datetime) -> RequestIdentity:
+    """The key's identity, as its attempts carried it, under a request ID of the probe's own
+    (it is no attempt) and with no fencing grant (it holds no resource)."""
+    row = ticket.row
+    return RequestIdentity(
+        idempotency_key=row["idempotency_key"],
+        request_id=str(uuid.uuid4()),
+        execution_id=row["execution_id"],
+        saga_id=row["saga_id"],
+        effect_id=row["effect_id"],
+        attempt=int(row["attempt"]),
+        direction=Direction(row["direction"]),
+        verb=ticket.verb,
+        argument_hash=row["args_hash"],
+        contract_hash=row["contract_hash"],
+        fencing_grants=(),
+        deadline=deadline,
+        key_issued_at=row["created_at"],
+    )
