@@ -458,6 +458,7 @@ NEED_REAL_ROWS = {
     "insert_sagas",
     "insert_step",
     "migrations_record",
+    "probe_schedule",
 }
 
 
