@@ -60,6 +60,15 @@ def config_text(ports: dict[str, int]) -> str:
     return "".join(parts)
 
 
+def kit_probe(verb: str) -> str:
+    """A kit destination's verb probing its ledger (``GET /effectus/keys/{key}``): 200 with
+    the stored answer, whose body is the result; 404 unknown."""
+    return (
+        f'[verbs."{verb}".probe]\npath = "/effectus/keys/{{key}}"\ncommitted = [200]\n'
+        f'not_committed = [404]\nresult = "/answer/body"\n{_PROBE_TIMES}'
+    )
+
+
 def plan(index: int, fail_every: int = 4) -> tuple[str, dict[str, Any]]:
     """Three at_most_once steps; every ``fail_every``th saga's last one is refused (422), so
     the first two are compensated."""

@@ -86,6 +86,20 @@ def ledger_pruned(sagas: int, kills: int) -> list[Scenario]:
     ]
 
 
+# The at_most_once row through the kit, its verbs probing the kit's ledger (long run only).
+# It fails while the kit's probe answers a stored refusal 200 "committed": the refused step
+# then succeeds (tests/integration/test_probes_kit_refusal.py).
+KIT_PROBES = Scenario(
+    "at_most_once, kit, probes",
+    sagas=120,
+    delivery="at_most_once",
+    faults=tuple(sorted(POINTS)),
+    stall_after_commit=0.1,
+    reset_after_commit=0.1,
+    probes=True,
+    timeout_s=900,
+)
+
 SHORT = [
     *(Scenario(f"kill at {point}", faults=(point,)) for point in sorted(POINTS)),
     Scenario(
@@ -144,7 +158,7 @@ SHORT = [
     # twice (tests/chaos/probes.py, issue 30).
     Scenario(
         "at_most_once, plain destination with deadlines and a lookup, probes",
-        sagas=24,  # the long run takes three times as many
+        sagas=16,  # the long run takes three times as many
         delivery="at_most_once",
         mode="lookup",
         daemons=2,
@@ -181,4 +195,5 @@ LONG = [
     ),
     *(replace(s, sagas=s.sagas * 3, timeout_s=900) for s in SHORT if not s.retention),
     *ledger_pruned(sagas=120, kills=18),
+    KIT_PROBES,
 ]

@@ -61,11 +61,15 @@ def config_text(ports: dict[str, int], scenario: Scenario) -> str:
             # both HTTP clients meet the hostile behaviours, alternately
             transport = ("aiohttp", "httpx")[index % 2]
             parts.append(f'bearer_token_env = "{TOKEN_ENV}"\ntransport = "{transport}"\n')
+        probed = scenario.probes and not hostile
+        if probed:  # the kit commits nothing past a deadline plus its clock_skew (5 s)
+            parts.append("honours_deadline = true\n")
         delivery = "at_least_once" if hostile else scenario.delivery
         retry = _HOSTILE_RETRY if hostile else _RETRY
         parts.extend(
             f'[verbs."{name}.{verb}"]\ndestination = "{name}"\npath = "/{verb}"\n'
             f'delivery = "{delivery}"\nretry = {retry}\n'
+            + (probes.kit_probe(f"{name}.{verb}") if probed else "")
             for verb in ("do", "undo")
         )
         if (scenario.failover or scenario.retention) and not hostile:
