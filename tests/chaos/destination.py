@@ -6,7 +6,9 @@ after committing (stall past the caller's timeout, or reset the connection).
         [--retention SECONDS [--clock-skew SECONDS] [--withhold-issued-at]]
 
 kit:   honours the destination contract through effectusd.destination; each business
-       mutation is one row in chaos_mutations, written in the kit's transaction.
+       mutation is one row in chaos_mutations, written in the kit's transaction. It answers
+       probes, GET /effectus/keys/{key}, from its ledger (effectusd.destination.probe), never
+       stalled or reset.
 plain: honours nothing (the control); every request it receives is a row in chaos_received
        (in kit mode too with --log-received). A mutation's fencing tokens: chaos_fence_log.
 Arguments {"fail": true} make the forward call fail permanently (to exercise compensation).
@@ -36,6 +38,7 @@ from effectusd.destination import (
     handle,
     install,
     parse_request,
+    probe,
 )
 
 SCHEMA = """
@@ -60,6 +63,7 @@ INSERT_MUTATION = (
     "INSERT INTO chaos_mutations (idempotency_key, saga_id, effect_id, direction, attempt)"
     " VALUES (%s, %s, %s, %s, %s)"
 )
+PROBE_PREFIX = "/effectus/keys/"  # the route effectus_app serves probes on
 INSERT_RECEIVED = INSERT_MUTATION.replace("chaos_mutations", "chaos_received")
 # Each mutation's fencing tokens, in the kit's transaction: per resource, in the order the
 # watermark's row lock let them commit (tests/failover checks they strictly increase).
@@ -94,8 +98,13 @@ class Server:
                         name, value = line.split(":", 1)
                         headers[name.strip().lower()] = value.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                status, payload, extra = await self.answer(headers, body)
-                roll = random.random()
+                method, target = lines[0].split(" ")[:2]
+                if method == "GET":  # a probe: answered as it is, never lost
+                    status, payload, extra = await self.probe(target)
+                    roll = 1.0
+                else:
+                    status, payload, extra = await self.answer(headers, body)
+                    roll = random.random()
                 if roll < self.reset:
                     writer.transport.abort()  # committed, then the connection is reset
                     return
@@ -115,6 +124,14 @@ class Server:
             pass
         finally:
             writer.close()
+
+    async def probe(self, target: str) -> tuple[int, Any, list[str]]:
+        """``GET /effectus/keys/{key}`` in kit mode: what the kit's ledger knows of the key."""
+        if self.mode != "kit" or not target.startswith(PROBE_PREFIX):
+            return 404, {"error": "no such route"}, []
+        async with self.pool.connection() as conn:
+            reply = await probe(conn, target.removeprefix(PROBE_PREFIX))
+        return reply.status, json.loads(reply.body or b"null"), []
 
     async def answer(self, headers: dict[str, str], body: bytes) -> tuple[int, Any, list[str]]:
         if self.mode == "plain":

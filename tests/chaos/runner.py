@@ -22,7 +22,7 @@ from typing import IO, Any
 import psycopg
 from psycopg.rows import dict_row
 
-from tests.chaos import fan_out, retention, topology
+from tests.chaos import fan_out, probes, retention, topology
 from tests.chaos.hostile import BEHAVIOURS
 from tests.chaos.scenarios import LONG, SHORT, Report, Scenario
 from tests.support import backends
@@ -181,6 +181,9 @@ def _destinations(
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for name in topology.healthy_names(scenario):
+            if scenario.mode == "lookup":
+                [ports[name]] = _start(procs, *probes.service(scenario, dest_url))
+                continue
             [ports[name]] = _start(
                 procs,
                 "tests.chaos.destination",
@@ -235,6 +238,8 @@ def run_scenario(scenario: Scenario, seed: int = 0) -> Report:
             _drive(scenario, daemons, url, rng, started, operator)
             daemons.stop()
             _settle(config, url)
+            if scenario.probes:  # --until-idle does not wait for probes
+                probes.drain(lambda: daemons.spawn(None), url, _rows, scenario.timeout_s)
             report.kills, report.restarts = daemons.kills, daemons.restarts
             _check(report, scenario, url, dest_url)
             if operator is not None:
@@ -292,6 +297,7 @@ def _drive(
             _wait_for_postgres()
             continue
         busy = operator.tick() if operator is not None else False
+        busy = busy or (scenario.probes and probes.pending(url, _rows) > 0)
         if outstanding == 0 and not busy:
             return
         if kills_left and rng.random() < 0.3:
@@ -390,7 +396,7 @@ def _check(report: Report, scenario: Scenario, url: str, dest_url: str) -> None:
         if numbers != list(range(1, d["attempt"] + 1)):
             v.append(f"dispatch {d['dispatch_id']} attempts not contiguous: {numbers}")
 
-    table = "chaos_mutations" if scenario.mode == "kit" else "chaos_received"
+    table = {"kit": "chaos_mutations", "lookup": probes.TABLE}.get(scenario.mode, "chaos_received")
     received = _rows(
         dest_url, f"SELECT idempotency_key, count(*) AS n FROM {table} GROUP BY idempotency_key"
     )
@@ -413,6 +419,8 @@ def _check(report: Report, scenario: Scenario, url: str, dest_url: str) -> None:
     if scenario.expect_duplicates and not report.duplicates:
         v.append("the control showed no duplicates: the suite could not have failed")
 
+    if scenario.probes:
+        probes.check(report, url, dest_url if scenario.mode == "lookup" else None, _rows)
     if scenario.fan_out:  # plan order is not success order: checked against the graph
         fan_out.check(v, url, _rows)
         return

@@ -15,7 +15,9 @@ class Scenario:
     sagas: int = 40
     steps: int = 3
     delivery: str = "at_least_once"
-    mode: str = "kit"  # the destination: kit (honours the contract) or plain (the control)
+    # the destination: kit (honours the contract), plain (the control), or lookup (plain, but
+    # honouring deadlines and answering a lookup: tests/chaos/probes.py)
+    mode: str = "kit"
     daemons: int = 1
     faults: tuple[str, ...] = ()  # fault points the daemons die at, chosen at random
     external_kills: int = 0  # SIGKILLs from outside, at random moments
@@ -38,6 +40,9 @@ class Scenario:
     # through the run while an operator retries blocked sagas (tests/chaos/retention.py)
     retention: float = 0.0
     withhold_issued_at: bool = False  # that row's control: the kit never sees the issue time
+    # Verbs probe what became of blocked keys (tests/chaos/probes.py); the drive and the
+    # settling daemon wait until no blocked dispatch has a probe to come. Mode lookup: always.
+    probes: bool = False
 
 
 @dataclass
@@ -80,6 +85,20 @@ def ledger_pruned(sagas: int, kills: int) -> list[Scenario]:
         )
     ]
 
+
+# The at_most_once row through the kit, its verbs probing the kit's ledger (long run only).
+# It fails while the kit's probe answers a stored refusal 200 "committed": the refused step
+# then succeeds (tests/integration/test_probes_kit_refusal.py).
+KIT_PROBES = Scenario(
+    "at_most_once, kit, probes",
+    sagas=120,
+    delivery="at_most_once",
+    faults=tuple(sorted(POINTS)),
+    stall_after_commit=0.1,
+    reset_after_commit=0.1,
+    probes=True,
+    timeout_s=900,
+)
 
 SHORT = [
     *(Scenario(f"kill at {point}", faults=(point,)) for point in sorted(POINTS)),
@@ -134,6 +153,22 @@ SHORT = [
     # most of them once their keys were pruned (tests/chaos/retention.py, issue 30), and its
     # control, which withholds the key's issue time from the kit (it then mutates twice).
     *ledger_pruned(sagas=16, kills=6),
+    # at_most_once against a plain destination that honours deadlines and offers a lookup,
+    # daemons dying at every point: its verbs' probes settle every blocked key, none runs
+    # twice (tests/chaos/probes.py, issue 30).
+    Scenario(
+        "at_most_once, plain destination with deadlines and a lookup, probes",
+        sagas=16,  # the long run takes three times as many
+        delivery="at_most_once",
+        mode="lookup",
+        daemons=2,
+        faults=tuple(sorted(POINTS)),
+        external_kills=4,
+        stall_after_commit=0.1,
+        reset_after_commit=0.1,
+        probes=True,
+        timeout_s=120,
+    ),
     # Healthy sagas must all complete while hostile sagas beside them meet destinations that
     # answer what the store cannot hold, send stray responses, stall, reset, or bomb.
     Scenario(
@@ -160,4 +195,5 @@ LONG = [
     ),
     *(replace(s, sagas=s.sagas * 3, timeout_s=900) for s in SHORT if not s.retention),
     *ledger_pruned(sagas=120, kills=18),
+    KIT_PROBES,
 ]

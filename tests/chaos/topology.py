@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from tests.chaos import fan_out, retention
+from tests.chaos import fan_out, probes, retention
 from tests.chaos.scenarios import Scenario
 
 HOSTILE = "hostile_"
@@ -33,6 +33,8 @@ Rows = Callable[[str, str], list[dict[str, Any]]]
 
 
 def healthy_names(scenario: Scenario) -> list[str]:
+    if scenario.mode == "lookup":
+        return [probes.NAME]
     if scenario.healthy == 1:
         return ["chaos"]
     return [f"healthy{i}" for i in range(1, scenario.healthy + 1)]
@@ -43,6 +45,8 @@ def hostile_names(scenario: Scenario) -> list[str]:
 
 
 def config_text(ports: dict[str, int], scenario: Scenario) -> str:
+    if scenario.mode == "lookup":
+        return probes.config_text(ports)
     parts = [
         '[dispatcher]\nconcurrency = 32\nlease_margin = "1s"\npoll_interval = "100ms"\n'
         'shutdown_grace = "5s"\n'
@@ -57,11 +61,15 @@ def config_text(ports: dict[str, int], scenario: Scenario) -> str:
             # both HTTP clients meet the hostile behaviours, alternately
             transport = ("aiohttp", "httpx")[index % 2]
             parts.append(f'bearer_token_env = "{TOKEN_ENV}"\ntransport = "{transport}"\n')
+        probed = scenario.probes and not hostile
+        if probed:  # the kit commits nothing past a deadline plus its clock_skew (5 s)
+            parts.append("honours_deadline = true\n")
         delivery = "at_least_once" if hostile else scenario.delivery
         retry = _HOSTILE_RETRY if hostile else _RETRY
         parts.extend(
             f'[verbs."{name}.{verb}"]\ndestination = "{name}"\npath = "/{verb}"\n'
             f'delivery = "{delivery}"\nretry = {retry}\n'
+            + (probes.kit_probe(f"{name}.{verb}") if probed else "")
             for verb in ("do", "undo")
         )
         if (scenario.failover or scenario.retention) and not hostile:
@@ -113,6 +121,8 @@ def plan(scenario: Scenario, index: int) -> tuple[str, dict[str, Any]]:
         return fan_out.plan(healthy[0], index, scenario.fail_every)
     if scenario.failover:
         return _failover_plan(healthy[0], index, scenario.fail_every)
+    if scenario.mode == "lookup":
+        return probes.plan(index, scenario.fail_every)
     if scenario.retention:
         return retention.plan(healthy, index, scenario.fail_every)
     if not scenario.hostile:
