@@ -1,8 +1,12 @@
 """What the ledger knows of one key, for ``GET <mount>/keys/{key}`` (asgi.py): a caller that
 lost an answer asks instead of guessing.
 
-- ``committed``: 200, with the stored answer (its status, outcome class, fencing
-  acknowledgement and JSON body), the one every replay would give;
+- ``committed``: 200, the key took effect: with the stored answer (its status, outcome class,
+  fencing acknowledgement and JSON body), the one every replay would give;
+- ``refused``: 422, the stored answer is a refusal (a ``PermanentFailure``): nothing took
+  effect under the key and nothing will, since every retry under it replays the refusal; with
+  the stored answer, as for ``committed``. Never a 2xx, so that a probe that reads a 2xx as
+  "it took effect" cannot take a refusal for an effect;
 - ``in_progress``: 409, a request's transaction holds the key now; ask again;
 - ``unknown``: 404, no answer stored and no transaction open: the key never arrived, rolled
   back, was forgotten, or was pruned after its retention.
@@ -30,11 +34,17 @@ KEY = "key"  # the path parameter errors name
 
 class KeyState(StrEnum):
     COMMITTED = "committed"
+    REFUSED = "refused"
     IN_PROGRESS = "in_progress"
     UNKNOWN = "unknown"
 
 
-STATUS = {KeyState.COMMITTED: 200, KeyState.IN_PROGRESS: 409, KeyState.UNKNOWN: 404}
+STATUS = {
+    KeyState.COMMITTED: 200,
+    KeyState.REFUSED: 422,
+    KeyState.IN_PROGRESS: 409,
+    KeyState.UNKNOWN: 404,
+}
 
 
 def bad_key_reply() -> Reply:
@@ -59,7 +69,10 @@ def probe_steps(key: str) -> Generator[Query, Any, Reply]:
         "fencing_acknowledged": bool(acknowledged),  # SQLite stores booleans as 0/1
         "body": parse_json(bytes(body)),
     }
-    return _answer(key, KeyState.COMMITTED, answer)
+    # The ledger stores successes and refusals only (docs/design.md section 9); a 2xx is a
+    # success whatever else the answer says (section 5), anything else a refusal.
+    took_effect = 200 <= int(status) < 300
+    return _answer(key, KeyState.COMMITTED if took_effect else KeyState.REFUSED, answer)
 
 
 def _answer(key: str, state: KeyState, answer: dict[str, Any] | None = None) -> Reply:

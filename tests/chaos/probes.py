@@ -62,10 +62,11 @@ def config_text(ports: dict[str, int]) -> str:
 
 def kit_probe(verb: str) -> str:
     """A kit destination's verb probing its ledger (``GET /effectus/keys/{key}``): 200 with
-    the stored answer, whose body is the result; 404 unknown."""
+    the stored answer, whose body is the result; 404 unknown and 422 a stored refusal (a
+    retry under the key replays it), not committed."""
     return (
         f'[verbs."{verb}".probe]\npath = "/effectus/keys/{{key}}"\ncommitted = [200]\n'
-        f'not_committed = [404]\nresult = "/answer/body"\n{_PROBE_TIMES}'
+        f'not_committed = [404, 422]\nresult = "/answer/body"\n{_PROBE_TIMES}'
     )
 
 

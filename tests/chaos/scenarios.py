@@ -87,8 +87,8 @@ def ledger_pruned(sagas: int, kills: int) -> list[Scenario]:
 
 
 # The at_most_once row through the kit, its verbs probing the kit's ledger (long run only).
-# It fails while the kit's probe answers a stored refusal 200 "committed": the refused step
-# then succeeds (tests/integration/test_probes_kit_refusal.py).
+# A stored refusal is probed 422 "refused", not committed: the retry under the key gets it
+# replayed (tests/integration/test_probes_kit_refusal.py).
 KIT_PROBES = Scenario(
     "at_most_once, kit, probes",
     sagas=120,

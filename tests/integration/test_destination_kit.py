@@ -862,8 +862,10 @@ async def test_the_probe_route_answers_the_stored_answer_or_unknown_over_http(
         },
     }
     assert "x-effectus-outcome" not in committed.headers  # a probe is no answer to a call
-    declined = (await probe_key(shop_url, sha256_hex(b"big"))).json()["answer"]
-    assert (declined["status"], declined["outcome"]) == (402, "permanent_failure")
+    declined = await probe_key(shop_url, sha256_hex(b"big"))
+    assert (declined.status_code, declined.json()["state"]) == (422, "refused")
+    stored = declined.json()["answer"]
+    assert (stored["status"], stored["outcome"]) == (402, "permanent_failure")
     never = await probe_key(shop_url, sha256_hex(b"never"))
     assert (never.status_code, never.json()) == (
         404,

@@ -297,7 +297,7 @@ def test_a_retention_no_longer_than_the_skew_is_refused() -> None:
 # --- the probe ------------------------------------------------------------------------------
 
 
-async def test_probe_answers_committed_with_the_stored_answer_and_unknown_otherwise(
+async def test_probe_answers_committed_or_refused_with_the_stored_answer_and_unknown_otherwise(
     ledger: Ledger,
 ) -> None:
     ok = await ledger.answer(at("ok"), Clock())
@@ -316,7 +316,7 @@ async def test_probe_answers_committed_with_the_stored_answer_and_unknown_otherw
         },
     )
     status, document = await ledger.probe(key_of("no"))
-    assert (status, document["state"]) == (200, "committed")
+    assert (status, document["state"]) == (422, "refused")  # never a 2xx: it took no effect
     assert document["answer"]["status"] == 402
     assert document["answer"]["outcome"] == "permanent_failure"
     assert document["answer"]["body"] == {"error": "declined"}

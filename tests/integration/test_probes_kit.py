@@ -19,7 +19,13 @@ from tests.support.harness import daemon_running, make_config
 from tests.support.services import serving
 
 ROOT = Path(__file__).resolve().parents[2]
-PROBE = {"path": "/effectus/keys/{key}", "result": "/answer/body", "after": "0s", "every": "1s"}
+PROBE = {
+    "path": "/effectus/keys/{key}",
+    "not_committed": [404, 422],  # unknown, and a stored refusal (replayed to a retry)
+    "result": "/answer/body",
+    "after": "0s",
+    "every": "1s",
+}
 ARGS = {"account_id": "acc-1", "amount": 100, "currency": "EUR"}
 
 

@@ -1,9 +1,10 @@
-"""FAILS on main (found by the chaos row "at_most_once, kit, probes"): a charge the kit
-declined (PermanentFailure, 402, stored and replayed to any retry under the key) whose answer
-was lost is probed, and the kit's `GET /effectus/keys/{key}` answers the stored refusal with
-200 "committed" (its `answer.status` 402). The probe takes 200 for committed, so the step
-succeeds with the refusal's body as its result and the saga completes, though no charge was
-ever made. The saga must end failed (a refusal, replayed), with no charge."""
+"""Found by the chaos row "at_most_once, kit, probes": a charge the kit declined
+(PermanentFailure, 402, stored and replayed to any retry under the key) whose answer was lost
+is probed. The kit's `GET /effectus/keys/{key}` answered the stored refusal 200 "committed",
+and a probe taking 200 for committed made the step succeed with the refusal's body as its
+result, though no charge was ever made. It answers 422 "refused" now, which kit verbs probe as
+not committed: the retry under the key gets the refusal replayed and the saga ends failed,
+with no charge."""
 
 from __future__ import annotations
 

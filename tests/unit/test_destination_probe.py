@@ -14,6 +14,7 @@ from effectusd.destination.probe import probe_steps
 
 KEY = "ab" * 32
 STORED = ("completed", 200, canonical_bytes({"charge_id": "ch-1"}), None, True)
+REFUSAL = ("completed", 402, canonical_bytes({"error": "declined"}), "permanent_failure", False)
 
 
 def probed(held: bool, row: tuple[Any, ...] | None) -> tuple[int, Any, list[str]]:
@@ -35,6 +36,8 @@ def probed(held: bool, row: tuple[Any, ...] | None) -> tuple[int, Any, list[str]
         (True, None, 409, "in_progress"),
         (False, STORED, 200, "committed"),
         (True, STORED, 200, "committed"),  # a replay holds the key; the answer is stored
+        # a stored refusal took no effect and never will (every retry replays it): never 2xx
+        (False, REFUSAL, 422, "refused"),
         (False, ("in_progress", None, None, None, False), 409, "in_progress"),
     ],
 )
