@@ -69,9 +69,11 @@ def _register() -> Any:
 
     @DBOS.workflow(name="five_posts")
     async def five_posts(sink: str) -> int:
-        for _ in range(STEPS):
-            await post(sink)
-        _Drain.one_finished()
+        try:
+            for _ in range(STEPS):
+                await post(sink)
+        finally:
+            _Drain.one_finished()  # a failed workflow ends the drain's wait too
         return STEPS
 
     _WORKFLOW.append(five_posts)
@@ -121,7 +123,7 @@ def _enqueue(url: str, sink: str, workflows: int, concurrency: int) -> None:
 
 async def _drain(url: str, workflows: int, concurrency: int) -> tuple[float, float, float | None]:
     """Seconds, CPU seconds of this process and of the database's backends, from the launch
-    of an instance that listens to the queue until every workflow is recorded a success."""
+    of an instance that listens to the queue until every workflow has ended; all must succeed."""
     import aiohttp
     from dbos import DBOS
 
@@ -131,16 +133,24 @@ async def _drain(url: str, workflows: int, concurrency: int) -> tuple[float, flo
     async with aiohttp.ClientSession(connector=connector) as session:
         _Drain.session = session
         DBOS(config=_config(url, concurrency))
-        with DatabaseCpu(database_name(url)) as database_cpu:
-            started, cpu_started = time.perf_counter(), time.process_time()
-            DBOS.launch()  # in this loop's thread: DBOS runs the workflows on this loop
-            await _Drain.finished.wait()
-            while scalar(url, "dbos_succeeded") < workflows:  # the last outputs' commits
-                await asyncio.sleep(0.005)
-            seconds = time.perf_counter() - started
-            cpu = time.process_time() - cpu_started
-        DBOS.destroy()
-        _Drain.session = None
+        try:
+            with DatabaseCpu(database_name(url)) as database_cpu:
+                started, cpu_started = time.perf_counter(), time.process_time()
+                DBOS.launch()  # in this loop's thread: DBOS runs the workflows on this loop
+                await _Drain.finished.wait()
+                # Every workflow has returned; its status is written after it returns.
+                while await asyncio.to_thread(scalar, url, "dbos_ended") < workflows:
+                    await asyncio.sleep(0.005)
+                seconds = time.perf_counter() - started
+                cpu = time.process_time() - cpu_started
+        finally:
+            DBOS.destroy()
+            _Drain.session = None
+    succeeded = scalar(url, "dbos_succeeded")
+    if succeeded != workflows:
+        raise RuntimeError(
+            f"DBOS completed {succeeded} of {workflows} workflow(s): the run is not comparable"
+        )
     return seconds, cpu, database_cpu.seconds
 
 
