@@ -30,6 +30,7 @@ from effectusd.core.contracts import VerbContract
 from effectusd.core.database_url import parse_database_url
 from effectusd.core.durations import parse_duration
 from effectusd.core.errors import EffectusError
+from effectusd.core.probes import DEFAULT_CLOCK_SKEW
 from effectusd.core.registry import DEFAULT_FENCE_WAIT_LIMIT, Registry
 from effectusd.core.states import OutcomeClass
 from effectusd.core.wire import has_control, is_reserved_header, is_token
@@ -192,6 +193,10 @@ class DestinationConfig(BaseModel):
     keep_alive: bool = True
     status_map: dict[int, OutcomeClass] = Field(default_factory=dict)
     transport: Literal["httpx", "aiohttp"] = "aiohttp"  # HTTP client library; both classify alike
+    # Commits nothing under a key past the request's X-Effectus-Deadline plus clock_skew (the
+    # kit does): a probe's "not committed" is then acted on (docs/design.md section 7, Probes).
+    honours_deadline: bool = False
+    clock_skew: Duration = DEFAULT_CLOCK_SKEW
 
     @field_validator("base_url")
     @classmethod

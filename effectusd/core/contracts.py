@@ -2,8 +2,9 @@
 
 The contract hash pins what decides the effect a call has: which destination, which request
 (method, path template, argument schema), what an answer means (result schema), delivery and
-fencing. Operational tuning (timeout, retry policy) is not pinned: a live saga picks up the
-loaded config's values at its next attempt, so tuning a verb never blocks the sagas using it.
+fencing. Operational tuning (timeout, retry policy, the probe) is not pinned: a live saga picks
+up the loaded config's values at its next attempt, so tuning a verb never blocks the sagas using
+it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from effectusd.core.canonical import (
     json_problems,
 )
 from effectusd.core.durations import parse_duration, to_milliseconds
+from effectusd.core.probes import ProbeConfig
 from effectusd.core.states import Delivery
 from effectusd.core.templates import (
     FENCING_SCOPES,
@@ -73,6 +75,7 @@ class VerbContract(BaseModel):
     timeout: Duration | None = None
     retry: RetryPolicy = RetryPolicy()
     fencing: tuple[str, ...] = ()
+    probe: ProbeConfig | None = None  # live, like timeout and retry: not in the hash
 
     @field_validator("path")
     @classmethod

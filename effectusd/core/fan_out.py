@@ -180,7 +180,7 @@ class ParallelTransitionBuilder(TransitionBuilder):
                 failures.append((step, exc))
         if failures:
             for step, _ in failures:
-                self.step(StepState.FAILED, effect_id=step.id)
+                self.step(StepState.FAILED, effect_id=step.id, kept=True)
             first, error = failures[0]
             self.reconcile(f"step {first.id!r} could not be dispatched: {error}")
             return

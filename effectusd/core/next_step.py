@@ -122,8 +122,15 @@ class TransitionBuilder:
 
     # -- steps and saga ---------------------------------------------------------------------
     def step(
-        self, state: StepState, result: JsonValue = None, effect_id: str | None = None
+        self,
+        state: StepState,
+        result: JsonValue = None,
+        effect_id: str | None = None,
+        *,
+        kept: bool = False,
     ) -> None:
+        """Move a step to ``state``. ``kept``: the step has no dispatch that says it (it failed
+        at enqueue), so its row keeps it (see ``StepUpdate.kept``)."""
         effect = effect_id or self.dispatch_facts.effect_id
         order = None
         if state is StepState.SUCCEEDED:
@@ -132,7 +139,7 @@ class TransitionBuilder:
             self.orders[effect] = order
         succeeded = state is StepState.SUCCEEDED
         self.transition.steps.append(
-            StepUpdate(effect, state, result, succeeded, succeeded_order=order)
+            StepUpdate(effect, state, result, succeeded, succeeded_order=order, kept=kept)
         )
         self._record_step(effect, state, result)
 
@@ -206,7 +213,7 @@ class TransitionBuilder:
         if spec is None:
             return
         if isinstance(spec, ResolutionError):
-            self.step(StepState.FAILED, effect_id=nxt.id)
+            self.step(StepState.FAILED, effect_id=nxt.id, kept=True)
             self.start_compensation(f"step {nxt.id!r} could not be dispatched: {spec}", failed=True)
 
     def start_compensation(self, reason: str, failed: bool) -> None:
@@ -280,14 +287,7 @@ class TransitionBuilder:
             return exc
         self.transition.new_dispatches.append(spec)
         if direction is Direction.FORWARD:
-            self.transition.steps.append(
-                StepUpdate(
-                    step.id,
-                    StepState.IN_PROGRESS,
-                    args=spec.args_canonical,
-                    args_hash=spec.args_hash,
-                )
-            )
+            self.transition.steps.append(StepUpdate(step.id, StepState.IN_PROGRESS))
             self._record_step(step.id, StepState.IN_PROGRESS)
         else:
             self.transition.steps.append(StepUpdate(step.id, StepState.COMPENSATING))

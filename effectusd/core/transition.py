@@ -211,9 +211,12 @@ class StepUpdate:
     state: StepState
     result: JsonValue = None
     set_result: bool = False
-    args: str | None = None  # canonical resolved args, set when a forward step starts
-    args_hash: str | None = None
     succeeded_order: int | None = None  # set when a step succeeds
+    # The step's dispatches cannot say it (a step that failed at enqueue has none): the store
+    # writes it on the step row. Every other move is read from the dispatch rows the same
+    # transition writes (effectusd.core.steps.step_state), and the result and the order of a
+    # success from its forward dispatch's row.
+    kept: bool = False
 
 
 @frozen

@@ -22,6 +22,7 @@ from effectusd.dispatcher.loops import Loop, Round
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.observability import ObservabilityServer
 from effectusd.dispatcher.pipeline import Pipeline
+from effectusd.dispatcher.probes import Prober
 from effectusd.executors.factory import executor_for
 from effectusd.executors.protocol import Executor
 from effectusd.fencing.memory import MemoryFencing
@@ -195,6 +196,9 @@ class Daemon:
         ]
         if self.backend.notifications.notifies:  # else (SQLite) the claimer polls
             loops.append(Loop("listener", self._listen_round, self.metrics))
+        if any(verb.probe is not None for verb in self.config.verbs.values()):
+            prober = Prober(self.config, store.session, pipeline.executors, self.metrics)
+            loops.append(Loop("prober", prober.round, self.metrics))
         return loops
 
     async def _claim_until_stopped(

@@ -88,6 +88,12 @@ class Metrics:
         self.fencing_acquisitions = self._counter(
             "effectusd_fencing_acquisitions_total", "Fencing tokens granted."
         )
+        self.probes = self._counter(
+            "effectusd_probes_total",
+            "Reconciliation probes of blocked dispatches, by what each did: scheduled, "
+            "committed, not_committed, kept_blocked, given_up, moved_on, failed.",
+            ("verb", "answer"),
+        )
         self.fencing_conflicts = self._counter(
             "effectusd_fencing_conflicts_total",
             "Dispatches held back because a resource was leased by another.",

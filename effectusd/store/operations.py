@@ -26,7 +26,7 @@ from effectusd.core.submission import (
 from effectusd.core.timeline import carried_by_rows, timeline
 from effectusd.core.transition import Event, enqueued_event
 from effectusd.core.views import SagaView, build_saga_view
-from effectusd.store.rows import event_params
+from effectusd.store.rows import derived_step_state, event_params
 
 T = TypeVar("T")
 
@@ -78,7 +78,7 @@ def _submission_writes(
     with all its parameter rows (insert_dispatch wakes each destination it writes to)."""
     if not_before is not None and not_before.tzinfo is None:
         not_before = not_before.replace(tzinfo=UTC)  # naive times are UTC, as on the CLI
-    steps, starts, dispatches, events = [], [], [], []
+    steps, dispatches, events = [], [], []
     for rows in batch:
         steps += [asdict(step) for step in rows.steps]
         submitted = Event(
@@ -92,14 +92,7 @@ def _submission_writes(
         carried = carried_by_rows([submitted, *enqueues], rows.first_dispatches)
         events += [event_params(rows.saga_id, each) for each in carried.events]
         for dispatch in rows.first_dispatches:  # every root of the plan's graph
-            starts.append(
-                {
-                    "saga_id": rows.saga_id,
-                    "effect_id": dispatch.effect_id,
-                    "args": dispatch.args_canonical,
-                    "args_hash": dispatch.args_hash,
-                }
-            )
+            # its step is in progress from here: read from this row (core.steps.step_state)
             params = asdict(dispatch)
             params["fencing_resources"] = canonical_text(dispatch.fencing_resources)
             params["not_before"] = not_before
@@ -108,7 +101,6 @@ def _submission_writes(
             params["started_from"] = params["enqueued_after"] = None  # no step move carried
             dispatches.append(params)
     yield ("insert_step", steps)
-    yield ("start_step", starts)
     yield ("insert_dispatch", dispatches)
     yield ("insert_event", events)
 
@@ -178,6 +170,7 @@ def load_saga(saga_id: str) -> Operation[SagaView | None]:
     if not saga:
         return None
     steps = yield ("select_saga_steps", params)
+    steps = [{**row, "state": derived_step_state(row)} for row in steps]
     steps = with_dependencies(saga[0]["plan"], steps)
     dispatches = yield ("select_saga_dispatches", params)
     attempts = yield ("select_saga_attempts", params)

@@ -23,6 +23,7 @@ from effectusd.core.states import (
     StepState,
     by_value,
 )
+from effectusd.core.steps import step_state
 from effectusd.core.timeline import Carried, carried_by_rows
 from effectusd.core.transition import (
     Completion,
@@ -77,20 +78,15 @@ class TransitionRows:
             self.lates.append(self._late_at[key])
 
     def _step(self, update: dict[str, Any]) -> None:
-        """Merge updates of one step in this batch, as applying them in order would."""
+        """One row per step in this batch (a set-based UPDATE applies one source row per
+        target row): a later move of a step replaces an earlier one, as running them would."""
         key = (update["saga_id"], update["effect_id"])
         row = self._step_at.get(key)
         if row is None:
             self._step_at[key] = update
             self.steps.append(update)
-            return
-        row["state"] = update["state"]
-        if update["set_result"]:
-            row["set_result"], row["result"] = True, update["result"]
-        if update["args"] is not None:
-            row["args"], row["args_hash"] = update["args"], update["args_hash"]
-        if update["succeeded_order"] is not None:
-            row["succeeded_order"] = update["succeeded_order"]
+        else:
+            row["state"] = update["state"]
 
     def apply(
         self,
@@ -131,13 +127,19 @@ class TransitionRows:
                 }
             )
         if dispatch:
-            self._dispatch(completion, transition)
+            self._dispatch(completion, transition, row.get("effect_id"))
         if row["lease_token"] is not None and row.get("fenced", True):
             # only a dispatch with fencing resources can hold fencing leases
             self.released.append((completion.dispatch_id, str(row["lease_token"])))
         self._saga(saga_id, transition, carried)
 
-    def _dispatch(self, completion: Completion, transition: Transition) -> None:
+    def _dispatch(
+        self, completion: Completion, transition: Transition, effect_id: str | None
+    ) -> None:
+        # A forward success's result and order go on its dispatch's row (migration 10016).
+        success = next(
+            (s for s in transition.steps if s.set_result and s.effect_id == effect_id), None
+        )
         self.dispatches.append(
             {
                 "dispatch_id": completion.dispatch_id,
@@ -150,23 +152,16 @@ class TransitionRows:
                 "uncertain_attempt": transition.uncertain_attempt,
                 "last_outcome": transition.last_outcome.value if transition.last_outcome else None,
                 "last_error": transition.last_error,
+                "result": None if success is None else json.dumps(success.result),
+                "succeeded_order": None if success is None else success.succeeded_order,
             }
         )
 
     def _saga(self, saga_id: str, transition: Transition, carried: Carried) -> None:
         for step in transition.steps:
-            self._step(
-                {
-                    "saga_id": saga_id,
-                    "effect_id": step.effect_id,
-                    "state": step.state.value,
-                    "set_result": step.set_result,
-                    "result": json.dumps(step.result) if step.set_result else None,
-                    "args": step.args,
-                    "args_hash": step.args_hash,
-                    "succeeded_order": step.succeeded_order,
-                }
-            )
+            if not step.kept:
+                continue  # read from the dispatch rows (effectusd.core.steps.step_state)
+            self._step({"saga_id": saga_id, "effect_id": step.effect_id, "state": step.state.value})
         if transition.cancel_dispatches:
             self.cancels.append((saga_id, list(transition.cancel_dispatches)))
         if transition.saga is not None:
@@ -281,20 +276,32 @@ def attempt_facts(row: Row) -> AttemptFacts:
 
 def steps_by_saga(rows: Iterable[Row]) -> dict[str, dict[str, StepFacts]]:
     """select_steps_of_sagas rows, by saga and effect id, each with its forward dispatch's
-    state (the parallel engine reads its siblings' from there)."""
+    state (the parallel engine reads its siblings' from there), its state derived from its
+    dispatches' and its result and order read from its forward dispatch's row."""
     steps: dict[str, dict[str, StepFacts]] = {}
     for row in rows:
         dispatch = row["dispatch_state"]
         steps.setdefault(row["saga_id"], {})[row["effect_id"]] = StepFacts(
             row["effect_id"],
             row["sequence"],
-            STEP_STATES[row["state"]],
+            derived_step_state(row),
             row["result"],
             dispatch=None if dispatch is None else DISPATCH_STATES[dispatch],
             uncertain=bool(row["uncertain"]),
             succeeded_order=row["succeeded_order"],
         )
     return steps
+
+
+def derived_step_state(row: Row) -> StepState:
+    """The state of a step row read with its dispatches' states (select_steps_of_sagas,
+    select_saga_steps: ``dispatch_state``, ``compensation_state``, the row's own ``state``)."""
+    forward, compensation = row["dispatch_state"], row["compensation_state"]
+    return step_state(
+        None if forward is None else DISPATCH_STATES[forward],
+        None if compensation is None else DISPATCH_STATES[compensation],
+        STEP_STATES[row["state"]],
+    )
 
 
 def saga_facts(

@@ -3,12 +3,16 @@ after committing (stall past the caller's timeout, or reset the connection).
 
     python -m tests.chaos.destination --port P --database-url URL --mode kit|plain
         [--stall-after-commit 0.1] [--reset-after-commit 0.1]
+        [--retention SECONDS [--clock-skew SECONDS] [--withhold-issued-at]]
 
 kit:   honours the destination contract through effectusd.destination; each business
        mutation is one row in chaos_mutations, written in the kit's transaction.
 plain: honours nothing (the control); every request it receives is a row in chaos_received
        (in kit mode too with --log-received). A mutation's fencing tokens: chaos_fence_log.
 Arguments {"fail": true} make the forward call fail permanently (to exercise compensation).
+--retention: the kit keeps answers that long (tests/chaos/retention.py prunes its ledger);
+--withhold-issued-at drops X-Effectus-Key-Issued-At before the kit reads the request, as from
+a daemon that predates it (that row's control: a pruned key then runs again).
 """
 
 from __future__ import annotations
@@ -17,12 +21,16 @@ import argparse
 import asyncio
 import json
 import random
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from effectusd.core.wire import KEY_ISSUED_AT
 from effectusd.destination import (
+    DEFAULT_CLOCK_SKEW,
+    DEFAULT_RETENTION,
     PermanentFailure,
     ProtocolError,
     handle,
@@ -66,9 +74,14 @@ class Server:
         stall: float,
         reset: float,
         received: bool = False,
+        retention: timedelta = DEFAULT_RETENTION,
+        clock_skew: timedelta = DEFAULT_CLOCK_SKEW,
+        withhold_issued_at: bool = False,
     ) -> None:
         self.pool, self.mode, self.stall, self.reset = pool, mode, stall, reset
         self.received = received  # kit mode: also keep a row per request received
+        self.retention, self.clock_skew = retention, clock_skew
+        self.withhold_issued_at = withhold_issued_at
 
     async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -113,13 +126,21 @@ class Server:
         if self.received:  # every request that reached the kit, replays included
             async with self.pool.connection() as conn:
                 await conn.execute(INSERT_RECEIVED, _identity(headers))
+        if self.withhold_issued_at:
+            headers.pop(KEY_ISSUED_AT.lower(), None)
         try:
             request = parse_request(headers, body)
         except ProtocolError as exc:
             reply = exc.reply()
         else:
             async with self.pool.connection() as conn:
-                reply = await handle(conn, request, mutate)
+                reply = await handle(
+                    conn,
+                    request,
+                    mutate,
+                    retention=self.retention,
+                    clock_skew=self.clock_skew,
+                )
         extra = []
         if reply.outcome is not None:
             extra.append(f"X-Effectus-Outcome: {reply.outcome.value}")
@@ -165,7 +186,14 @@ async def main(args: argparse.Namespace) -> None:
         args.database_url, min_size=2, max_size=16, kwargs={"autocommit": True}
     ) as pool:
         server = Server(
-            pool, args.mode, args.stall_after_commit, args.reset_after_commit, args.log_received
+            pool,
+            args.mode,
+            args.stall_after_commit,
+            args.reset_after_commit,
+            args.log_received,
+            timedelta(seconds=args.retention) if args.retention else DEFAULT_RETENTION,
+            timedelta(seconds=args.clock_skew) if args.clock_skew else DEFAULT_CLOCK_SKEW,
+            args.withhold_issued_at,
         )
         listener = await asyncio.start_server(server.connection, "127.0.0.1", args.port)
         print("ready", listener.sockets[0].getsockname()[1], flush=True)  # the port, if 0
@@ -181,4 +209,7 @@ if __name__ == "__main__":
     parser.add_argument("--stall-after-commit", type=float, default=0.0)
     parser.add_argument("--reset-after-commit", type=float, default=0.0)
     parser.add_argument("--log-received", action="store_true", help="kit: a row per request")
+    parser.add_argument("--retention", type=float, default=0.0, help="kit: seconds (0: default)")
+    parser.add_argument("--clock-skew", type=float, default=0.0, help="kit: seconds (0: default)")
+    parser.add_argument("--withhold-issued-at", action="store_true", help="kit: as an old daemon")
     asyncio.run(main(parser.parse_args()))

@@ -14,6 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from effectusd.core.states import StepState
+from effectusd.store.rows import derived_step_state
+
 Rows = Callable[[str, str], list[dict[str, Any]]]
 
 AFTER = {"s1": [], "s2": ["s1"], "s3": ["s1"], "s4": ["s1"], "s5": ["s2", "s3", "s4"]}
@@ -45,13 +48,21 @@ def plan(destination: str, index: int, fail_every: int) -> tuple[str, dict[str, 
 def check(violations: list[str], url: str, rows: Rows) -> None:
     steps = rows(
         url,
-        "SELECT st.saga_id, st.effect_id, st.state, st.succeeded_order, s.state AS saga_state"
-        " FROM effectus_saga_steps st JOIN effectus_saga_instances s USING (saga_id)",
+        # a step's state is read from its dispatches (effectusd/core/steps.py), its order
+        # of success from its forward dispatch's row (migration 10016)
+        "SELECT st.saga_id, st.effect_id, st.state, f.succeeded_order,"
+        " f.state AS dispatch_state, c.state AS compensation_state, s.state AS saga_state"
+        " FROM effectus_saga_steps st JOIN effectus_saga_instances s USING (saga_id)"
+        " LEFT JOIN effectus_saga_outbox f ON f.saga_id = st.saga_id"
+        "  AND f.effect_id = st.effect_id AND f.direction = 'forward'"
+        " LEFT JOIN effectus_saga_outbox c ON c.saga_id = st.saga_id"
+        "  AND c.effect_id = st.effect_id AND c.direction = 'compensation'",
     )
     orders: dict[str, dict[str, int | None]] = {}
     for row in steps:
         orders.setdefault(row["saga_id"], {})[row["effect_id"]] = row["succeeded_order"]
-        if row["saga_state"] in ("compensated", "failed") and row["state"] == "succeeded":
+        state = derived_step_state(row)
+        if row["saga_state"] in ("compensated", "failed") and state is StepState.SUCCEEDED:
             violations.append(
                 f"saga {row['saga_id'][:12]} ended {row['saga_state']} with "
                 f"{row['effect_id']} succeeded and never compensated"

@@ -34,6 +34,10 @@ class Scenario:
     # PostgreSQL fails over mid-drain (tests/failover): "synchronous" or "asynchronous"
     # replication; the plans take a fenced step and an at_most_once one
     failover: str = ""
+    # The kit keeps answers this many seconds (0: its default) and its ledger is pruned all
+    # through the run while an operator retries blocked sagas (tests/chaos/retention.py)
+    retention: float = 0.0
+    withhold_issued_at: bool = False  # that row's control: the kit never sees the issue time
 
 
 @dataclass
@@ -47,10 +51,34 @@ class Report:
     states: dict[str, int] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    details: dict[str, object] = field(default_factory=dict)  # a scenario's own figures
 
     @property
     def blocked(self) -> dict[str, int]:
         return {s: n for s, n in self.states.items() if s.startswith("blocked_")}
+
+
+def ledger_pruned(sagas: int, kills: int) -> list[Scenario]:
+    """The retention row and its control, at a size."""
+    return [
+        Scenario(
+            name,
+            sagas=sagas,
+            daemons=2,
+            healthy=3,
+            external_kills=kills,  # kill -9 at random moments, in-flight calls left uncertain
+            stall_after_commit=0.1,
+            reset_after_commit=0.1,
+            retention=20.0,  # past the daemons' own retries, short of the operator's
+            withhold_issued_at=control,
+            expect_duplicates=control,
+            timeout_s=120 if sagas < 100 else 900,
+        )
+        for name, control in (
+            ("kit ledger pruned mid-run, operator retries old blocked dispatches", False),
+            ("control: the same, the key's issue time withheld from the kit", True),
+        )
+    ]
 
 
 SHORT = [
@@ -102,6 +130,10 @@ SHORT = [
         external_kills=4,
         fan_out=True,
     ),
+    # The kit's ledger pruned all through the run while an operator sends blocked sagas again,
+    # most of them once their keys were pruned (tests/chaos/retention.py, issue 30), and its
+    # control, which withholds the key's issue time from the kit (it then mutates twice).
+    *ledger_pruned(sagas=16, kills=6),
     # Healthy sagas must all complete while hostile sagas beside them meet destinations that
     # answer what the store cannot hold, send stray responses, stall, reset, or bomb.
     Scenario(
@@ -126,5 +158,6 @@ LONG = [
         reset_after_commit=0.03,
         timeout_s=1200,
     ),
-    *(replace(s, sagas=s.sagas * 3, timeout_s=900) for s in SHORT),
+    *(replace(s, sagas=s.sagas * 3, timeout_s=900) for s in SHORT if not s.retention),
+    *ledger_pruned(sagas=120, kills=18),
 ]

@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from tests.chaos import fan_out
+from tests.chaos import fan_out, retention
 from tests.chaos.scenarios import Scenario
 
 HOSTILE = "hostile_"
@@ -64,7 +64,7 @@ def config_text(ports: dict[str, int], scenario: Scenario) -> str:
             f'delivery = "{delivery}"\nretry = {retry}\n'
             for verb in ("do", "undo")
         )
-        if scenario.failover and not hostile:
+        if (scenario.failover or scenario.retention) and not hostile:
             parts.append(
                 f'[verbs."{name}.fenced"]\ndestination = "{name}"\npath = "/fenced"\n'
                 f'delivery = "at_least_once"\nretry = {retry}\n'
@@ -113,6 +113,8 @@ def plan(scenario: Scenario, index: int) -> tuple[str, dict[str, Any]]:
         return fan_out.plan(healthy[0], index, scenario.fail_every)
     if scenario.failover:
         return _failover_plan(healthy[0], index, scenario.fail_every)
+    if scenario.retention:
+        return retention.plan(healthy, index, scenario.fail_every)
     if not scenario.hostile:
         fail = scenario.fail_every > 0 and index % scenario.fail_every == 0
         steps = [
@@ -145,7 +147,8 @@ def check_hostile(
             violations.append(f"hostile saga {saga} ended {state}, not a named end")
     results = rows(
         url,
-        "SELECT s.verb, s.result FROM effectus_saga_steps s WHERE s.result IS NOT NULL",
+        # a step's result is its forward dispatch's (migration 10016)
+        "SELECT o.verb, o.result FROM effectus_saga_outbox o WHERE o.result IS NOT NULL",
     )
     for row in results:
         result = json.loads(row["result"]) if isinstance(row["result"], str) else row["result"]

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.postgres
 
 COUNTS = """
 SELECT (SELECT count(*) FROM effectus_saga_instances WHERE state = 'running') AS sagas,
-       (SELECT count(*) FROM effectus_saga_steps WHERE state = 'in_progress') AS steps,
+       (SELECT count(*) FROM effectus_saga_steps) AS steps,
        (SELECT count(*) FROM effectus_saga_outbox WHERE state = 'queued') AS queued,
        (SELECT count(*) FROM effectus_saga_outbox) AS outbox,
        (SELECT count(*) FROM effectus_saga_attempts) AS attempts,

@@ -271,3 +271,31 @@ async def test_the_daemons_connections_plan_each_statement_once(db: str) -> None
             assert await cursor.fetchone() == ("force_generic_plan",)
     finally:
         await session.close()
+
+
+# A probe row for every finished dispatch, all closed (asked, settled or given up): what years
+# of blocked sagas leave behind.
+CLOSED_PROBES = b"""
+INSERT INTO effectus_dispatch_probes (dispatch_id, attempt, probes, next_probe_at, last_status)
+SELECT dispatch_id, 1, 3, NULL, 404 FROM effectus_saga_outbox WHERE state = 'succeeded'
+"""
+
+
+def test_the_probe_loop_reads_only_blocked_dispatches_and_due_probes(db: str) -> None:
+    with psycopg.connect(db) as conn:  # one transaction, rolled back: nothing is left behind
+        load_backlog(conn, ready_every=10_000, analyze=False)
+        conn.execute(CLOSED_PROBES)
+        conn.execute(ANALYZE + b", effectus_dispatch_probes")
+        unscheduled = plan_of(
+            conn, sql("probe_unscheduled").as_string(conn), {"verbs": ["v"], "limit": 32}
+        )
+        take = plan_of(
+            conn,
+            sql("probe_take").as_string(conn),
+            {"limit": 32, "verbs": ["v"], "every_s": [60.0]},
+        )
+        conn.rollback()
+    assert "effectus_saga_outbox_blocked_unknown" in unscheduled, unscheduled
+    assert "Seq Scan" not in unscheduled, unscheduled
+    assert "effectus_dispatch_probes_due" in take, take
+    assert "Seq Scan" not in take, take

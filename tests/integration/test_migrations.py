@@ -379,6 +379,24 @@ def test_an_outbox_lease_is_all_or_nothing(db: str) -> None:
     assert snapshot(db) == before
 
 
+def test_a_result_is_stored_only_on_a_forward_success(db: str) -> None:
+    # a step's result and order of success are its forward dispatch's (migration 10016)
+    submit_example_saga(db)
+    before = snapshot(db)
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        for assignment in ("result = '{}'", "succeeded_order = 1"):
+            with pytest.raises(psycopg.errors.CheckViolation):  # the dispatch is queued
+                conn.execute(f"UPDATE effectus_saga_outbox SET {assignment}")
+        with pytest.raises(psycopg.errors.CheckViolation):  # a compensation stores none
+            conn.execute(
+                "UPDATE effectus_saga_outbox SET state = 'succeeded', attempt = 1,"
+                " direction = 'compensation', result = 'null'"
+            )
+
+    assert snapshot(db) == before
+
+
 def test_one_dispatch_per_saga_effect_and_direction(db: str) -> None:
     submit_example_saga(db)
     before = snapshot(db)

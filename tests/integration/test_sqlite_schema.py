@@ -58,7 +58,6 @@ SQLITE_ONLY = {"claim_due", "claim_mark", "claim_open_attempt"}
 EXECUTEMANY = {
     "insert_sagas",
     "insert_step",
-    "start_step",
     "settle_attempt",
     "record_late_completion",
     "update_dispatch_settled",
@@ -146,18 +145,6 @@ def seed_saga(
             "compensation": None,
             "fencing": "[]",
         },
-    )
-    q(
-        conn,
-        "start_step",
-        [
-            {
-                "saga_id": saga_id,
-                "effect_id": "charge",
-                "args": '{"amount":1250}',
-                "args_hash": hex64("args"),
-            }
-        ],
     )
     q(
         conn,
@@ -471,6 +458,7 @@ NEED_REAL_ROWS = {
     "insert_sagas",
     "insert_step",
     "migrations_record",
+    "probe_schedule",
 }
 
 
@@ -927,6 +915,8 @@ def test_null_parameters_mean_what_they_mean_on_postgresql(conn: sqlite3.Connect
         "uncertain_attempt": None,
         "last_outcome": "retryable_failure_known_not_committed",
         "last_error": "boom",
+        "result": None,
+        "succeeded_order": None,
     }
     q(conn, "update_dispatch_settled", [{**settled, "retry_delay_s": None}])
     (next_after,) = conn.execute(
@@ -934,37 +924,31 @@ def test_null_parameters_mean_what_they_mean_on_postgresql(conn: sqlite3.Connect
     ).fetchone()
     assert next_after == next_before
 
-    step = {"saga_id": saga_id, "effect_id": "charge", "args": None, "args_hash": None}
+    # a forward success's result and order go on its dispatch row (migration 10016), which
+    # the step is read with: its own state only where it has no dispatch
+    [row] = q(conn, "select_saga_steps", {"saga_id": saga_id})
+    assert (row["state"], row["dispatch_state"], row["result"]) == ("pending", "retry_wait", None)
+    success = {"state": "succeeded", "last_outcome": "success", "retry_delay_s": None}
     q(
         conn,
-        "update_step",
-        [
-            {
-                **step,
-                "state": "succeeded",
-                "set_result": True,
-                "result": '{"ok":1}',
-                "succeeded_order": 1,
-            }
-        ],
-    )
-    q(
-        conn,
-        "update_step",
-        [
-            {
-                **step,
-                "state": "compensating",
-                "set_result": False,
-                "result": None,
-                "succeeded_order": None,
-            }
-        ],
+        "update_dispatch_settled",
+        [{**settled, **success, "result": "null", "succeeded_order": 1}],
     )
     [row] = q(conn, "select_saga_steps", {"saga_id": saga_id})
-    assert row["result"] == {"ok": 1}
-    assert row["args"] == {"amount": 1250}  # NULL args keep the resolved ones
-    assert row["succeeded_order"] == 1  # and a NULL order keeps the recorded one
+    assert row["result"] is None and row["succeeded_order"] == 1  # JSON null, read as None
+    (stored,) = conn.execute("SELECT result IS NOT NULL FROM effectus_saga_outbox").fetchone()
+    assert stored  # not SQL NULL: the result of a success is there, and it is JSON null
+    q(
+        conn,
+        "update_dispatch_settled",
+        [{**settled, **success, "result": '{"ok":1}', "succeeded_order": 2}],
+    )
+    [row] = q(conn, "select_saga_steps", {"saga_id": saga_id})
+    assert (row["result"], row["succeeded_order"]) == ({"ok": 1}, 2)
+    assert row["args_hash"] == hex64("args")  # the forward dispatch's resolved arguments
+    q(conn, "update_step", [{"saga_id": saga_id, "effect_id": "charge", "state": "failed"}])
+    [row] = q(conn, "select_saga_steps", {"saga_id": saga_id})
+    assert row["state"] == "failed"  # a kept state (a step that failed at enqueue has no dispatch)
 
 
 # --- recording outcomes ----------------------------------------------------------------------
@@ -1010,6 +994,8 @@ def test_recorder_statements_settle_once_and_keep_late_evidence(conn: sqlite3.Co
                 "uncertain_attempt": 1,
                 "last_outcome": "unknown_outcome",
                 "last_error": "timeout",
+                "result": None,
+                "succeeded_order": None,
             }
         ],
     )

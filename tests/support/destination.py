@@ -113,7 +113,7 @@ def _handler_class(destination: Destination) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):
                 pass
 
-        do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
     return Handler
 

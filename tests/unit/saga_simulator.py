@@ -30,6 +30,7 @@ from effectusd.core.states import (
     SagaState,
     StepState,
 )
+from effectusd.core.steps import step_state
 from effectusd.core.transition import Completion, DispatchFacts, SagaFacts, StepFacts, Transition
 
 LIVE = frozenset({DispatchState.QUEUED, DispatchState.IN_FLIGHT, DispatchState.RETRY_WAIT})
@@ -121,6 +122,9 @@ class Simulator:
     succeeded: list[str] = field(default_factory=list)
     compensated: list[str] = field(default_factory=list)
     decided_to_undo: bool = False
+    # What the step rows hold: only the moves the engine marks ``kept`` (the rest is read
+    # from the dispatches, ``effectusd.core.steps.step_state``).
+    kept: dict[str, StepState] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.graph = PlanGraph.of(self.plan.steps)
@@ -132,6 +136,7 @@ class Simulator:
             )
             self._insert(spec)
             self.steps[name] = StepState.IN_PROGRESS
+        self._assert_steps_read_from_dispatches()
 
     # -- driving ---------------------------------------------------------------------------
     def run(self, max_moves: int = 400) -> None:
@@ -246,6 +251,13 @@ class Simulator:
         for update in transition.steps:
             if update.state in (StepState.IN_PROGRESS, StepState.COMPENSATING):
                 before[update.effect_id] = self.steps[update.effect_id]
+            if update.set_result or update.succeeded_order is not None:
+                # the store writes them on the row of the dispatch this transition settles
+                assert update.effect_id == d.spec.effect_id, "a result for another step"
+                assert d.direction is Direction.FORWARD, "a compensation's result stored"
+                assert d.state is DispatchState.SUCCEEDED, "a result without a success"
+            if update.kept:
+                self.kept[update.effect_id] = update.state
             self._step(update.effect_id, update.state, update.result, update.succeeded_order)
         for spec in transition.new_dispatches:
             self._check_enqueue(spec, before[spec.effect_id])
@@ -256,6 +268,7 @@ class Simulator:
             if self.state is SagaState.COMPENSATING:
                 self.decided_to_undo = True
         self._assert_one_live_dispatch_per_step()
+        self._assert_steps_read_from_dispatches()
         blocked = [x.spec.effect_id for x in self.dispatches if x.state in HELD - LIVE]
         assert not blocked or self.state.is_blocked, f"{blocked} blocked, the saga {self.state}"
 
@@ -304,6 +317,21 @@ class Simulator:
     def _insert(self, spec: DispatchSpec) -> None:
         assert self._live(spec.effect_id, Direction(spec.direction), HELD) is None
         self.dispatches.append(Dispatch(len(self.dispatches) + 1, spec))
+
+    def _assert_steps_read_from_dispatches(self) -> None:
+        """Every step's state as a reader derives it from its dispatches (and the step row's
+        kept state) is the state the engine's step moves put it in, after every move."""
+        for s in self.plan.steps:
+            latest: dict[Direction, DispatchState] = {}
+            for d in self.dispatches:
+                if d.spec.effect_id == s.id:
+                    latest[d.direction] = d.state
+            derived = step_state(
+                latest.get(Direction.FORWARD),
+                latest.get(Direction.COMPENSATION),
+                self.kept.get(s.id, StepState.PENDING),
+            )
+            assert derived is self.steps[s.id], f"{s.id}: read {derived}, moved {self.steps[s.id]}"
 
     def _assert_one_live_dispatch_per_step(self) -> None:
         for s in self.plan.steps:

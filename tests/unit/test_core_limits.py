@@ -390,6 +390,8 @@ def test_results_that_fail_the_next_step_never_appear_in_its_stop_reason(
     assert transition.saga.stop_reason is not None
     assert "step 's2' could not be dispatched" in transition.saga.stop_reason
     assert "SECRET" not in transition.saga.stop_reason
+    # s2 has no dispatch to say it failed: its row keeps it (effectusd.core.steps)
+    assert [(u.effect_id, u.state) for u in transition.steps if u.kept] == [("s2", "failed")]
 
 
 def test_a_malformed_checked_plan_is_refused_by_path_never_quoting_its_content() -> None:

@@ -8,7 +8,10 @@ applied by the pure simulator, which checks the invariants at each step:
 * never two dispatches of one step (and direction) at once; a cancel only of a dispatch
   that was not sent;
 * nothing is enqueued forward after the saga decided to compensate;
-* at rest, every saga is terminal or blocked, and a terminal one left nothing undone.
+* at rest, every saga is terminal or blocked, and a terminal one left nothing undone;
+* after every move, each step's state read from its dispatches (effectusd.core.steps) is the
+  state the engine's step moves leave, and a result is stored only with the forward success
+  it settles (migration 10016: the store writes no other step move).
 """
 
 from __future__ import annotations

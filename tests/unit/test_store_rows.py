@@ -9,27 +9,59 @@ from effectusd.store.rows import TransitionRows
 ROW = {"saga_id": "s" * 64, "lease_token": "t"}
 
 
-def test_two_updates_of_one_step_merge_into_the_state_they_leave_behind() -> None:
-    # A forward success with a cancel pending: the step succeeds (result kept) and at once
-    # starts compensating. A set-based UPDATE applies one source row per step, so the rows
-    # must already be merged.
+def test_a_success_writes_its_result_and_order_on_its_dispatch_row_and_no_step_row() -> None:
+    # A forward success with a cancel pending: the step succeeds and at once starts
+    # compensating, and the next step starts; each of those moves is read from the dispatch
+    # rows (the settled one, the compensation enqueued), so no step row is written.
     transition = Transition(
         DispatchState.SUCCEEDED,
         steps=[
-            StepUpdate("charge", StepState.SUCCEEDED, {"id": 7}, set_result=True),
+            StepUpdate("charge", StepState.SUCCEEDED, {"id": 7}, True, succeeded_order=2),
             StepUpdate("charge", StepState.COMPENSATING),
-            StepUpdate("ship", StepState.IN_PROGRESS, args='{"a":1}', args_hash="h" * 64),
+            StepUpdate("ship", StepState.IN_PROGRESS),
         ],
     )
     rows = TransitionRows()
-    rows.apply(Completion(1, 1, "t", OutcomeClass.SUCCESS), ROW, transition)
-    assert [(r["effect_id"], r["state"]) for r in rows.steps] == [
-        ("charge", "compensating"),
-        ("ship", "in_progress"),
+    rows.apply(
+        Completion(1, 1, "t", OutcomeClass.SUCCESS), {**ROW, "effect_id": "charge"}, transition
+    )
+    assert rows.steps == []
+    [dispatch] = rows.dispatches
+    assert (dispatch["result"], dispatch["succeeded_order"]) == ('{"id": 7}', 2)
+
+
+def test_a_null_result_is_stored_as_json_null_and_a_failure_stores_none() -> None:
+    success = Transition(
+        DispatchState.SUCCEEDED, steps=[StepUpdate("charge", StepState.SUCCEEDED, None, True, 1)]
+    )
+    failure = Transition(
+        DispatchState.FAILED_PERMANENT, steps=[StepUpdate("charge", StepState.FAILED)]
+    )
+    rows = TransitionRows()
+    row = {**ROW, "effect_id": "charge"}
+    rows.apply(Completion(1, 1, "t", OutcomeClass.SUCCESS), row, success)
+    rows.apply(Completion(2, 1, "t", OutcomeClass.PERMANENT), {**row, "saga_id": "x"}, failure)
+    assert [(d["result"], d["succeeded_order"]) for d in rows.dispatches] == [
+        ("null", 1),
+        (None, None),
     ]
-    charge = rows.steps[0]
-    assert charge["set_result"] is True and charge["result"] == '{"id": 7}'
-    assert rows.steps[1]["args"] == '{"a":1}'
+    assert rows.steps == []
+
+
+def test_a_step_failed_at_enqueue_is_kept_on_its_row_once_per_batch() -> None:
+    # No dispatch can say it: its arguments could not be resolved, so none was written.
+    transition = Transition(
+        DispatchState.SUCCEEDED,
+        steps=[
+            StepUpdate("reserve", StepState.SUCCEEDED, {"id": 1}, True, succeeded_order=1),
+            StepUpdate("charge", StepState.FAILED, kept=True),
+        ],
+    )
+    rows = TransitionRows()
+    rows.apply(
+        Completion(1, 1, "t", OutcomeClass.SUCCESS), {**ROW, "effect_id": "reserve"}, transition
+    )
+    assert rows.steps == [{"saga_id": ROW["saga_id"], "effect_id": "charge", "state": "failed"}]
 
 
 def test_a_second_late_answer_for_one_attempt_replaces_the_first() -> None:

@@ -17,9 +17,8 @@ sagas AS (
     FROM series
 ),
 steps AS (
-    INSERT INTO effectus_saga_steps
-        (saga_id, effect_id, sequence, verb, contract_hash, args, args_hash, state)
-    SELECT saga_id, 's0', 0, %(verb)s, zero_hash, '{"i":0}', zero_hash, 'in_progress'
+    INSERT INTO effectus_saga_steps (saga_id, effect_id, sequence, verb, contract_hash)
+    SELECT saga_id, 's0', 0, %(verb)s, zero_hash
     FROM series
 )
 INSERT INTO effectus_saga_outbox

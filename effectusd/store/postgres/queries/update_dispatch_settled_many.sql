@@ -4,10 +4,11 @@ SET state = r.state,
     next_attempt_at = CASE WHEN r.retry_delay_s IS NULL THEN o.next_attempt_at
                            ELSE now() + make_interval(secs => r.retry_delay_s) END,
     uncertain_attempt = r.uncertain_attempt, last_outcome = r.last_outcome,
-    last_error = r.last_error, lease_owner = NULL, lease_token = NULL,
+    last_error = r.last_error, result = r.result::jsonb, succeeded_order = r.succeeded_order,
+    lease_owner = NULL, lease_token = NULL,
     lease_expires_at = NULL, updated_at = now()
 FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(
         dispatch_id bigint, state text, retry_delay_s float8, uncertain_attempt int,
-        last_outcome text, last_error text
+        last_outcome text, last_error text, result text, succeeded_order int
      )
 WHERE o.dispatch_id = r.dispatch_id

@@ -1,0 +1,9 @@
+-- What one probe's answer left: when to ask again (NULL: never), the status it got, and when
+-- the probes were given up.
+UPDATE effectus_dispatch_probes
+SET next_probe_at = :next_probe_at,
+    last_status = coalesce(:last_status, last_status),
+    given_up_at = CASE WHEN :given_up THEN ((julianday('now') - 2440587.5) * 86400.0)
+                       ELSE given_up_at END,
+    updated_at = ((julianday('now') - 2440587.5) * 86400.0)
+WHERE dispatch_id = :dispatch_id AND attempt = :attempt
