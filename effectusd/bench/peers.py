@@ -254,7 +254,7 @@ def _say(message: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m effectusd.bench.peers",
-        description="effectusd beside pgqueuer + aiohttp on the same sink, in one run.",
+        description="effectusd beside pgqueuer and DBOS (aiohttp) on the same sink, in one run.",
     )
     parser.add_argument(
         "--database-url",
