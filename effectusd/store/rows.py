@@ -174,7 +174,8 @@ class TransitionRows:
             )
         for spec in transition.new_dispatches:
             params = dict(vars(spec))  # flat fields: asdict's deep copy cost the recorder 2%
-            params["fencing_resources"] = canonical_text(spec.fencing_resources)
+            fencing = spec.fencing_resources
+            params["fencing_resources"] = canonical_text(fencing) if fencing else "[]"
             params["not_before"] = None
             key = (spec.effect_id, spec.direction)
             params["enqueued_by"] = carried.enqueued_by.get(key)
