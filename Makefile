@@ -34,7 +34,7 @@ demo: install
 bench: install
 	$(BIN)/effectusd --config examples/effectusd.toml --database-url $(BENCH_DATABASE_URL) bench
 
-# effectusd beside pgqueuer + aiohttp on the same sink, in one run: both rates and the ratio.
+# effectusd beside pgqueuer and DBOS (aiohttp) on the same sink, in one run: the rates and ratios.
 bench-peers: install
 	$(BIN)/pip install --quiet -e '.[peers]'
 	$(BIN)/python -m effectusd.bench.peers --database-url $(BENCH_DATABASE_URL)

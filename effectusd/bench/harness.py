@@ -15,6 +15,9 @@ from effectusd.core.states import OutcomeClass
 from effectusd.dispatcher.daemon import Daemon
 from effectusd.executors.factory import executor_for
 
+# The canonical arguments of the bench plan's first step, byte for byte: what the peers POST.
+BODY = b'{"i":0}'
+
 
 @asynccontextmanager
 async def daemon_with_submitter(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import resource
 import threading
+from dataclasses import dataclass
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -124,3 +125,40 @@ class DatabaseCpu:
             # utime and stime: fields 14 and 15 of proc(5), 11 and 12 after the name
             into[key[0]] = (int(fields[11]) + int(fields[12])) / ticks
         self._titles = seen  # processes gone are forgotten
+
+
+@dataclass
+class PeerResult:
+    """A peer's drain; a unit is what it counts: a pgqueuer job, a DBOS workflow's step."""
+
+    units: int
+    concurrency: int
+    seconds: float
+    units_per_s: float
+    cpu_us_per_unit: float  # CPU of the peer's process (all its threads), per unit
+    db_cpu_us_per_unit: float | None  # its database's backends', when on this machine
+    wal_bytes_per_unit: float  # whole-cluster WAL, as effectusd bench reads its own
+    rows_written_per_unit: float  # row versions written in its database (pg_stat_database)
+
+    @classmethod
+    def of(
+        cls,
+        units: int,
+        concurrency: int,
+        seconds: float,
+        cpu_s: float,
+        db_cpu_s: float | None,
+        wal_bytes: int,
+        rows_written: int,
+    ) -> PeerResult:
+        """A drain's totals, per unit."""
+        return cls(
+            units,
+            concurrency,
+            round(seconds, 3),
+            round(units / seconds, 1),
+            round(cpu_s / units * 1e6, 1),
+            None if db_cpu_s is None else round(db_cpu_s / units * 1e6, 1),
+            round(wal_bytes / units, 1),
+            round(rows_written / units, 2),
+        )

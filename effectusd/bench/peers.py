@@ -8,7 +8,11 @@ absolute rates on a shared 2-core machine move by a factor of two from one run t
 ratios much less. pgqueuer runs before and after effectusd and the two rates are averaged, so
 a drift of the machine during the run counts against neither side.
 
-The peer needs the ``peers`` extra (``pip install -e '.[peers]'``): pgqueuer, asyncpg, aiohttp.
+A second peer, DBOS Transact (``effectusd.bench.dbos_peer``), drains durable five-step
+workflows whose steps make the same POST, once, between pgqueuer's first run and effectusd's:
+the nearest thing to a saga's steps among the libraries we know (``--skip-dbos`` leaves it out).
+
+The peers need the ``peers`` extra (``pip install -e '.[peers]'``): pgqueuer, asyncpg, dbos.
 """
 
 from __future__ import annotations
@@ -27,23 +31,10 @@ from typing import Any
 from effectusd.backends.postgres import connection_keywords, database_name
 from effectusd.bench import BenchResult, run_bench
 from effectusd.bench.database import drop_database, scalar, scratch_database, settled_scalar
-from effectusd.bench.harness import start_sink
-from effectusd.bench.measures import DatabaseCpu
+from effectusd.bench.harness import BODY, start_sink
+from effectusd.bench.measures import DatabaseCpu, PeerResult
 
-BODY = b'{"i":0}'  # the canonical arguments of the bench plan's first step, byte for byte
 ENQUEUE_BATCH = 1_000
-
-
-@dataclass
-class PeerResult:
-    jobs: int
-    concurrency: int
-    seconds: float
-    jobs_per_s: float
-    cpu_us_per_job: float  # CPU of the process running pgqueuer and its handler, per job
-    db_cpu_us_per_job: float | None  # its database's backends', when on this machine
-    wal_bytes_per_job: float  # whole-cluster WAL, as effectusd bench reads its own
-    rows_written_per_job: float  # row versions written in its database (pg_stat_database)
 
 
 async def _drain_pgqueuer(url: str, sink: str, jobs: int, concurrency: int) -> PeerResult:
@@ -90,22 +81,14 @@ async def _drain_pgqueuer(url: str, sink: str, jobs: int, concurrency: int) -> P
                 dequeue_timeout=timedelta(seconds=1),
             )
             seconds = time.perf_counter() - started
-            cpu_us = (time.process_time() - cpu_started) / jobs * 1e6
+            cpu_s = time.process_time() - cpu_started
     await connection.close()
     wal_bytes = scalar(url, "wal_position") - wal_before
     rows_written = settled_scalar(url, "rows_written") - rows_before
     if called != jobs:
         raise RuntimeError(f"pgqueuer drained {called} of {jobs} job(s): the run is not comparable")
-    db_us = None if database_cpu.seconds is None else round(database_cpu.seconds / jobs * 1e6, 1)
-    return PeerResult(
-        jobs,
-        concurrency,
-        round(seconds, 3),
-        round(jobs / seconds, 1),
-        round(cpu_us, 1),
-        db_us,
-        round(wal_bytes / jobs, 1),
-        round(rows_written / jobs, 2),
+    return PeerResult.of(
+        jobs, concurrency, seconds, cpu_s, database_cpu.seconds, wal_bytes, rows_written
     )
 
 
@@ -129,9 +112,16 @@ class Comparison:
     pgqueuer_wal_bytes_per_job: float
     pgqueuer_rows_written_per_job: float
     effectusd: dict[int, BenchResult]  # steps per saga → result
+    dbos: PeerResult | None = None  # five-step workflows, per step; None with --skip-dbos
 
     def ratio(self, steps: int) -> float:
         return round(self.effectusd[steps].steps_per_s / self.pgqueuer_jobs_per_s, 2)
+
+    def dbos_ratio(self, steps: int) -> float | None:
+        """effectusd's steps/s over DBOS's."""
+        if self.dbos is None:
+            return None
+        return round(self.effectusd[steps].steps_per_s / self.dbos.units_per_s, 2)
 
     @property
     def pgqueuer_efficiency(self) -> float:
@@ -143,9 +133,9 @@ class Comparison:
     def table(self) -> str:
         runs = " / ".join(f"{rate:.0f}" for rate in self.pgqueuer_runs)
         lines = [
-            f"concurrency {self.concurrency}, one no-op HTTP sink, aiohttp on both sides",
+            f"concurrency {self.concurrency}, one no-op HTTP sink, aiohttp on every side",
             "per unit (a job, a step): CPU of the queue's process and of its database's "
-            "backends, WAL bytes, row versions written",
+            "backends, WAL bytes, row versions written; ratio: rate over pgqueuer's",
             f"{'what':<34}{'rate/s':>10}{'ratio':>8}{'CPU µs':>9}{'DB µs':>8}{'WAL B':>8}"
             f"{'rows':>6}  notes",
             f"{'pgqueuer + aiohttp POST per job':<34}{self.pgqueuer_jobs_per_s:>10.0f}"
@@ -154,13 +144,23 @@ class Comparison:
             f"{self.pgqueuer_rows_written_per_job:>6.1f}  runs {runs}, "
             f"efficiency {self.pgqueuer_efficiency}",
         ]
+        if self.dbos is not None:
+            dbos = self.dbos
+            lines.append(
+                f"{'DBOS, 5-step workflows (a step)':<34}{dbos.units_per_s:>10.0f}"
+                f"{dbos.units_per_s / self.pgqueuer_jobs_per_s:>8.2f}{dbos.cpu_us_per_unit:>9.0f}"
+                f"{_us(dbos.db_cpu_us_per_unit):>8}{dbos.wal_bytes_per_unit:>8.0f}"
+                f"{dbos.rows_written_per_unit:>6.1f}  {dbos.units} steps, one run"
+            )
         for steps, result in sorted(self.effectusd.items(), reverse=True):
             label = f"effectusd, {steps}-step sagas"
+            against = self.dbos_ratio(steps)
             lines.append(
                 f"{label:<34}{result.steps_per_s:>10.0f}{self.ratio(steps):>8.2f}"
                 f"{result.cpu_us_per_step:>9.0f}{_us(result.db_cpu_us_per_step):>8}"
                 f"{result.wal_bytes_per_step:>8.0f}{result.rows_written_per_step:>6.1f}  "
-                f"efficiency {result.efficiency}, idle p50 "
+                + ("" if against is None else f"DBOS ratio {against}, ")
+                + f"efficiency {result.efficiency}, idle p50 "
                 f"{result.idle_enqueue_to_dispatch_p50_ms} ms (p99 "
                 f"{result.idle_enqueue_to_dispatch_p99_ms}), "
                 f"{result.commits_per_step} commits/step"
@@ -177,8 +177,10 @@ class Comparison:
             "pgqueuer_wal_bytes_per_job": self.pgqueuer_wal_bytes_per_job,
             "pgqueuer_rows_written_per_job": self.pgqueuer_rows_written_per_job,
             "pgqueuer_efficiency": self.pgqueuer_efficiency,
+            "dbos": None if self.dbos is None else asdict(self.dbos),
             "effectusd": {str(steps): asdict(result) for steps, result in self.effectusd.items()},
             "ratios": {str(steps): self.ratio(steps) for steps in self.effectusd},
+            "ratios_to_dbos": {str(steps): self.dbos_ratio(steps) for steps in self.effectusd},
         }
 
 
@@ -188,14 +190,22 @@ def compare(
     sagas: int,
     step_counts: tuple[int, ...],
     concurrency: int,
+    dbos_workflows: int = 0,
     progress: Callable[[str], None] = print,
 ) -> Comparison:
-    """pgqueuer, effectusd for each step count, pgqueuer again: one sink, one concurrency.
-    pgqueuer drains as many jobs as the largest effectusd run has steps."""
+    """pgqueuer, DBOS (unless ``dbos_workflows`` is 0), effectusd for each step count, pgqueuer
+    again: one sink, one concurrency. pgqueuer drains as many jobs as the largest effectusd run
+    has steps."""
     jobs = sagas * max(step_counts)
     with start_sink() as sink:
         progress(f"pgqueuer: {jobs} job(s) at concurrency {concurrency}…")
         before = run_pgqueuer(server_url, sink, jobs, concurrency)
+        dbos = None
+        if dbos_workflows:
+            from effectusd.bench.dbos_peer import STEPS, run_dbos
+
+            progress(f"DBOS: {dbos_workflows} workflow(s) of {STEPS} step(s)…")
+            dbos = run_dbos(server_url, sink, dbos_workflows, concurrency)
         results = {}
         for steps in step_counts:
             count = jobs // steps
@@ -212,7 +222,7 @@ def compare(
         progress(f"pgqueuer again: {jobs} job(s)…")
         after = run_pgqueuer(server_url, sink, jobs, concurrency)
     db_runs = [
-        run.db_cpu_us_per_job for run in (before, after) if run.db_cpu_us_per_job is not None
+        run.db_cpu_us_per_unit for run in (before, after) if run.db_cpu_us_per_unit is not None
     ]
     db = round(statistics.mean(db_runs), 1) if len(db_runs) == 2 else None
 
@@ -222,13 +232,14 @@ def compare(
 
     return Comparison(
         concurrency,
-        both("jobs_per_s"),
-        [before.jobs_per_s, after.jobs_per_s],
-        both("cpu_us_per_job"),
+        both("units_per_s"),
+        [before.units_per_s, after.units_per_s],
+        both("cpu_us_per_unit"),
         db,
-        both("wal_bytes_per_job"),
-        both("rows_written_per_job", 2),
+        both("wal_bytes_per_unit"),
+        both("rows_written_per_unit", 2),
         results,
+        dbos,
     )
 
 
@@ -243,7 +254,7 @@ def _say(message: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m effectusd.bench.peers",
-        description="effectusd beside pgqueuer + aiohttp on the same sink, in one run.",
+        description="effectusd beside pgqueuer and DBOS (aiohttp) on the same sink, in one run.",
     )
     parser.add_argument(
         "--database-url",
@@ -255,6 +266,13 @@ def main(argv: list[str] | None = None) -> int:
         "--steps", default="5,1", help="comma-separated step counts of the effectusd runs"
     )
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument(
+        "--dbos-workflows",
+        type=int,
+        default=400,
+        help="five-step DBOS workflows to drain (0 skips DBOS; needs the `peers` extra)",
+    )
+    parser.add_argument("--skip-dbos", action="store_true", help="the same as --dbos-workflows 0")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     try:
@@ -263,11 +281,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--steps: comma-separated whole numbers, e.g. 5,1")
     if args.sagas < 1 or args.concurrency < 1 or min(step_counts) < 1:
         parser.error("--sagas, --concurrency and every step count must be at least 1")
+    if args.dbos_workflows < 0:
+        parser.error("--dbos-workflows must be at least 0")
     result = compare(
         args.database_url,
         sagas=args.sagas,
         step_counts=step_counts,
         concurrency=args.concurrency,
+        dbos_workflows=0 if args.skip_dbos else args.dbos_workflows,
         progress=(lambda _: None) if args.json else _say,
     )
     print(json.dumps(result.as_json(), indent=2) if args.json else result.table())

@@ -81,7 +81,8 @@ def build_dispatch(
     canonical JSON, violate the verb's schema, or leave a path/fencing template unfilled;
     A verb missing from the live registry, or changed since checking, is reported the same way.
     """
-    direction = Direction(direction)
+    if type(direction) is not Direction:
+        direction = Direction(direction)
     verb, pinned_hash, args_expr = _call(step, direction)
     where = f"step {step.id!r} ({direction.value})"
     contract = registry.verbs.get(verb)

@@ -29,7 +29,8 @@ def saga_id(namespace: str, execution_id: str, plan_id: str) -> str:
 
 def idempotency_key(namespace: str, saga: str, effect_id: str, direction: Direction) -> str:
     """The same for every attempt of one dispatch: the attempt is never an input."""
-    return tagged_hash(KEY_TAG, namespace, saga, effect_id, Direction(direction).value)
+    way = direction if type(direction) is Direction else Direction(direction)
+    return tagged_hash(KEY_TAG, namespace, saga, effect_id, way.value)
 
 
 def argument_hash(canonical_args: bytes) -> str:

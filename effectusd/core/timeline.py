@@ -138,7 +138,7 @@ def carried_by_rows(
     settled = None
     if settles is not None and events and _own_settlement(events[0], *settles):
         settled = events[0]
-    settled_step = start = None
+    settled_step = start = chained = None
     started_from: dict[tuple[str, str], str] = {}
     follows = None
     if settled is not None and settles is not None:
@@ -151,7 +151,7 @@ def carried_by_rows(
             and len(events) > at + 1
             and _chain_start(events[at], events[at + 1], new[0])
         ):
-            start = events[at]
+            start, chained = events[at], events[at + 1]  # the enqueue: checked already
             started_from[(new[0].effect_id, new[0].direction)] = start.from_state or ""
             follows = derived_event_id(completion.dispatch_id, completion.attempt, SETTLED)
     specs = {(spec.effect_id, spec.direction): spec for spec in new}
@@ -166,8 +166,13 @@ def carried_by_rows(
             spec is not None
             and key not in enqueued_by
             and index > 0
-            and (_starts(events[index - 1], spec) or _first(events[:index], enqueued_by))
-            and event == enqueued_event(spec, event.actor)
+            and (
+                event is chained
+                or (
+                    (_starts(events[index - 1], spec) or _first(events[:index], enqueued_by))
+                    and event == enqueued_event(spec, event.actor)
+                )
+            )
         ):
             enqueued_by[key] = event.actor
             continue

@@ -186,6 +186,10 @@ def encode_fencing_grants(grants: Iterable[FencingGrant]) -> str:
     return canonical_text([{"resource": grant.resource, "token": grant.token} for grant in ordered])
 
 
+# isoformat's layout (timespec milliseconds), written with %: a third of isoformat's work.
+_RFC3339_MS = "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ"
+
+
 def format_deadline(deadline: datetime) -> str:
     """RFC 3339 UTC with a Z and milliseconds."""
     return format_time(deadline, DEADLINE)
@@ -193,12 +197,23 @@ def format_deadline(deadline: datetime) -> str:
 
 def format_time(moment: datetime, header: str) -> str:
     """``moment`` for ``header``: RFC 3339 UTC with a Z and milliseconds."""
-    if moment.tzinfo is None or moment.utcoffset() is None:
+    offset = moment.utcoffset()  # None when naive
+    if offset is None:
         raise WireError(header, "must be timezone-aware")
-    # Truncated, never rounded up (isoformat truncates): the destination must not be promised
-    # time we do not have, nor a key issued later than it was. astimezone(UTC) makes the
-    # offset "+00:00", which RFC 3339 writes Z.
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+    # Milliseconds truncated, never rounded up: the destination must not be promised time we
+    # do not have, nor a key issued later than it was. A moment with a non-zero offset is moved
+    # to UTC first (the database's timestamps come in its session's zone, UTC: no conversion).
+    if offset:
+        moment = moment.astimezone(UTC)
+    return _RFC3339_MS % (
+        moment.year,
+        moment.month,
+        moment.day,
+        moment.hour,
+        moment.minute,
+        moment.second,
+        moment.microsecond // 1000,
+    )
 
 
 # --- request: decode (destination side) -----------------------------------------------------

@@ -247,7 +247,6 @@ class AiohttpExecutor(BaseHttpExecutor[tuple[str, URL, bytes, dict[str, str], An
                 headers=headers,
                 allow_redirects=False,
                 timeout=timeout,
-                trace_request_ctx=wire,
             )
         finally:
             _CURRENT.reset(token)

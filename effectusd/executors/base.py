@@ -134,8 +134,8 @@ class BaseHttpExecutor(Generic[Request, WireT]):
         if total <= 0:
             return wire.not_sent(started, "no time left before the deadline")
         # Transport timeouts are per operation; this bounds the whole call, trickling bodies
-        # and the wait for a pooled connection too.
-        deadline = asyncio.timeout(total)
+        # and the wait for a pooled connection too, at the instant the wire's deadline names.
+        deadline = asyncio.timeout_at(wire.deadline)
         try:
             async with deadline:
                 return await self._exchange(request, wire, started)

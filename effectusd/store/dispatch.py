@@ -40,6 +40,7 @@ from effectusd.store.rows import (
     TransitionRows,
     attempt_facts,
     locked_dispatch,
+    may_cancel_siblings,
     notify_rows,
     saga_facts,
     steps_by_saga,
@@ -281,9 +282,11 @@ class DispatchStore(WriteAheadStore):
             {"saga_ids": [], "dispatch_ids": ids, "known_plans": list(self._plans)},
         )
         sagas = {row["saga_id"]: row for row in saga_rows}
-        # With the dispatches, their sagas' forward ones not yet sent (see lock_dispatches):
-        # the engine may cancel those, so no claim may take one before this commits.
-        dispatch_rows = yield ("lock_dispatches", {"dispatch_ids": ids, "saga_ids": list(sagas)})
+        # With the dispatches, the forward ones not yet sent of the sagas with parallel steps
+        # (see lock_dispatches): the engine may cancel those, so no claim may take one before
+        # this commits. A sequential saga has no such sibling, and is not searched for one.
+        parallel = [s for s, row in sagas.items() if may_cancel_siblings(row, self._plans)]
+        dispatch_rows = yield ("lock_dispatches", {"dispatch_ids": ids, "saga_ids": parallel})
         attempt_rows = yield (
             "select_completion_attempts",
             {

@@ -174,7 +174,8 @@ class TransitionRows:
             )
         for spec in transition.new_dispatches:
             params = dict(vars(spec))  # flat fields: asdict's deep copy cost the recorder 2%
-            params["fencing_resources"] = canonical_text(spec.fencing_resources)
+            fencing = spec.fencing_resources
+            params["fencing_resources"] = canonical_text(fencing) if fencing else "[]"
             params["not_before"] = None
             key = (spec.effect_id, spec.direction)
             params["enqueued_by"] = carried.enqueued_by.get(key)
@@ -311,22 +312,38 @@ def saga_facts(
 ) -> SagaFacts:
     """A locked saga row (lock_sagas.sql) as the engine's facts;
     ``plans`` caches checked plans by digest."""
-    plan = None if plans is None else plans.get(row["plan_digest"])
-    if plan is None:
-        plan = CheckedPlan.model_validate(row["plan"])
-        if plans is not None:
-            plans[row["plan_digest"]] = plan
     return SagaFacts(
         saga_id=row["saga_id"],
         namespace=row["namespace"],
         execution_id=row["execution_id"],
         state=SAGA_STATES[row["state"]],
         cancel_requested=bool(row["cancel_requested"]),
-        plan=plan,
+        plan=checked_plan(row, plans),
         facts=row["facts"],
         steps=steps,
         compensation_reason=row["compensation_reason"],
     )
+
+
+def checked_plan(row: Row, plans: MutableMapping[str, CheckedPlan] | None = None) -> CheckedPlan:
+    """A saga row's checked plan, from ``plans`` (by digest) or parsed from the row's
+    ``plan`` (lock_sagas sends none for a digest the caller already has) and kept there."""
+    plan = None if plans is None else plans.get(row["plan_digest"])
+    if plan is None:
+        plan = CheckedPlan.model_validate(row["plan"])
+        if plans is not None:
+            plans[row["plan_digest"]] = plan
+    return plan
+
+
+def may_cancel_siblings(row: Row, plans: MutableMapping[str, CheckedPlan]) -> bool:
+    """Whether a settlement of this saga may cancel a sibling forward dispatch: only a plan
+    with parallel steps does (``effectusd.core.fan_out``); a plan that cannot be read is
+    assumed to (its settlement fails where it is read, as before)."""
+    try:
+        return not checked_plan(row, plans).is_sequential
+    except Exception:  # noqa: BLE001 - decided where the facts are built, for that saga alone
+        return True
 
 
 class StaleSiblings(RuntimeError):

@@ -7,6 +7,7 @@ from dataclasses import MISSING, fields, replace
 from typing import Any
 
 from effectusd.bench import BenchResult
+from effectusd.bench.measures import PeerResult
 from effectusd.bench.peers import Comparison
 
 
@@ -63,3 +64,34 @@ def test_the_json_carries_the_same_readings() -> None:
     assert report["pgqueuer_wal_bytes_per_job"] == 1500.0
     assert report["pgqueuer_efficiency"] == 0.4
     assert report["effectusd"]["5"]["rows_written_per_step"] == 8.8
+
+
+def _dbos() -> PeerResult:
+    # 2,000 steps in 2.5 s, 1.6 s of the process's CPU, 0.8 s of its database's backends
+    return PeerResult.of(2000, 32, 2.5, 1.6, 0.8, 3_000_000, 5000)
+
+
+def test_a_peers_totals_become_rates_and_costs_per_unit() -> None:
+    assert _dbos() == PeerResult(2000, 32, 2.5, 800.0, 800.0, 400.0, 1500.0, 2.5)
+    assert PeerResult.of(10, 1, 1.0, 0.1, None, 0, 0).db_cpu_us_per_unit is None
+
+
+def test_the_dbos_row_and_effectusds_ratio_to_it() -> None:
+    comparison = replace(_comparison(), dbos=_dbos())
+    assert comparison.dbos_ratio(5) == 1.5 and comparison.dbos_ratio(1) == 1.75
+    lines = comparison.table().splitlines()
+    dbos = next(line for line in lines if line.startswith("DBOS"))
+    assert dbos.split()[5:12] == ["800", "0.40", "800", "400", "1500", "2.5", "2000"]
+    five = next(line for line in lines if line.startswith("effectusd, 5-step"))
+    assert "DBOS ratio 1.5," in five
+    report = comparison.as_json()
+    assert report["ratios_to_dbos"] == {"5": 1.5, "1": 1.75}
+    assert report["dbos"]["units_per_s"] == 800.0
+
+
+def test_without_dbos_there_is_no_row_and_no_ratio_to_it() -> None:
+    comparison = _comparison()
+    assert comparison.dbos_ratio(5) is None
+    assert not any(line.startswith("DBOS") for line in comparison.table().splitlines())
+    assert "DBOS ratio" not in comparison.table()
+    assert comparison.as_json()["dbos"] is None

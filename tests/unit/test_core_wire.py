@@ -304,3 +304,16 @@ def test_has_control_finds_exactly_the_ascii_control_characters(value: str) -> N
 )
 def test_has_control_examples(value: str, expected: bool) -> None:
     assert wire.has_control(value) is expected
+
+
+def test_a_sent_time_is_utc_with_milliseconds_truncated_and_a_naive_one_is_refused() -> None:
+    # Never rounded up: the destination is not promised time the daemon does not have.
+    late = datetime(2026, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+    assert wire.format_deadline(late) == "2026-12-31T23:59:59.999Z"
+    east = datetime(2027, 1, 1, 1, 0, 0, 5000, tzinfo=timezone(timedelta(hours=1, minutes=30)))
+    assert wire.format_time(east, wire.KEY_ISSUED_AT) == "2026-12-31T23:30:00.005Z"
+    early = datetime(999, 1, 2, 3, 4, 5, tzinfo=UTC)  # isoformat's four-digit year
+    assert wire.format_deadline(early) == early.isoformat(timespec="milliseconds")[:-6] + "Z"
+    with pytest.raises(wire.WireError) as refused:
+        wire.format_time(datetime(2026, 1, 1), wire.KEY_ISSUED_AT)
+    assert refused.value.header == wire.KEY_ISSUED_AT

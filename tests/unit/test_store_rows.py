@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from effectusd.core.checker import check
 from effectusd.core.engine import Completion, StepUpdate, Transition
+from effectusd.core.plan import CheckedPlan
 from effectusd.core.states import DispatchState, OutcomeClass, StepState
-from effectusd.store.rows import TransitionRows
+from effectusd.store.rows import TransitionRows, may_cancel_siblings
+from tests.unit.conftest import make_core_verbs
 
 ROW = {"saga_id": "s" * 64, "lease_token": "t"}
 
@@ -73,3 +78,24 @@ def test_a_second_late_answer_for_one_attempt_replaces_the_first() -> None:
         (2, "success", "second"),
         (1, "unknown_outcome", None),
     ]
+
+
+def _saga_row(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    plan = check({"plan_id": "p", "steps": steps}, make_core_verbs())
+    return {"plan_digest": plan.plan_digest, "plan": plan.document()}
+
+
+def test_only_a_saga_with_parallel_steps_has_its_unsent_siblings_locked() -> None:
+    # The recorder locks a saga's forward dispatches not yet sent only where the engine may
+    # cancel one (a plan with `after`); an unreadable plan is locked as if it could.
+    first = {"id": "first", "verb": "ship", "args": {}, "compensate": "none"}
+    second = {"id": "second", "verb": "ship", "args": {}, "compensate": "none"}
+    sequential = _saga_row([first, second])
+    parallel = _saga_row([first, {**second, "after": []}])
+    plans: dict[str, CheckedPlan] = {}
+    assert not may_cancel_siblings(sequential, plans)
+    assert may_cancel_siblings(parallel, plans)
+    # the plans read are kept by digest: lock_sagas need not send them again
+    assert set(plans) == {sequential["plan_digest"], parallel["plan_digest"]}
+    assert not may_cancel_siblings({**sequential, "plan": None}, plans)
+    assert may_cancel_siblings({"plan_digest": "unknown", "plan": {"steps": "?"}}, plans)

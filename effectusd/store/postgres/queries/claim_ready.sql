@@ -64,7 +64,8 @@ claimed AS (
               o.verb, o.contract_hash, o.delivery, o.method, o.path, o.args_canonical,
               o.args_hash, o.idempotency_key, o.fencing_resources, o.timeout_ms, o.max_attempts,
               o.fence_waits, o.attempt,
-              o.lease_token, o.lease_expires_at, o.created_at,
+              -- the lease token and the request id as text: the daemon holds them as str
+              o.lease_token::text AS lease_token, o.lease_expires_at, o.created_at,
               -- written ahead here: wanted, unfenced, pinned by the live contract of its verb
               -- (else it is settled unsent: contract drift) and within its retry budget
               (%(write_ahead)s::boolean AND o.fencing_resources = '[]'::jsonb
@@ -83,12 +84,13 @@ opened AS (
     INSERT INTO effectus_saga_attempts
         (dispatch_id, attempt, request_id, lease_owner, lease_token, lease_expires_at,
          sent_at, grants, fencing_status)
-    SELECT dispatch_id, attempt, gen_random_uuid(), %(owner)s, lease_token, lease_expires_at,
+    SELECT dispatch_id, attempt, gen_random_uuid(), %(owner)s, lease_token::uuid,
+           lease_expires_at,
            CASE WHEN written_ahead THEN clock_timestamp() END,
            CASE WHEN written_ahead THEN '[]'::jsonb END,
            CASE WHEN written_ahead THEN 'not_requested' END
     FROM claimed
-    RETURNING dispatch_id, request_id
+    RETURNING dispatch_id, request_id::text AS request_id
 ),
 -- The claim's commit does not wait for its WAL to reach the disk when it wrote nothing ahead
 -- (this transaction only: the setting ends with it). A claim lost in a server crash is as if

@@ -38,7 +38,7 @@ claimed AS (
     RETURNING dispatch_id, saga_id, effect_id, direction, execution_id, destination, verb,
               contract_hash, delivery, method, path, args_canonical, args_hash,
               idempotency_key, fencing_resources, timeout_ms, max_attempts, fence_waits,
-              attempt, lease_token, lease_expires_at, created_at,
+              attempt, lease_token::text AS lease_token, lease_expires_at, created_at,
               fencing_resources = '[]'::jsonb AS written_ahead
 ),
 -- An unfenced row is written ahead where it is born, as claim_ready.sql does for the claim
@@ -49,13 +49,13 @@ opened AS (
     INSERT INTO effectus_saga_attempts
         (dispatch_id, attempt, request_id, lease_owner, lease_token, lease_expires_at,
          claimed_at, sent_at, grants, fencing_status)
-    SELECT dispatch_id, attempt, gen_random_uuid(), %(owner)s, lease_token, lease_expires_at,
-           created_at,
+    SELECT dispatch_id, attempt, gen_random_uuid(), %(owner)s, lease_token::uuid,
+           lease_expires_at, created_at,
            CASE WHEN written_ahead THEN clock_timestamp() END,
            CASE WHEN written_ahead THEN '[]'::jsonb END,
            CASE WHEN written_ahead THEN 'not_requested' END
     FROM claimed
-    RETURNING dispatch_id, request_id
+    RETURNING dispatch_id, request_id::text AS request_id
 )
 SELECT c.*, opened.request_id, now() AS db_now
 FROM claimed c

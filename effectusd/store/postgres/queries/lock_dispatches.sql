@@ -1,6 +1,7 @@
 -- The dispatches being settled and, in the same dispatch_id order, every forward dispatch of
 -- their sagas not yet sent (queued or retry_wait): the engine may cancel such a sibling of a
--- parallel step (docs/design.md section 4), and the claim (SKIP LOCKED) must not take it
+-- parallel step (docs/design.md section 4; the recorder passes only the sagas whose plan has
+-- parallel steps), and the claim (SKIP LOCKED) must not take it
 -- between our reading the facts and the cancel. Called after the sagas are locked (the lock
 -- order: sagas, then dispatches). A sibling a claim took meanwhile is skipped here once the
 -- claim commits (its state no longer matches: the WHERE below is checked again on the row
@@ -25,7 +26,7 @@ WITH wanted AS (
 )
 SELECT o.dispatch_id, o.saga_id, o.effect_id, o.direction, o.delivery, o.verb, o.destination,
        o.state, o.attempt, o.max_attempts, o.budget_base, o.uncertain_attempt, o.fence_waits,
-       o.lease_token, o.fencing_resources <> '[]'::jsonb AS fenced,
+       o.lease_token::text AS lease_token, o.fencing_resources <> '[]'::jsonb AS fenced,
        o.lease_expires_at < now() AS lease_expired
 FROM effectus_saga_outbox o
 WHERE o.dispatch_id = ANY (ARRAY(SELECT dispatch_id FROM wanted))
