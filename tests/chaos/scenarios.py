@@ -88,7 +88,7 @@ def ledger_pruned(sagas: int, kills: int) -> list[Scenario]:
 
 # The at_most_once row through the kit, its verbs probing the kit's ledger (long run only).
 # A stored refusal is probed 422 "refused", not committed: the retry under the key gets it
-# replayed (tests/integration/test_probes_kit_refusal.py).
+# replayed (tests/integration/test_probes_kit.py).
 KIT_PROBES = Scenario(
     "at_most_once, kit, probes",
     sagas=120,
