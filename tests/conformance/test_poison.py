@@ -140,4 +140,51 @@ async def test_a_failed_write_ahead_is_counted_and_the_batch_is_called(
     )
     assert pipeline.metrics.write_ahead_failures._value.get() == 1
     assert pipeline.metrics.fencing_conflicts._value.get() == 0
-    assert pipeline.recorder.waiting == 3 and pipeline.capacity.busy == 0
+    assert pipeline.recorder.waiting == 3
+    # no slot is taken; the two successes hold their units of the room until recorded
+    assert pipeline.capacity.busy == len(pipeline.capacity.held) == 2
+    while pipeline.recorder.waiting:
+        await pipeline.recorder.round()
+    assert pipeline.capacity.busy == 0
+
+
+async def test_the_units_successes_hold_are_claimed_into_or_released_whatever_the_record(
+    store: StoreUnderTest,
+) -> None:
+    """Seven successes end with no room free but the unit each holds. Their round's first
+    transaction claims into those units and fails on the poison: the units are held again;
+    its parts commit and claim into them (where the store can); the poison is quarantined
+    and its unit released at the round's end. Nothing is left held."""
+    sagas = [store.submit(serial_plan("p", ["pay", "pay"]), f"x-{i}") for i in range(7)]
+    daemon = await store.dispatch_store()
+    claims = await daemon.claim({"dest": 16})
+    for claim in claims:
+        await send(daemon, claim)
+    poison = claims[3]
+    async with pipeline_with_destination(daemon, store) as (pipeline, dest):
+        capacity = pipeline.capacity
+        capacity.total_limit = len(claims)
+        pipeline.claiming = True
+        for claim in claims:
+            capacity.take(claim.destination)
+        for claim in claims:  # their calls end, in success
+            result = [float("nan")] if claim is poison else 1
+            pipeline._finish(claim, completion(claim, OutcomeClass.SUCCESS, result=result))
+        assert (capacity.free(), len(capacity.held)) == ({}, 7)
+        await asyncio.wait_for(pipeline.recorder.round(), timeout=60)
+        claimed = 6 if daemon.claims_in_record else 0
+        # none of the seven holds a unit now; the next steps claimed into them may have
+        # ended already, each holding its own
+        assert not capacity.held & {(c.dispatch_id, c.attempt) for c in claims}
+        assert capacity.busy == claimed
+        await asyncio.wait_for(asyncio.gather(*pipeline.calls), timeout=60)
+        assert len(dest.requests) == claimed
+        pipeline.claiming = False
+        while pipeline.recorder.waiting:
+            await pipeline.recorder.round()
+
+    assert (capacity.busy, capacity.held) == (0, set())
+    assert store.view(poison.saga_id)["state"] == "blocked_unknown"
+    healthy = [saga for saga in sagas if saga != poison.saga_id]
+    finished = "completed" if daemon.claims_in_record else "running"
+    assert [store.view(saga)["state"] for saga in healthy] == [finished] * 6
