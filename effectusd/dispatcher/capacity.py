@@ -4,11 +4,6 @@ A slot is taken when a row is claimed, by the claim loop or by the recorder (whi
 saga's next step where it writes it, see ``RecordSlots``), and given back when the call ends
 or nothing came of the claim. Whoever takes one takes it with no await between the check and
 the take; a claim statement reserves the slots it asks for while it runs.
-
-A call that ends in success may have a next step for the recorder to write: its attempt
-keeps one unit of the overall room (``held``, not its destination's slot) until its outcome
-is recorded, so that the claim loop cannot take it meanwhile; the record that writes the next
-step claims it into that unit, and releases the units it did not use.
 """
 
 from __future__ import annotations
@@ -16,8 +11,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-
-Held = tuple[int, int]  # the (dispatch_id, attempt) whose ended call holds a unit of the room
 
 
 @dataclass
@@ -31,7 +24,6 @@ class Capacity:
     limits: Mapping[str, int]
     total_limit: int
     in_flight: dict[str, int] = field(default_factory=dict)
-    held: set[Held] = field(default_factory=set)  # units of the overall room, for a record
 
     @property
     def room(self) -> int:
@@ -55,23 +47,6 @@ class Capacity:
     def has_room_for(self, destination: str) -> bool:
         return destination in self.free()
 
-    def under_limit(self, destination: str) -> bool:
-        """``destination`` may take one more call by its own limit (the overall room aside)."""
-        limit = self.limits.get(destination, 0)
-        return self.in_flight.get(destination, 0) < limit
-
-    def hold(self, attempt: Held) -> None:
-        """Keep one unit of the overall room for the record of ``attempt``'s outcome."""
-        self.held.add(attempt)
-
-    def release(self, attempts: Iterable[Held]) -> int:
-        """Give back the units ``attempts`` hold (any already given back are skipped);
-        returns how many were."""
-        held = self.held
-        before = len(held)
-        held.difference_update(attempts)
-        return before - len(held)
-
     def reserve(self, wanted: Mapping[str, int]) -> None:
         """Take ``wanted`` slots per destination before a claim is sent, so that nothing
         else can take them while it runs; ``keep`` gives back what the claim did not get."""
@@ -87,55 +62,35 @@ class Capacity:
 
     @property
     def busy(self) -> int:
-        return sum(self.in_flight.values()) + len(self.held)
+        return sum(self.in_flight.values())
 
 
 class RecordSlots:
-    """The slots one write of outcomes claims into.
+    """The slots one record of outcomes claims into (across its retries and splits).
 
-    While the recorder decides, ``take`` gives the next dispatch it writes a slot of its
-    destination's, within that destination's limit: first a unit of the overall room that
-    the write's own completions hold (``held``), else a free one within the overall room;
-    False when there is none (or claiming is off), and the row is written queued for the
-    claim loop. A transaction that does not commit gives back what it took and the units
-    it used are held again (``undo``); one that commits releases the units it did not use
-    (``committed``)."""
+    While the recorder decides, ``take`` gives the next dispatch it writes a free slot of
+    its destination's, within that destination's limit and the overall one; False when
+    there is none (or claiming is off), and the row is written queued for the claim loop.
+    A transaction that does not commit gives back what it took (``undo``)."""
 
-    def __init__(
-        self, capacity: Capacity, claiming: Callable[[], bool], held: Iterable[Held] = ()
-    ) -> None:
+    def __init__(self, capacity: Capacity, claiming: Callable[[], bool]) -> None:
         self.capacity = capacity
         self.claiming = claiming
-        self.held = [attempt for attempt in held if attempt in capacity.held]
-        self.taken: list[tuple[str, Held | None]] = []
+        self.taken: list[str] = []
 
     def take(self, destination: str) -> bool:
-        if not self.claiming():
+        if not self.claiming() or not self.capacity.has_room_for(destination):
             return False
-        capacity = self.capacity
-        used: Held | None = None
-        if self.held and capacity.under_limit(destination):
-            used = self.held.pop()
-            capacity.held.remove(used)
-        elif not capacity.has_room_for(destination):
-            return False
-        capacity.take(destination)
-        self.taken.append((destination, used))
+        self.capacity.take(destination)
+        self.taken.append(destination)
         return True
 
     def undo(self) -> None:
         """The transaction that took ``taken`` did not commit: nothing was claimed."""
-        for destination, used in self.taken:
+        for destination in self.taken:
             self.capacity.give_back(destination)
-            if used is not None:
-                self.capacity.hold(used)
-                self.held.append(used)
         self.taken = []
 
-    def committed(self) -> int:
-        """What was taken is now a claim's, given back when its call ends; the held units not
-        turned into one are released (returns how many)."""
+    def committed(self) -> None:
+        """What was taken is now a claim's, given back when its call ends."""
         self.taken = []
-        released = self.capacity.release(self.held)
-        self.held = []
-        return released

@@ -23,9 +23,9 @@ from effectusd.backends.errors import TRANSIENT_ERRORS, failure_name
 from effectusd.core.engine import Completion
 from effectusd.core.pre_send import LEASE_TOO_SHORT, pre_send
 from effectusd.core.registry import Registry
-from effectusd.core.states import Cause, FencingStatus, OutcomeClass
+from effectusd.core.states import Cause, FencingStatus
 from effectusd.core.transition import fencing_after_call
-from effectusd.dispatcher.capacity import Capacity, Held, RecordSlots
+from effectusd.dispatcher.capacity import Capacity, RecordSlots
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.observability import log_transition
 from effectusd.dispatcher.recorder import Recorder
@@ -67,7 +67,6 @@ class Pipeline:
             metrics,
             recorded=self._recorded,
             caught_up=wake.set,
-            ended=self._release,
         )
         self.calls: set[asyncio.Task[None]] = set()
         self.claiming = True  # the recorder claims where a slot is free; off before a drain
@@ -93,8 +92,7 @@ class Pipeline:
 
     def free(self) -> dict[str, int]:
         """The slots a claim may take now: none while the recorder is ``behind`` (a slot is
-        free again when its call ends, before its outcome is recorded; a success keeps a unit
-        of the overall room for its next step until then, see ``_finish``)."""
+        free again when its call ends, before its outcome is recorded)."""
         return {} if self.recorder.behind else self.capacity.free()
 
     def _start(self, claims: list[Claim], claimed_at: float) -> None:
@@ -235,12 +233,7 @@ class Pipeline:
         self._finish(claim, _completion(claim, ahead, result))
 
     def _finish(self, claim: Claim, completion: Completion) -> None:
-        """The call ended: its destination's slot is free again. A success may have a next
-        step, which its record claims into the unit of the overall room the success keeps
-        (``Capacity.hold``) until that record commits or the recorder is done with it."""
         self.capacity.give_back(claim.destination)
-        if (held := _held(completion)) is not None:
-            self.capacity.hold(held)
         self.recorder.put(completion)
         self.wake.set()  # a slot is free again
 
@@ -248,31 +241,19 @@ class Pipeline:
     async def _record_claiming(self, batch: Sequence[Completion]) -> RecordReport:
         """The recorder's port: record ``batch`` in one transaction; the next dispatches that
         get a slot (taken with no await between check and take) are written claimed in it
-        and started at once, first into the units ``batch``'s successes hold. If the
-        transaction does not commit, every slot it took is given back and every unit held
-        again; if it does, the units it did not use are released."""
-        slots = RecordSlots(
-            self.capacity,
-            lambda: self.claiming and not self.recorder.behind,
-            [held for completion in batch if (held := _held(completion)) is not None],
-        )
+        and started at once. If the transaction does not commit, every slot it took is given
+        back."""
+        slots = RecordSlots(self.capacity, lambda: self.claiming and not self.recorder.behind)
         started = time.monotonic()  # before the transaction: our view of the lease is early
         try:
             report = await self.store.record(batch, slots)
         except BaseException:
             slots.undo()
             raise
-        if slots.committed():
-            self.wake.set()
+        slots.committed()
         if report.claimed:
             self._start(report.claimed, started)
         return report
-
-    def _release(self, batch: Sequence[Completion]) -> None:
-        """The recorder is done with ``batch`` (whatever became of it: quarantined, deferred,
-        failed): the units its successes still hold are free."""
-        if self.capacity.release(held for c in batch if (held := _held(c)) is not None):
-            self.wake.set()
 
     def _recorded(self, batch: Sequence[Completion], report: RecordReport) -> None:
         self.spans.recorded(batch, report)
@@ -301,15 +282,6 @@ def _lease_covers_call(claim: Claim, claimed_at: float) -> bool:
     """Judged on the local monotonic clock, from before the claim was even sent."""
     lease_ends = claimed_at + claim.lease_seconds
     return time.monotonic() + claim.timeout_ms / 1000 + LEASE_SLACK_S <= lease_ends
-
-
-def _held(completion: Completion) -> Held | None:
-    """The unit of the room ``completion`` holds, if any: a success's. Only the call's own
-    completion of an attempt is a success (a reclaim's never is), so only the recorder's
-    writes of that completion claim into its unit or release it."""
-    if completion.outcome is OutcomeClass.SUCCESS:
-        return (completion.dispatch_id, completion.attempt)
-    return None
 
 
 def _completion(claim: Claim, ahead: WriteAhead, result: CallResult) -> Completion:

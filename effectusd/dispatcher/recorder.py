@@ -12,8 +12,7 @@ transaction. Around that one write the recorder owns what every group commit nee
 * ``behind``: so many outcomes wait that nothing new may be claimed until a round catches up.
 
 It knows nothing of stores, claims or spans: the pipeline gives it the port and is told of
-each recorded batch (``recorded``) and of each round's end, whatever became of its batch
-(``ended``).
+each recorded batch (``recorded``).
 """
 
 from __future__ import annotations
@@ -48,21 +47,18 @@ class Recorder:
         *,
         recorded: Callable[[Sequence[Completion], RecordReport], None],
         caught_up: Callable[[], None],
-        ended: Callable[[Sequence[Completion]], None],
         batch_size: int = RECORD_BATCH,
         limit: int = UNRECORDED_LIMIT,
     ) -> None:
         """``write``: the port, one transaction per call. ``quarantine``: settles the one
         outcome ``write`` cannot take, given the failure's name. ``recorded``: told of each
         batch recorded, with its report. ``caught_up``: told when the queue falls back under
-        ``limit`` (claims held back may go on). ``ended``: told of a round's batch when the
-        round ends, recorded, quarantined, deferred back to the queue or failed."""
+        ``limit`` (claims held back may go on)."""
         self.write = write
         self.quarantine = quarantine
         self.metrics = metrics
         self.recorded = recorded
         self.caught_up = caught_up
-        self.ended = ended
         self.batch_size = batch_size
         self.limit = limit
         self.queue: asyncio.Queue[Completion] = asyncio.Queue()
@@ -103,7 +99,6 @@ class Recorder:
             await self.record(batch)
         finally:
             self.recording_since = None
-            self.ended(batch)
             for _ in batch:
                 self.queue.task_done()
         return 0.0

@@ -197,37 +197,3 @@ async def test_the_daemon_writes_ahead_only_what_its_claims_did_not(
         {"effect_id": "s2", "sent": True, "fencing_status": "propagated"},
         {"effect_id": "s3", "sent": True, "fencing_status": "not_requested"},
     ]
-
-
-async def test_under_a_backlog_each_next_step_takes_the_unit_its_step_leaves(db: str) -> None:
-    """Forty three-step sagas at a concurrency of four: a success keeps its unit of the room
-    until its record, which claims the next step into it, so every next step is born claimed
-    (its attempt row's claimed_at is its outbox row's birth), only first steps wait for the
-    claim loop, and no held unit is left once the daemon is idle."""
-    with running() as dest:
-        config = make_config(
-            dest.base_url,
-            {"work": {}},
-            destinations={"dest": {"base_url": dest.base_url, "max_concurrency": 4}},
-            dispatcher={"concurrency": 4},
-        )
-        client = client_for(config, db)
-        for i in range(40):
-            client.submit(serial_plan("three", ["work"] * 3), execution_id=f"x-{i}")
-        daemon = await run_until_idle(config, db)
-
-    assert len(dest.requests) == 120
-    born = fetch(
-        db,
-        "SELECT o.effect_id, count(*) FILTER (WHERE a.claimed_at = o.created_at) AS claimed, "
-        "count(*) AS all FROM effectus_saga_attempts a JOIN effectus_saga_outbox o "
-        "USING (dispatch_id) GROUP BY o.effect_id ORDER BY o.effect_id",
-    )
-    assert born == [
-        {"effect_id": "s1", "claimed": 0, "all": 40},
-        {"effect_id": "s2", "claimed": 40, "all": 40},
-        {"effect_id": "s3", "claimed": 40, "all": 40},
-    ]
-    assert daemon.pipeline is not None
-    capacity = daemon.pipeline.capacity
-    assert (capacity.busy, capacity.held) == (0, set())

@@ -36,7 +36,6 @@ class Port:
         self.tried: list[list[int]] = []
         self.written: list[list[int]] = []
         self.quarantined: list[tuple[int, str]] = []
-        self.ended: list[list[int]] = []  # the recorder's ``ended``: each round's batch
 
     async def write(self, batch: Sequence[Completion]) -> RecordReport:
         ids = [c.dispatch_id for c in batch]
@@ -64,7 +63,6 @@ def recorder_on(port: Port, limit: int = 512, batch_size: int = 256) -> tuple[Re
         Metrics(),
         recorded=lambda batch, report: told.append(([c.dispatch_id for c in batch], report)),
         caught_up=lambda: told.append(([], RecordReport())),
-        ended=lambda batch: port.ended.append([c.dispatch_id for c in batch]),
         batch_size=batch_size,
         limit=limit,
     )
@@ -176,26 +174,3 @@ async def test_isolate_hands_exactly_the_failing_items_to_alone_whatever_the_bat
     written = await isolate(list(range(size)), write, one, lambda a, b: a + b)
     assert sorted(alone) == sorted(bad)
     assert sorted(written) == sorted(set(range(size)) - bad)
-
-
-async def test_every_round_tells_its_end_whatever_became_of_its_batch() -> None:
-    """``ended`` (where the pipeline releases the units its successes hold) hears of each
-    round's whole batch: recorded, split and quarantined, deferred, or failed outright."""
-    port = Port(poison=[2], defer=[3])
-    recorder, _ = recorder_on(port)
-    for dispatch_id in (1, 2, 3):
-        recorder.put(outcome(dispatch_id))
-    await recorder.round()
-    assert port.quarantined == [(2, "ValueError")]
-    assert port.ended == [[1, 2, 3]]
-    await recorder.round()  # the deferred one, recorded in a round of its own
-    assert port.ended == [[1, 2, 3], [3]]
-
-    def refused(batch: Sequence[Completion], report: RecordReport) -> None:
-        raise RuntimeError("after the write")
-
-    recorder.recorded = refused
-    recorder.put(outcome(4))
-    with pytest.raises(RuntimeError):
-        await recorder.round()
-    assert port.ended[-1] == [4]
