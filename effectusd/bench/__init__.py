@@ -47,7 +47,7 @@ from effectusd.bench.measures import DatabaseCpu, RssSampler, daemon_rss_mb, per
 from effectusd.bench.soak import run_soak
 from effectusd.client import Client
 from effectusd.config import Config, parse_config
-from effectusd.core.states import Direction
+from effectusd.core.states import Direction, FencingStatus
 from effectusd.core.submission import ensure_checked
 from effectusd.dispatcher.daemon import Daemon
 from effectusd.executors.protocol import Executor, Invocation
@@ -327,6 +327,9 @@ async def _bare_calls_per_s(
         deadline=datetime.now(UTC) + timedelta(hours=1),
         key_issued_at=datetime.now(UTC),
         timeout=10.0,
+        dispatch_id=0,  # no dispatch: the bare calls' completions are read, never recorded
+        lease_token=None,
+        fencing_sent=FencingStatus.NOT_REQUESTED,
     )
 
     async def loop(executors: Mapping[str, Executor]) -> tuple[float, float]:

@@ -90,8 +90,9 @@ class FenceWait:
 
 
 class HeldAttempt(Protocol):
-    """One attempt of a dispatch under a lease (a store's claim): what a completion of it is
-    matched by when recorded."""
+    """One attempt of a dispatch under a lease (a store's claim, or the executor's invocation
+    of it): what a completion of it is matched by when recorded. A probe's invocation names
+    the probed attempt under no lease (None): its answer is read, never recorded."""
 
     @property
     def dispatch_id(self) -> int: ...
@@ -100,7 +101,7 @@ class HeldAttempt(Protocol):
     def attempt(self) -> int: ...
 
     @property
-    def lease_token(self) -> str: ...
+    def lease_token(self) -> str | None: ...
 
 
 @frozen
@@ -131,6 +132,35 @@ class Completion:
         """The completion of the attempt ``held`` leases: the recorder's guard checks its
         attempt and lease token, so an answer under a superseded lease is only kept as late."""
         return cls(held.dispatch_id, held.attempt, held.lease_token, outcome, **details)
+
+    @classmethod
+    def answered(
+        cls,
+        held: HeldAttempt,
+        outcome: OutcomeClass,
+        *,
+        status_code: int | None,
+        result: JsonValue,
+        error: str | None,
+        evidence: Mapping[str, Any],
+        fencing_acknowledged: bool,
+        fencing_sent: FencingStatus,
+    ) -> Completion:
+        """The attempt ``held`` as its executor classified it (a transport failure included):
+        the one constructor of every call's completion. Its fencing status is the one it was
+        sent with (``fencing_sent``, the write-ahead's) moved on by the answer
+        (``_fencing_after_call``)."""
+        return cls(
+            held.dispatch_id,
+            held.attempt,
+            held.lease_token,
+            outcome,
+            status_code=status_code,
+            result=result,
+            error=error,
+            evidence=evidence,
+            fencing_status=_fencing_after_call(fencing_sent, outcome, fencing_acknowledged),
+        )
 
     @classmethod
     def not_sent(
@@ -241,7 +271,7 @@ class Transition:
     cancel_dispatches: list[str] = field(default_factory=list)
 
 
-def fencing_after_call(
+def _fencing_after_call(
     sent: FencingStatus, outcome: OutcomeClass, acknowledged: bool
 ) -> FencingStatus:
     """An attempt's fencing status once its answer is in: a stale-fence answer rejected the

@@ -24,13 +24,12 @@ from effectusd.core.engine import Completion
 from effectusd.core.pre_send import LEASE_TOO_SHORT, pre_send
 from effectusd.core.registry import Registry
 from effectusd.core.states import Cause, FencingStatus
-from effectusd.core.transition import fencing_after_call
 from effectusd.dispatcher.capacity import Capacity, RecordSlots
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.observability import log_transition
 from effectusd.dispatcher.recorder import Recorder
 from effectusd.dispatcher.spans import NO_SPANS, AttemptSpans, NoSpans
-from effectusd.executors.protocol import CallResult, Executor, FencingGrant, Invocation
+from effectusd.executors.protocol import Executor, FencingGrant, Invocation
 from effectusd.store.dispatch import DispatchStore, RecordReport
 from effectusd.store.records import Claim, WriteAhead
 from effectusd.tracing import AttemptTracer
@@ -215,6 +214,9 @@ class Pipeline:
             deadline=claim.db_now + timedelta(seconds=timeout),
             key_issued_at=claim.created_at,  # the dispatch's enqueue: the same for every attempt
             timeout=timeout,
+            dispatch_id=claim.dispatch_id,
+            lease_token=claim.lease_token,
+            fencing_sent=ahead.fencing_status,
             trace_headers=trace_headers,
         )
         metrics = self.metrics
@@ -222,15 +224,15 @@ class Pipeline:
         in_flight.inc()
         started = time.perf_counter()
         try:
-            result = await self.executors[claim.destination].call(invocation)
+            completion = await self.executors[claim.destination].call(invocation)
         finally:
             in_flight.dec()
-        self.spans.called(claim, token, result)
+        self.spans.called(claim, token, completion)
         metrics.child(metrics.call_seconds, claim.destination, claim.verb).observe(
             time.perf_counter() - started
         )
         faults.point("after_call")
-        self._finish(claim, _completion(claim, ahead, result))
+        self._finish(claim, completion)
 
     def _finish(self, claim: Claim, completion: Completion) -> None:
         self.capacity.give_back(claim.destination)
@@ -282,20 +284,6 @@ def _lease_covers_call(claim: Claim, claimed_at: float) -> bool:
     """Judged on the local monotonic clock, from before the claim was even sent."""
     lease_ends = claimed_at + claim.lease_seconds
     return time.monotonic() + claim.timeout_ms / 1000 + LEASE_SLACK_S <= lease_ends
-
-
-def _completion(claim: Claim, ahead: WriteAhead, result: CallResult) -> Completion:
-    return Completion.of(
-        claim,
-        result.outcome,
-        status_code=result.status_code,
-        result=result.result,
-        error=result.error,
-        evidence=result.evidence,
-        fencing_status=fencing_after_call(
-            FencingStatus(ahead.fencing_status), result.outcome, result.fencing_acknowledged
-        ),
-    )
 
 
 def _pair(completions: list[Completion], claims: list[Claim]) -> list[tuple[Completion, Claim]]:

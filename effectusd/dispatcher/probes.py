@@ -118,7 +118,9 @@ class Prober:
         timeout = self.config.destinations[destination].timeout
         async with self._room[destination]:
             identity = _identity(ticket, datetime.now(UTC) + timeout)
-            return await send_probe(self.executors[destination], identity, path, timeout)
+            return await send_probe(
+                self.executors[destination], identity, ticket.dispatch_id, path, timeout
+            )
 
 
 def _identity(ticket: ProbeTicket, deadline: datetime) -> RequestIdentity:

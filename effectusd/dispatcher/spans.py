@@ -13,7 +13,6 @@ from collections.abc import Iterable, Sequence
 from effectusd.core.engine import Completion
 from effectusd.core.states import OutcomeClass
 from effectusd.executors.classify import without_reason
-from effectusd.executors.protocol import CallResult
 from effectusd.store.dispatch import DispatchStore, RecordReport
 from effectusd.store.records import Claim, WriteAhead
 from effectusd.tracing import AttemptTracer, Span
@@ -64,7 +63,7 @@ class NoSpans:
     def calling(self, claim: Claim) -> tuple[dict[str, str] | None, object | None]:
         return None, None
 
-    def called(self, claim: Claim, token: object | None, result: CallResult) -> None:
+    def called(self, claim: Claim, token: object | None, completion: Completion) -> None:
         return None
 
     def recorded(self, batch: Iterable[Completion], report: RecordReport) -> None:
@@ -132,12 +131,12 @@ class AttemptSpans(NoSpans):
         span.event("call")
         return span.headers(), span.attach()
 
-    def called(self, claim: Claim, token: object | None, result: CallResult) -> None:
+    def called(self, claim: Claim, token: object | None, completion: Completion) -> None:
         if token is not None:
             Span.detach(token)
         span = self.open.get(_key(claim))
-        if span is not None and result.status_code is not None:
-            span.set({"http.response.status_code": result.status_code})
+        if span is not None and completion.status_code is not None:
+            span.set({"http.response.status_code": completion.status_code})
 
     def recorded(self, batch: Iterable[Completion], report: RecordReport) -> None:
         """End the span of each completion recorded (deferred ones stay open), with the
@@ -160,7 +159,7 @@ class AttemptSpans(NoSpans):
                     attributes["effectusd.saga_state"] = transition.saga.state.value
             span.event("record", attributes)
             if completion.outcome is not OutcomeClass.SUCCESS:
-                # the error names classes and reasons, never values (CallResult.error), and
+                # the error names classes and reasons, never values (Completion.error), and
                 # not what the destination said (kept as the attempt's evidence only)
                 error = without_reason(completion.error, completion.evidence)
                 span.fail(f"{completion.outcome.value}: {error or 'no detail'}")

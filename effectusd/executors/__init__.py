@@ -1,5 +1,5 @@
 """Executors carry out one invocation against a destination and classify what happened."""
 
-from effectusd.executors.protocol import CallResult, Executor, FencingGrant, Invocation
+from effectusd.executors.protocol import Executor, FencingGrant, Invocation
 
-__all__ = ["CallResult", "Executor", "FencingGrant", "Invocation"]
+__all__ = ["Executor", "FencingGrant", "Invocation"]

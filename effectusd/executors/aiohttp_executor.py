@@ -42,6 +42,7 @@ from yarl import URL
 
 from effectusd import faults
 from effectusd.config import DestinationConfig
+from effectusd.core.transition import Completion
 from effectusd.core.wire import has_control
 from effectusd.executors.base import (
     USER_AGENT,
@@ -51,7 +52,7 @@ from effectusd.executors.base import (
     tls_context,
 )
 from effectusd.executors.classify import ANSWER_HEADERS, Wire
-from effectusd.executors.protocol import CallResult, Invocation
+from effectusd.executors.protocol import Invocation
 
 # Idle connections are dropped by us before the 5 s after which uvicorn and Node drop them, so
 # the race of reusing a connection the server is closing stays rare (it is still classified
@@ -71,8 +72,8 @@ class _Wire(Wire):
 
     __slots__ = ("acquired", "stage")
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, invocation: Invocation) -> None:
+        super().__init__(invocation)
         self.stage: str | None = None  # set only by the connector: proof that its hooks ran
         self.acquired: str | None = None  # "new" / "reused": a connection was handed over
 
@@ -214,8 +215,8 @@ class AiohttpExecutor(BaseHttpExecutor[tuple[str, URL, bytes, dict[str, str], An
         if self._session is not None:
             await self._session.close()
 
-    def _new_wire(self) -> _Wire:
-        return _Wire()
+    def _new_wire(self, inv: Invocation) -> _Wire:
+        return _Wire(inv)
 
     def _build(
         self, inv: Invocation, headers: dict[str, str], total: float, wire: _Wire
@@ -235,7 +236,7 @@ class AiohttpExecutor(BaseHttpExecutor[tuple[str, URL, bytes, dict[str, str], An
 
     async def _exchange(
         self, request: tuple[str, URL, bytes, dict[str, str], Any], wire: _Wire, started: float
-    ) -> CallResult:
+    ) -> Completion:
         method, url, body, headers, timeout = request
         session = self._session or self._open()
         token = _CURRENT.set(wire)

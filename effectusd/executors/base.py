@@ -14,6 +14,7 @@ from typing import Generic, TypeVar
 
 from effectusd.config import TRANSPORT_HEADERS, DestinationConfig
 from effectusd.core.states import OutcomeClass
+from effectusd.core.transition import Completion
 from effectusd.core.wire import (
     WireError,
     encode_request_headers,
@@ -22,7 +23,7 @@ from effectusd.core.wire import (
     is_token,
 )
 from effectusd.executors.classify import Wire, classify
-from effectusd.executors.protocol import CallResult, Invocation
+from effectusd.executors.protocol import Invocation
 
 USER_AGENT = "effectusd"
 
@@ -97,7 +98,7 @@ class BaseHttpExecutor(Generic[Request, WireT]):
     async def aclose(self) -> None:
         raise NotImplementedError
 
-    def _new_wire(self) -> WireT:
+    def _new_wire(self, inv: Invocation) -> WireT:
         raise NotImplementedError
 
     def _build(
@@ -106,17 +107,16 @@ class BaseHttpExecutor(Generic[Request, WireT]):
         """A transport request; must not touch the network. Raising means nothing was sent."""
         raise NotImplementedError
 
-    async def _exchange(self, request: Request, wire: WireT, started: float) -> CallResult:
+    async def _exchange(self, request: Request, wire: WireT, started: float) -> Completion:
         """Send, record the answer on ``wire`` and finish with ``self._classify``."""
         raise NotImplementedError
 
     def _describe(self, exc: BaseException) -> str:
         return error_name(exc)
 
-    async def call(self, inv: Invocation) -> CallResult:
+    async def call(self, inv: Invocation) -> Completion:
         started = time.monotonic()
-        wire = self._new_wire()
-        wire.request_id = inv.request_id
+        wire = self._new_wire(inv)
         total = min(inv.timeout, self._timeout)
         wire.deadline = asyncio.get_running_loop().time() + total
         try:
@@ -139,7 +139,7 @@ class BaseHttpExecutor(Generic[Request, WireT]):
         try:
             async with deadline:
                 return await self._exchange(request, wire, started)
-        except Exception as exc:  # noqa: BLE001 - every failure must become a classified result
+        except Exception as exc:  # noqa: BLE001 - every failure must become a completion
             what = f"timeout of {total:g} s" if deadline.expired() else self._describe(exc)
             if wire.provably_not_sent(exc):
                 return wire.not_sent(started, f"{what} before the request was sent")
@@ -152,7 +152,7 @@ class BaseHttpExecutor(Generic[Request, WireT]):
         started: float,
         headers: Mapping[str, str],
         read_body: Callable[[int], Awaitable[bytes | None]],
-    ) -> CallResult:
+    ) -> Completion:
         return await classify(
             wire,
             started,

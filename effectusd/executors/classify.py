@@ -1,4 +1,4 @@
-"""How an HTTP transport turns what it saw on the wire into a classified result.
+"""How an HTTP transport turns what it saw on the wire into the attempt's Completion.
 
 A transport only sends and says what it saw. Whether a failed call "may have been sent" is the
 transport's ``Wire.provably_not_sent``: a request counts as not sent only on positive evidence
@@ -13,8 +13,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from effectusd.core.canonical import parse_json, printable
+from effectusd.core.canonical import JsonValue, parse_json, printable
 from effectusd.core.states import OutcomeClass
+from effectusd.core.transition import Completion
 from effectusd.core.wire import (
     FENCING,
     OUTCOME,
@@ -25,7 +26,7 @@ from effectusd.core.wire import (
     echo_matches,
     is_retry_after,
 )
-from effectusd.executors.protocol import CallResult
+from effectusd.executors.protocol import Invocation
 from effectusd.executors.storable import body_digest, unstorable_reasons
 
 ANSWER_HEADERS = (*REPLY_HEADERS, REQUEST_ID)  # every header classification reads
@@ -40,12 +41,12 @@ MAYBE_SENT = "maybe_sent"
 class Wire:
     """What one request did on the wire, as far as the transport can prove it."""
 
-    __slots__ = ("body", "deadline", "echo", "headers", "reason", "request_id", "status_code")
+    __slots__ = ("body", "deadline", "echo", "headers", "invocation", "reason", "status_code")
 
-    def __init__(self) -> None:
+    def __init__(self, invocation: Invocation) -> None:
+        self.invocation = invocation  # the attempt this request carries out
         self.status_code: int | None = None
         self.headers: dict[str, str] = {}
-        self.request_id = ""  # this attempt's, set before anything is sent
         self.echo: str | None = None  # how the destination's request-ID echo compared
         self.body: dict[str, Any] | None = None  # size and hash of a body we could not keep
         self.reason: str | None = None  # what a refusal's body says, bounded and printable
@@ -73,9 +74,9 @@ class Wire:
         outcome: OutcomeClass,
         error: str | None = None,
         *,
-        result: Any = None,
+        result: JsonValue = None,
         sent: str = MAYBE_SENT,
-    ) -> CallResult:
+    ) -> Completion:
         evidence: dict[str, Any] = {
             "sent": sent,
             "status_code": self.status_code,
@@ -92,17 +93,19 @@ class Wire:
             if self.reason is not None:
                 evidence["reason"] = self.reason
                 error = f"{error}: {self.reason}"
-        acknowledged = decode_fencing(self.headers.get(FENCING))
-        return CallResult(
-            outcome=outcome,
+        invocation = self.invocation
+        return Completion.answered(
+            invocation,
+            outcome,
             status_code=self.status_code,
             result=result,
             error=error,
-            fencing_acknowledged=acknowledged,
             evidence=evidence,
+            fencing_acknowledged=decode_fencing(self.headers.get(FENCING)),
+            fencing_sent=invocation.fencing_sent,
         )
 
-    def not_sent(self, started: float, error: str) -> CallResult:
+    def not_sent(self, started: float, error: str) -> Completion:
         return self.result(started, OutcomeClass.RETRYABLE, error, sent=NOT_SENT)
 
 
@@ -114,7 +117,7 @@ async def classify(
     *,
     status_map: Mapping[int, OutcomeClass],
     max_response_bytes: int,
-) -> CallResult:
+) -> Completion:
     """The outcome of an answer whose status is recorded on ``wire``; reads the body only when
     the headers say success."""
     status = wire.status_code
@@ -198,7 +201,7 @@ def _header_outcome(
     if echoed is not None:
         # An answer naming another request is not this one's, whatever it says: e.g. a
         # stray second response left on a kept-alive connection by an earlier exchange.
-        matched = echo_matches(echoed, wire.request_id)
+        matched = echo_matches(echoed, wire.invocation.request_id)
         wire.echo = "matched" if matched else "mismatched"
         if not matched:
             doubt = f"HTTP {status} whose {REQUEST_ID} echo names another request"
@@ -218,7 +221,7 @@ def _header_outcome(
     return OutcomeClass.UNKNOWN, doubt
 
 
-def _success_body(wire: Wire, started: float, status: int, body: bytes) -> CallResult:
+def _success_body(wire: Wire, started: float, status: int, body: bytes) -> Completion:
     """A success answer's body: its JSON is the step's result, if the store can hold it."""
     if not body:
         return wire.result(started, OutcomeClass.SUCCESS)

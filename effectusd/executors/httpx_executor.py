@@ -19,9 +19,10 @@ import httpx
 
 from effectusd import faults
 from effectusd.config import DestinationConfig
+from effectusd.core.transition import Completion
 from effectusd.executors.base import USER_AGENT, BaseHttpExecutor, tls_context
 from effectusd.executors.classify import Wire
-from effectusd.executors.protocol import CallResult, Invocation
+from effectusd.executors.protocol import Invocation
 
 # httpcore trace events that only happen while opening a new connection, before any request byte.
 _CONNECT_EVENTS = frozenset(
@@ -40,8 +41,8 @@ class _Wire(Wire):
 
     __slots__ = ("_executor", "events")
 
-    def __init__(self, executor: HttpxExecutor) -> None:
-        super().__init__()
+    def __init__(self, executor: HttpxExecutor, invocation: Invocation) -> None:
+        super().__init__(invocation)
         self._executor = executor
         self.events: list[str] = []
 
@@ -100,8 +101,8 @@ class HttpxExecutor(BaseHttpExecutor[httpx.Request, _Wire]):
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    def _new_wire(self) -> _Wire:
-        return _Wire(self)
+    def _new_wire(self, inv: Invocation) -> _Wire:
+        return _Wire(self, inv)
 
     def _build(
         self, inv: Invocation, headers: dict[str, str], total: float, wire: _Wire
@@ -115,7 +116,7 @@ class HttpxExecutor(BaseHttpExecutor[httpx.Request, _Wire]):
             extensions={"trace": wire},
         )
 
-    async def _exchange(self, request: httpx.Request, wire: _Wire, started: float) -> CallResult:
+    async def _exchange(self, request: httpx.Request, wire: _Wire, started: float) -> Completion:
         response = await self._client.send(request, stream=True)
         try:
             wire.answered(response.status_code, response.headers)

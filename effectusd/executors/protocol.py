@@ -1,45 +1,42 @@
-"""The executor port: one invocation in, one classified result out."""
+"""The executor port: one invocation in, the attempt's Completion out."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import field
-from typing import Any, Protocol
+from typing import Protocol
 
 from effectusd.core.frozen import frozen
-from effectusd.core.states import OutcomeClass
+from effectusd.core.states import FencingStatus
+from effectusd.core.transition import Completion
 from effectusd.core.wire import FencingGrant, RequestIdentity
 
-__all__ = ["CallResult", "Executor", "FencingGrant", "Invocation"]
+__all__ = ["Executor", "FencingGrant", "Invocation"]
 
 
 @frozen
 class Invocation(RequestIdentity):
     """Everything an executor needs for one attempt: the identity, which travels in reserved
-    headers (request_id is unique per attempt; the deadline is sent as RFC 3339), and the
-    request to send."""
+    headers (request_id is unique per attempt; the deadline is sent as RFC 3339), the request
+    to send, and what the attempt's Completion names of the held attempt, which never goes
+    on the wire (``Completion.answered``)."""
 
     method: str
     path: str  # rendered and percent-encoded, starts with "/"
     body: bytes  # exactly the canonical argument bytes
     timeout: float  # seconds for the whole call
+    dispatch_id: int
+    # the lease the attempt is held under: never in a header, a log or a repr; a probe's
+    # invocation holds none (None)
+    lease_token: str | None = field(repr=False)
+    fencing_sent: FencingStatus  # the write-ahead's; not_requested without grants
     # traceparent (and tracestate) of the attempt's span; None while tracing is off
     trace_headers: Mapping[str, str] | None = None
 
 
-@frozen
-class CallResult:
-    outcome: OutcomeClass
-    status_code: int | None = None
-    result: Any = None  # the parsed JSON body on success
-    # what went wrong, for humans: our words name classes and reasons, never secrets or argument
-    # values; a refusal's own reason follows its status (evidence["reason"], design.md section 5)
-    error: str | None = None
-    fencing_acknowledged: bool = False
-    evidence: dict[str, Any] = field(default_factory=dict)
-
-
 class Executor(Protocol):
-    async def call(self, invocation: Invocation) -> CallResult: ...
+    async def call(self, invocation: Invocation) -> Completion:
+        """The attempt's completion: every failure is one (classified, never raised)."""
+        ...
 
     async def aclose(self) -> None: ...

@@ -38,7 +38,7 @@ from contrib.kit_shop_service import BUSINESS_TABLES, SCHEMA, SQLITE_SCHEMA
 from contrib.kit_shop_service import build_app as build_shop
 from effectusd.config import DestinationConfig
 from effectusd.core.canonical import canonical_bytes, parse_json, sha256_hex
-from effectusd.core.states import Direction, OutcomeClass
+from effectusd.core.states import Direction, FencingStatus, OutcomeClass
 from effectusd.core.wire import encode_request_headers
 from effectusd.destination import (
     EffectusRequest,
@@ -111,6 +111,9 @@ def invocation(
         deadline=datetime.now(UTC) + timedelta(minutes=5) if deadline is None else deadline,
         key_issued_at=datetime.now(UTC) if issued_at is None else issued_at,
         timeout=10.0,
+        dispatch_id=1,
+        lease_token="lease-1",
+        fencing_sent=FencingStatus.PROPAGATED if grants else FencingStatus.NOT_REQUESTED,
     )
 
 
@@ -756,7 +759,8 @@ async def test_executor_gets_success_then_the_same_result_replayed(
 ) -> None:
     first = await shop.call(charge("a"))
     again = await shop.call(charge("a", attempt=2, grants=(FencingGrant("account:acct-1", 11),)))
-    assert first.outcome is OutcomeClass.SUCCESS and first.fencing_acknowledged
+    assert first.outcome is OutcomeClass.SUCCESS
+    assert first.fencing_status is FencingStatus.ACKNOWLEDGED
     assert first.result["charge_id"].startswith("ch-")
     assert again.outcome is OutcomeClass.SUCCESS and again.result == first.result
     assert await kit.count("kit_shop_charges") == 1

@@ -12,8 +12,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from effectusd.core.transition import Completion
 from effectusd.executors.httpx_executor import HttpxExecutor
-from effectusd.executors.protocol import CallResult, Invocation
+from effectusd.executors.protocol import Invocation
 from tests.support import backends
 from tests.support.destination import HeldUntilMoreThan, Request, Response, running
 from tests.support.harness import (
@@ -39,15 +40,15 @@ class PausedExecutor:
         self.inner = inner
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
-        self.results: list[CallResult] = []
+        self.completions: list[Completion] = []
 
-    async def call(self, invocation: Invocation) -> CallResult:
+    async def call(self, invocation: Invocation) -> Completion:
         if not self.entered.is_set():
             self.entered.set()
             await self.release.wait()
-        result = await self.inner.call(invocation)
-        self.results.append(result)
-        return result
+        completion = await self.inner.call(invocation)
+        self.completions.append(completion)
+        return completion
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -88,7 +89,7 @@ async def test_late_completion_after_lease_expiry_is_kept_as_evidence(
             expire_leases(store_url)
             await run_until_idle(config, store_url)  # a second daemon reclaims the expired lease
             zombie.release.set()  # the zombie wakes, calls, and reports attempt 1
-            await wait_for(lambda: zombie.results)
+            await wait_for(lambda: zombie.completions)
             await wait_for(lambda: attempts_of(store_url, saga, "s1")[0]["late"])
 
         attempts = attempts_of(store_url, saga, "s1")

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from effectusd.core.canonical import canonical_text
-from effectusd.core.states import OutcomeClass
+from effectusd.core.states import FencingStatus, OutcomeClass
+from effectusd.core.transition import Completion
 from effectusd.executors.factory import EXECUTOR_CLASSES
-from effectusd.executors.protocol import CallResult
 from tests.integration.test_http_executor import (
     Chosen,
     RawServer,
@@ -40,7 +40,7 @@ def transport(request: pytest.FixtureRequest) -> Iterator[str]:
     Chosen.transport = "httpx"
 
 
-def assert_storable(result: CallResult) -> str:
+def assert_storable(result: Completion) -> str:
     """What the recorder writes, as RFC 8785 text: raises if it could not be canonical, and
     PostgreSQL refuses U+0000 in jsonb and text."""
     record = {"result": result.result, "error": result.error, "evidence": result.evidence}
@@ -125,7 +125,7 @@ async def test_a_token_echoed_into_evidence_headers_is_stored_as_invalid_with_it
     assert headers["X-Effectus-Outcome"] == f"(invalid, {len(TOKEN) + 7} characters)"
     assert headers["X-Effectus-Fencing"] == f"(invalid, {len(TOKEN)} characters)"
     assert headers["Retry-After"] == f"(invalid, {len(TOKEN)} characters)"
-    assert not result.fencing_acknowledged
+    assert result.fencing_status is FencingStatus.PROPAGATED  # not acknowledged
 
 
 async def test_valid_evidence_headers_are_kept_verbatim() -> None:
@@ -143,7 +143,7 @@ async def test_valid_evidence_headers_are_kept_verbatim() -> None:
         "X-Effectus-Fencing": "acknowledged",
         "Retry-After": "7",
     }
-    assert result.fencing_acknowledged
+    assert result.fencing_status is FencingStatus.ACKNOWLEDGED
 
 
 # --- 2. a stray response on a kept-alive connection -------------------------------------------
@@ -191,7 +191,7 @@ class Stray:
             self.sent.set()
 
 
-async def run_stray(stray: Stray, calls: int = 50, **config: Any) -> list[CallResult]:
+async def run_stray(stray: Stray, calls: int = 50, **config: Any) -> list[Completion]:
     results = []
     async with (
         RawServer(stray.behaviour) as server,

@@ -26,10 +26,11 @@ from typing import Any
 import pytest
 
 from effectusd.config import DestinationConfig
-from effectusd.core.states import Direction, OutcomeClass
+from effectusd.core.states import Direction, FencingStatus, OutcomeClass
+from effectusd.core.transition import Completion
 from effectusd.executors.base import BaseHttpExecutor
 from effectusd.executors.factory import EXECUTOR_CLASSES, executor_for
-from effectusd.executors.protocol import CallResult, FencingGrant, Invocation
+from effectusd.executors.protocol import FencingGrant, Invocation
 from tests.support import required
 
 # docs/design.md section 2 vectors: namespace default, execution order-7, plan checkout, step
@@ -40,6 +41,7 @@ ARGS = b'{"amount":1250,"currency":"EUR","order":"o-1"}'
 ARGS_HASH = "c15a5ceb896021e05f9224fdba000d9c5dfb42b47fe52db99e0e8d3699ab34d4"
 CONTRACT_HASH = "ab" * 32
 TOKEN = "tok-Zq8mW3xR7vK1pL"
+LEASE_TOKEN = "lease-Hq4nV8cT2yJ6"  # the attempt's lease: named by its completion, never sent
 SHORT = 0.3  # seconds; every stalled exchange ends here, never by sleeping
 
 
@@ -75,6 +77,9 @@ def invocation(**changes: Any) -> Invocation:
         deadline=datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC),
         key_issued_at=datetime(2030, 1, 1, 23, 59, 58, 123456, tzinfo=UTC),
         timeout=5.0,
+        dispatch_id=41,
+        lease_token=LEASE_TOKEN,
+        fencing_sent=FencingStatus.PROPAGATED,
     )
     return dataclasses.replace(inv, **changes)
 
@@ -273,7 +278,7 @@ def response(status: str, body: bytes, *headers: str) -> bytes:
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
-async def call_raw(behaviour: Any, **config: Any) -> tuple[CallResult, RawServer]:
+async def call_raw(behaviour: Any, **config: Any) -> tuple[Completion, RawServer]:
     async with (
         RawServer(behaviour) as server,
         executor(destination(server.base_url, **config)) as ex,
@@ -281,12 +286,12 @@ async def call_raw(behaviour: Any, **config: Any) -> tuple[CallResult, RawServer
         return await ex.call(invocation()), server
 
 
-def assert_unknown_after_sending(result: CallResult) -> None:
+def assert_unknown_after_sending(result: Completion) -> None:
     assert result.outcome is OutcomeClass.UNKNOWN, result
     assert result.evidence["sent"] == "maybe_sent"
 
 
-def assert_retryable_not_sent(result: CallResult) -> None:
+def assert_retryable_not_sent(result: Completion) -> None:
     assert result.outcome is OutcomeClass.RETRYABLE, result
     assert result.evidence["sent"] == "not_sent"
     assert result.status_code is None
@@ -319,6 +324,9 @@ async def test_every_reserved_header_arrives_with_its_exact_value(recorder: Reco
         "Content-Type": "application/json",
     }
     assert {name: got.one(name) for name in expected} == expected
+    # The completion names the held attempt; its lease goes nowhere near the wire.
+    assert (result.dispatch_id, result.attempt, result.lease_token) == (41, 3, LEASE_TOKEN)
+    assert LEASE_TOKEN not in repr(got.headers) + repr(invocation())
 
 
 async def test_body_is_the_canonical_arguments_and_matches_the_argument_hash(
@@ -606,10 +614,10 @@ async def test_fencing_acknowledgement_and_retry_after_are_kept_as_evidence(
     )
     async with executor(destination(recorder.base_url)) as ex:
         acked, throttled, silent = [await ex.call(invocation()) for _ in range(3)]
-    assert acked.fencing_acknowledged is True
+    assert acked.fencing_status is FencingStatus.ACKNOWLEDGED
     assert acked.evidence["headers"] == {"X-Effectus-Fencing": "acknowledged"}
     assert throttled.evidence["headers"]["Retry-After"] == "7"
-    assert silent.fencing_acknowledged is False
+    assert silent.fencing_status is FencingStatus.PROPAGATED
     assert isinstance(silent.evidence["elapsed_ms"], int)
 
 

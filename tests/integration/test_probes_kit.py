@@ -16,9 +16,10 @@ from pathlib import Path
 
 from effectusd.client import AsyncClient
 from effectusd.core.states import OutcomeClass
+from effectusd.core.transition import Completion
 from effectusd.core.views import SagaView
 from effectusd.executors.factory import executor_for
-from effectusd.executors.protocol import CallResult, Executor, Invocation
+from effectusd.executors.protocol import Executor, Invocation
 from tests.support.harness import daemon_running, make_config
 from tests.support.services import serving
 
@@ -41,12 +42,21 @@ class LosingFirstAnswers:
     def __init__(self, inner: Executor) -> None:
         self.inner = inner
 
-    async def call(self, invocation: Invocation) -> CallResult:
+    async def call(self, invocation: Invocation) -> Completion:
         if invocation.method == "GET" or invocation.attempt > 1:
             return await self.inner.call(invocation)
         if b'"landed-' in invocation.body:
             await self.inner.call(invocation)
-        return CallResult(OutcomeClass.UNKNOWN, error="the answer was lost (test)")
+        return Completion.answered(
+            invocation,
+            OutcomeClass.UNKNOWN,
+            status_code=None,
+            result=None,
+            error="the answer was lost (test)",
+            evidence={},
+            fencing_acknowledged=False,
+            fencing_sent=invocation.fencing_sent,
+        )
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -36,7 +36,6 @@ from effectusd.core.transition import (
     DispatchFacts,
     SagaFacts,
     StepFacts,
-    fencing_after_call,
 )
 
 TOKEN = "lease-1"
@@ -314,23 +313,57 @@ def test_a_not_sent_completion_is_a_guard_retry_of_the_held_attempt() -> None:
     assert sent.outcome is OutcomeClass.UNKNOWN
 
 
+ANSWERS = [outcome for outcome in OutcomeClass if outcome is not OutcomeClass.STALE_FENCE]
+
+
 @pytest.mark.parametrize(
-    ("sent", "outcome", "acknowledged", "after"),
+    ("outcome", "sent", "acknowledged", "after"),
     [
-        (FencingStatus.NOT_REQUESTED, OutcomeClass.STALE_FENCE, True, FencingStatus.NOT_REQUESTED),
-        (FencingStatus.PROPAGATED, OutcomeClass.STALE_FENCE, True, FencingStatus.STALE_REJECTED),
-        (FencingStatus.PROPAGATED, OutcomeClass.SUCCESS, True, FencingStatus.ACKNOWLEDGED),
-        (FencingStatus.PROPAGATED, OutcomeClass.SUCCESS, False, FencingStatus.PROPAGATED),
-        (FencingStatus.LOCAL_LOCK_ONLY, OutcomeClass.SUCCESS, True, FencingStatus.LOCAL_LOCK_ONLY),
-        (
-            FencingStatus.LOCAL_LOCK_ONLY,
-            OutcomeClass.STALE_FENCE,
-            False,
-            FencingStatus.STALE_REJECTED,
+        # Whatever the answer but a stale fence: an acknowledgement moves durable grants only.
+        *(
+            (outcome, sent, acknowledged, after)
+            for outcome in ANSWERS
+            for sent, acknowledged, after in [
+                (FencingStatus.NOT_REQUESTED, True, FencingStatus.NOT_REQUESTED),
+                (FencingStatus.NOT_REQUESTED, False, FencingStatus.NOT_REQUESTED),
+                (FencingStatus.PROPAGATED, True, FencingStatus.ACKNOWLEDGED),
+                (FencingStatus.PROPAGATED, False, FencingStatus.PROPAGATED),
+                (FencingStatus.LOCAL_LOCK_ONLY, True, FencingStatus.LOCAL_LOCK_ONLY),
+                (FencingStatus.LOCAL_LOCK_ONLY, False, FencingStatus.LOCAL_LOCK_ONLY),
+            ]
+        ),
+        # A stale fence rejected the grants sent, acknowledged or not; none sent, none rejected.
+        *(
+            (OutcomeClass.STALE_FENCE, sent, acknowledged, after)
+            for acknowledged in (True, False)
+            for sent, after in [
+                (FencingStatus.NOT_REQUESTED, FencingStatus.NOT_REQUESTED),
+                (FencingStatus.PROPAGATED, FencingStatus.STALE_REJECTED),
+                (FencingStatus.LOCAL_LOCK_ONLY, FencingStatus.STALE_REJECTED),
+            ]
         ),
     ],
 )
-def test_the_fencing_status_after_a_call_follows_the_answer(
-    sent: FencingStatus, outcome: OutcomeClass, acknowledged: bool, after: FencingStatus
+def test_an_answered_completion_is_the_held_attempts_with_the_fencing_status_the_answer_left(
+    outcome: OutcomeClass, sent: FencingStatus, acknowledged: bool, after: FencingStatus
 ) -> None:
-    assert fencing_after_call(sent, outcome, acknowledged) is after
+    evidence = {"sent": "maybe_sent", "status_code": 200}
+    completion = Completion.answered(
+        Held(),
+        outcome,
+        status_code=200,
+        result={"id": 1},
+        error="HTTP 200",
+        evidence=evidence,
+        fencing_acknowledged=acknowledged,
+        fencing_sent=sent,
+    )
+    assert (completion.dispatch_id, completion.attempt, completion.lease_token) == (7, 2, TOKEN)
+    assert (completion.outcome, completion.fencing_status) == (outcome, after)
+    assert (completion.status_code, completion.result, completion.error) == (
+        200,
+        {"id": 1},
+        "HTTP 200",
+    )
+    assert completion.evidence is evidence
+    assert (completion.settled_by, completion.cause) == (SettledBy.EXECUTOR, Cause.ANSWERED)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from effectusd.config import DestinationConfig
 from effectusd.core import wire
 from effectusd.core.canonical import canonical_text, sha256_hex
-from effectusd.core.states import Direction, OutcomeClass
+from effectusd.core.states import Direction, FencingStatus, OutcomeClass
 from effectusd.core.wire import FencingGrant, RequestIdentity, WireError, WireProblem
 from effectusd.destination import EffectusRequest, RetryableFailure, parse_request
 from effectusd.destination.replies import Reply
@@ -65,6 +65,8 @@ def test_decoding_the_encoded_headers_gives_back_the_identity(identity: RequestI
     assert wire.decode_request_headers(wire.encode_request_headers(identity)) == identity
 
 
+LEASE_TOKEN = "lease-never-on-the-wire"
+
 ARGUMENTS = st.dictionaries(st.text(max_size=5), st.integers(-(2**53) + 1, 2**53 - 1), max_size=3)
 
 
@@ -80,8 +82,12 @@ def test_the_kit_accepts_what_the_executor_sends(
         path="/",
         body=body,
         timeout=1.0,
+        dispatch_id=1,
+        lease_token=LEASE_TOKEN,
+        fencing_sent=FencingStatus.PROPAGATED,
     )
     sent = wire.encode_request_headers(invocation)
+    assert LEASE_TOKEN not in repr(sent)
     # As an ASGI server hands them over: lowercased names, raw UTF-8 bytes.
     raw = [(name.lower().encode(), value.encode("utf-8")) for name, value in sent.items()]
     expected = EffectusRequest(
@@ -137,9 +143,35 @@ class _AnsweredWire(Wire):
         return None
 
 
+def _fenced_invocation(request_id: str) -> Invocation:
+    """An attempt sent with a durable fencing grant, so its completion says if it was
+    acknowledged."""
+    return Invocation(
+        idempotency_key="a" * 64,
+        request_id=request_id,
+        execution_id="order-7",
+        saga_id="b" * 64,
+        effect_id="charge",
+        attempt=1,
+        direction=Direction.FORWARD,
+        verb="payments.charge",
+        argument_hash="c" * 64,
+        contract_hash="d" * 64,
+        fencing_grants=(FencingGrant("account:a", 1),),
+        deadline=datetime(2030, 1, 1, tzinfo=UTC),
+        key_issued_at=datetime(2030, 1, 1, tzinfo=UTC),
+        method="POST",
+        path="/",
+        body=b"{}",
+        timeout=1.0,
+        dispatch_id=1,
+        lease_token=LEASE_TOKEN,
+        fencing_sent=FencingStatus.PROPAGATED,
+    )
+
+
 async def _classified(reply: Reply, request_id: str) -> tuple[OutcomeClass, bool]:
-    answered = _AnsweredWire()
-    answered.request_id = request_id
+    answered = _AnsweredWire(_fenced_invocation(request_id))
     answered.answered(reply.status, reply.headers)
 
     async def read_body(limit: int) -> bytes:
@@ -154,7 +186,7 @@ async def _classified(reply: Reply, request_id: str) -> tuple[OutcomeClass, bool
         status_map=config.status_map,
         max_response_bytes=config.max_response_bytes,
     )
-    return result.outcome, result.fencing_acknowledged
+    return result.outcome, result.fencing_status is FencingStatus.ACKNOWLEDGED
 
 
 @pytest.mark.parametrize("acknowledged", [False, True])

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from effectusd.core.canonical import canonical_bytes, sha256_hex
-from effectusd.core.states import Direction, OutcomeClass
+from effectusd.core.states import Direction, FencingStatus, OutcomeClass
 from effectusd.core.wire import REQUEST_HEADERS, encode_request_headers
 from effectusd.destination import (
     EffectusRequest,
@@ -46,6 +46,9 @@ INVOCATION = executor_protocol.Invocation(
     deadline=datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=UTC),
     key_issued_at=datetime(2030, 1, 1, 3, 4, 5, 678000, tzinfo=UTC),
     timeout=5.0,
+    dispatch_id=17,
+    lease_token="lease-7Kq2",
+    fencing_sent=FencingStatus.PROPAGATED,
 )
 
 

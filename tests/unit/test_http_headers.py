@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from effectusd.core.states import Direction
+from effectusd.core.states import Direction, FencingStatus
 from effectusd.core.wire import WireError, encode_request_headers, format_deadline
 from effectusd.executors.protocol import FencingGrant, Invocation
 
@@ -29,6 +29,9 @@ BASE = Invocation(
     deadline=datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC),
     key_issued_at=datetime(2030, 1, 1, 3, 4, 5, 678999, tzinfo=UTC),
     timeout=1.0,
+    dispatch_id=17,
+    lease_token="lease-7Kq2",  # the completion's, never a header (the exact set below)
+    fencing_sent=FencingStatus.NOT_REQUESTED,
 )
 
 
