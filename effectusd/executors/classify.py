@@ -101,7 +101,9 @@ class Wire:
             result=result,
             error=error,
             evidence=evidence,
-            fencing_acknowledged=decode_fencing(self.headers.get(FENCING)),
+            # an answer naming another request acknowledges nothing of this attempt's
+            fencing_acknowledged=self.echo != "mismatched"
+            and decode_fencing(self.headers.get(FENCING)),
             fencing_sent=invocation.fencing_sent,
         )
 

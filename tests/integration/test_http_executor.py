@@ -621,6 +621,32 @@ async def test_fencing_acknowledgement_and_retry_after_are_kept_as_evidence(
     assert isinstance(silent.evidence["elapsed_ms"], int)
 
 
+async def test_an_answer_naming_another_request_acknowledges_no_fencing_of_this_attempt(
+    recorder: Recorder,
+) -> None:
+    recorder.reply(
+        Reply(
+            headers=[
+                ("X-Effectus-Request-ID", "req-9999"),
+                ("X-Effectus-Fencing", "acknowledged"),
+            ]
+        ),
+        Reply(
+            headers=[
+                ("X-Effectus-Request-ID", "req-0001"),
+                ("X-Effectus-Fencing", "acknowledged"),
+            ]
+        ),
+    )
+    async with executor(destination(recorder.base_url)) as ex:
+        stray, own = [await ex.call(invocation()) for _ in range(2)]
+    assert_unknown_after_sending(stray)
+    assert stray.evidence["request_id_echo"] == "mismatched"
+    assert stray.fencing_status is FencingStatus.PROPAGATED  # sent with grants, nothing more
+    assert own.outcome is OutcomeClass.SUCCESS
+    assert own.fencing_status is FencingStatus.ACKNOWLEDGED
+
+
 async def test_2xx_with_non_json_body_is_unknown() -> None:
     async def behaviour(server: RawServer, reader: Any, writer: Any) -> None:
         await server.read_request(reader)
