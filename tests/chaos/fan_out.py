@@ -55,7 +55,7 @@ def check(violations: list[str], url: str, rows: Rows) -> None:
             url,
             "SELECT saga_id, effect_id, direction, state, uncertain_attempt IS NOT NULL AS"
             " uncertain, result, succeeded_order FROM effectus_saga_outbox UNION ALL"
-            " SELECT saga_id, effect_id, NULL, state, 0, NULL, NULL FROM effectus_saga_steps",
+            " SELECT saga_id, effect_id, NULL, state, false, NULL, NULL FROM effectus_saga_steps",
         )
     )
     orders: dict[str, dict[str, int | None]] = {}
