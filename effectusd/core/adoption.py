@@ -45,10 +45,6 @@ class Adoption:
     def verbs(self) -> list[str]:
         return sorted({r.verb for r in self.repins})
 
-    def changed_steps(self) -> list[CheckedStep]:
-        touched = {r.effect_id for r in self.repins}
-        return [s for s in self.plan.steps if s.id in touched]
-
 
 def drifted_verbs(plan: CheckedPlan, verbs: Mapping[str, VerbContract]) -> list[str]:
     """The configured verbs of ``plan`` whose pinned hash the loaded contract does not match."""

@@ -44,17 +44,6 @@ class SagaPruned(SubmitConflict):
 
 
 @dataclass(frozen=True)
-class StepRow:
-    saga_id: str
-    effect_id: str
-    sequence: int
-    verb: str
-    contract_hash: str
-    compensation: str | None  # canonical JSON of the checked compensation, or None
-    fencing: str  # canonical JSON list of the verb's fencing templates
-
-
-@dataclass(frozen=True)
 class SubmitRows:
     saga_id: str
     namespace: str
@@ -64,7 +53,6 @@ class SubmitRows:
     plan: str  # canonical JSON of the checked plan document
     facts: str  # canonical JSON
     facts_hash: str
-    steps: list[StepRow]
     # The dispatch of every step that depends on none (PlanGraph.roots), in plan order: the
     # first step of a sequential plan, every root of a plan with `after`.
     first_dispatches: list[DispatchSpec]
@@ -170,26 +158,9 @@ def prepare_submission(
     problems = root_problems + problems
     if problems:
         raise SubmitError("; ".join(problems))
-    steps = []
     for step in plan.steps:
-        contract = registry.verbs.get(step.verb)
-        if contract is None:
+        if step.verb not in registry.verbs:
             raise SubmitError(f"step {step.id!r}: verb {step.verb!r} is not in the live registry")
-        steps.append(
-            StepRow(
-                saga_id=saga_id,
-                effect_id=step.id,
-                sequence=step.sequence,
-                verb=step.verb,
-                contract_hash=step.contract_hash,
-                compensation=(
-                    None
-                    if step.compensate is None
-                    else canonical_text(step.compensate.model_dump(mode="json"))
-                ),
-                fencing=canonical_text(list(contract.fencing)),
-            )
-        )
     facts_text = canonical_text(dict(facts), "facts")
     return SubmitRows(
         saga_id=saga_id,
@@ -200,7 +171,6 @@ def prepare_submission(
         plan=canonical_text(plan.document()),
         facts=facts_text,
         facts_hash=canonical_hash(dict(facts), "facts"),
-        steps=steps,
         first_dispatches=dispatches,
     )
 

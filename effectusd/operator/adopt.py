@@ -2,8 +2,8 @@
 operator's evidence on the timeline, and resume it as ``retry`` does. One guarded
 transaction per saga (see common.lock_saga); a refusal writes nothing for that saga.
 
-What is re-pinned: the saga's stored plan (new digest, see core.adoption), the steps rows
-(contract hash, fencing templates, compensation), and the dispatch the pre-dispatch guard
+What is re-pinned: the saga's stored plan (new digest, see core.adoption), which is where its
+steps' contract hashes and compensations are read from, and the dispatch the pre-dispatch guard
 stopped, if there is one (rebuilt under the adopted contract with the same arguments and
 idempotency key). Its key never changes, so the destination still deduplicates the call.
 """
@@ -20,7 +20,6 @@ from effectusd.core.engine import resume_enqueue
 from effectusd.core.enqueue import build_dispatch
 from effectusd.core.expressions import ResolutionError
 from effectusd.core.operator_decisions import Action, RefusalKind, Refused, operator_text
-from effectusd.core.plan import CheckedStep
 from effectusd.core.registry import Registry
 from effectusd.core.states import DispatchState, SagaState
 from effectusd.operator.actions import _enqueue_now, _send_again
@@ -74,8 +73,6 @@ def adopt_contract(
     )
     if not updated:  # cannot happen under the saga lock; refuse rather than guess
         raise Refused(RefusalKind.CONFLICT, f"saga {saga_id} changed while it was adopted")
-    for step in adoption.changed_steps():
-        yield ("op_adopt_step", _step_params(saga_id, step, registry))
     detail: dict[str, Any] = {
         "verbs": adoption.verbs,
         "repinned": [r.as_dict() for r in adoption.repins],
@@ -154,20 +151,6 @@ def _rebuild_dispatch(locked: Locked, dispatch_id: int, registry: Registry) -> O
         raise Refused(RefusalKind.CONFLICT, f"{where} changed while it was adopted")
     row.update(params)
     row["fencing_resources"] = spec.fencing_resources
-
-
-def _step_params(saga_id: str, step: CheckedStep, registry: Registry) -> dict[str, Any]:
-    return {
-        "saga_id": saga_id,
-        "effect_id": step.id,
-        "contract_hash": step.contract_hash,
-        "compensation": (
-            None
-            if step.compensate is None
-            else canonical_text(step.compensate.model_dump(mode="json"))
-        ),
-        "fencing": canonical_text(list(registry.verbs[step.verb].fencing)),
-    }
 
 
 # -- every saga blocked on one verb --------------------------------------------------------

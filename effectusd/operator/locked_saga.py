@@ -20,7 +20,6 @@ from effectusd.store.rows import (
     dispatch_facts,
     notify_rows,
     saga_facts,
-    steps_by_saga,
     write_rows,
 )
 
@@ -48,7 +47,7 @@ def lock_saga(saga_id: str) -> Operation[Locked]:
     row = rows[0]
     dispatch_rows = yield ("op_lock_saga_dispatches", {"saga_id": saga_id})
     step_rows = yield ("select_steps_of_sagas", {"saga_ids": [saga_id]})
-    saga = saga_facts(row, steps_by_saga(step_rows).get(saga_id, {}))
+    saga = saga_facts(row, step_rows)
     return Locked(
         row,
         saga,

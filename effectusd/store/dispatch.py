@@ -33,7 +33,7 @@ from effectusd.core.states import (
     DispatchState,
     SagaState,
 )
-from effectusd.core.transition import Completion, SagaFacts, StepFacts, Transition
+from effectusd.core.transition import Completion, SagaFacts, Transition
 from effectusd.fencing.protocol import FencingProvider
 from effectusd.store.records import Claim
 from effectusd.store.rows import (
@@ -108,14 +108,14 @@ class _Locked:
     """What the recorder read under its lock, by key."""
 
     sagas: dict[str, dict[str, Any]]
-    steps: dict[str, dict[str, StepFacts]]
+    steps: dict[str, list[Mapping[str, Any]]]  # select_steps_of_sagas rows, by saga
     dispatches: dict[int, dict[str, Any]]
     attempts: dict[tuple[int, int], dict[str, Any]]
     plans: dict[str, CheckedPlan]
 
     def saga(self, saga_id: str) -> SagaFacts:
         """Built only when a completion settles: building them checks the saga's plan."""
-        return saga_facts(self.sagas[saga_id], self.steps.get(saga_id, {}), self.plans)
+        return saga_facts(self.sagas[saga_id], self.steps.get(saga_id, ()), self.plans)
 
 
 class DispatchStore(WriteAheadStore):

@@ -26,7 +26,7 @@ from effectusd.core.submission import (
 from effectusd.core.timeline import carried_by_rows, timeline
 from effectusd.core.transition import Event, enqueued_event
 from effectusd.core.views import SagaView, build_saga_view
-from effectusd.store.rows import derived_step_state, event_params
+from effectusd.store.rows import event_params, plan_steps
 
 T = TypeVar("T")
 
@@ -78,9 +78,8 @@ def _submission_writes(
     with all its parameter rows (insert_dispatch wakes each destination it writes to)."""
     if not_before is not None and not_before.tzinfo is None:
         not_before = not_before.replace(tzinfo=UTC)  # naive times are UTC, as on the CLI
-    steps, dispatches, events = [], [], []
+    dispatches, events = [], []
     for rows in batch:
-        steps += [asdict(step) for step in rows.steps]
         submitted = Event(
             "saga_submitted",
             to_state="running",
@@ -100,7 +99,7 @@ def _submission_writes(
             params["enqueued_by"] = carried.enqueued_by.get(key)
             params["started_from"] = params["enqueued_after"] = None  # no step move carried
             dispatches.append(params)
-    yield ("insert_step", steps)
+    # no step rows: a step is read from the pinned plan and its dispatches (migration 10018)
     yield ("insert_dispatch", dispatches)
     yield ("insert_event", events)
 
@@ -169,21 +168,39 @@ def load_saga(saga_id: str) -> Operation[SagaView | None]:
     saga = yield ("select_saga", params)
     if not saga:
         return None
-    steps = yield ("select_saga_steps", params)
-    steps = [{**row, "state": derived_step_state(row)} for row in steps]
-    steps = with_dependencies(saga[0]["plan"], steps)
+    step_rows = yield ("select_steps_of_sagas", {"saga_ids": [saga_id]})
     dispatches = yield ("select_saga_dispatches", params)
     attempts = yield ("select_saga_attempts", params)
     events = yield ("select_saga_events", params)
+    steps = plan_step_rows(saga[0]["plan"], step_rows, dispatches)
     return build_saga_view(saga[0], steps, dispatches, attempts, timeline(events))
 
 
-def with_dependencies(plan: Any, steps: Rows) -> Rows:
-    """Each step row with ``after``: the ids of the steps it runs after, made explicit from
-    the saga's pinned plan (a step without `after` runs after the one before it)."""
+def plan_step_rows(plan: Any, step_rows: Rows, dispatches: Rows) -> Rows:
+    """The saga's steps as the views show them, as its pinned ``plan`` lists them: each
+    with its state, result and order of success (``effectusd.store.rows.plan_steps``), its
+    resolved arguments' hash (its forward dispatch's) and ``after``, the ids of the steps it
+    runs after, made explicit (a step without `after` runs after the one before it)."""
     document = json.loads(plan) if isinstance(plan, str) else plan
-    deps = dependencies(CheckedPlan.model_validate(document).steps)
-    return [{**row, "after": list(deps.get(row["effect_id"], ()))} for row in steps]
+    checked = CheckedPlan.model_validate(document)
+    facts = plan_steps(checked, step_rows)
+    deps = dependencies(checked.steps)
+    args = {d["effect_id"]: d["args_hash"] for d in dispatches if d["direction"] == "forward"}
+    return [
+        {
+            "effect_id": step.id,
+            "sequence": step.sequence,
+            "verb": step.verb,
+            "contract_hash": step.contract_hash,
+            "compensation": step.compensate,
+            "state": facts[step.id].state,
+            "args_hash": args.get(step.id),
+            "result": facts[step.id].result,
+            "succeeded_order": facts[step.id].succeeded_order,
+            "after": list(deps.get(step.id, ())),
+        }
+        for step in checked.steps
+    ]
 
 
 FIND_LIMIT = 10  # enough to show an operator why a name is ambiguous

@@ -78,8 +78,8 @@ class TransitionRows:
             self.lates.append(self._late_at[key])
 
     def _step(self, update: dict[str, Any]) -> None:
-        """One row per step in this batch (a set-based UPDATE applies one source row per
-        target row): a later move of a step replaces an earlier one, as running them would."""
+        """One row per step in this batch (keep_step_state, an upsert, takes one row per
+        step): a later move of a step replaces an earlier one, as running them would."""
         key = (update["saga_id"], update["effect_id"])
         row = self._step_at.get(key)
         if row is None:
@@ -275,52 +275,70 @@ def attempt_facts(row: Row) -> AttemptFacts:
     )
 
 
-def steps_by_saga(rows: Iterable[Row]) -> dict[str, dict[str, StepFacts]]:
-    """select_steps_of_sagas rows, by saga and effect id, each with its forward dispatch's
-    state (the parallel engine reads its siblings' from there), its state derived from its
-    dispatches' and its result and order read from its forward dispatch's row."""
-    steps: dict[str, dict[str, StepFacts]] = {}
+def steps_by_saga(rows: Iterable[Row]) -> dict[str, list[Row]]:
+    """select_steps_of_sagas rows (a saga's dispatch rows and kept step rows), by saga."""
+    by_saga: dict[str, list[Row]] = {}
     for row in rows:
-        dispatch = row["dispatch_state"]
-        steps.setdefault(row["saga_id"], {})[row["effect_id"]] = StepFacts(
-            row["effect_id"],
-            row["sequence"],
-            derived_step_state(row),
-            row["result"],
-            dispatch=None if dispatch is None else DISPATCH_STATES[dispatch],
-            uncertain=bool(row["uncertain"]),
-            succeeded_order=row["succeeded_order"],
+        by_saga.setdefault(row["saga_id"], []).append(row)
+    return by_saga
+
+
+def plan_steps(plan: CheckedPlan, rows: Iterable[Row]) -> dict[str, StepFacts]:
+    """A saga's steps as its pinned plan lists them, by effect id, from its
+    select_steps_of_sagas rows: each step's state derived from its forward and compensation
+    dispatches' (``effectusd.core.steps.step_state``) and, where it has none, from its kept
+    step row (a step that failed at enqueue; pending without one); the result and order of
+    its success, and whether an attempt of it may have committed, its forward dispatch's."""
+    forward: dict[str, Row] = {}
+    compensation: dict[str, str] = {}
+    kept: dict[str, str] = {}
+    for row in rows:
+        direction = row["direction"]
+        if direction == "forward":
+            forward[row["effect_id"]] = row
+        elif direction == "compensation":
+            compensation[row["effect_id"]] = row["state"]
+        else:  # a step row
+            kept[row["effect_id"]] = row["state"]
+    steps: dict[str, StepFacts] = {}
+    for step in plan.steps:
+        ahead = forward.get(step.id)
+        dispatch = None if ahead is None else DISPATCH_STATES[ahead["state"]]
+        undo = compensation.get(step.id)
+        own = kept.get(step.id)
+        steps[step.id] = StepFacts(
+            step.id,
+            step.sequence,
+            step_state(
+                dispatch,
+                None if undo is None else DISPATCH_STATES[undo],
+                StepState.PENDING if own is None else STEP_STATES[own],
+            ),
+            None if ahead is None else ahead["result"],
+            dispatch=dispatch,
+            uncertain=ahead is not None and bool(ahead["uncertain"]),
+            succeeded_order=None if ahead is None else ahead["succeeded_order"],
         )
     return steps
 
 
-def derived_step_state(row: Row) -> StepState:
-    """The state of a step row read with its dispatches' states (select_steps_of_sagas,
-    select_saga_steps: ``dispatch_state``, ``compensation_state``, the row's own ``state``)."""
-    forward, compensation = row["dispatch_state"], row["compensation_state"]
-    return step_state(
-        None if forward is None else DISPATCH_STATES[forward],
-        None if compensation is None else DISPATCH_STATES[compensation],
-        STEP_STATES[row["state"]],
-    )
-
-
 def saga_facts(
     row: Row,
-    steps: Mapping[str, StepFacts],
+    step_rows: Iterable[Row],
     plans: MutableMapping[str, CheckedPlan] | None = None,
 ) -> SagaFacts:
-    """A locked saga row (lock_sagas.sql) as the engine's facts;
-    ``plans`` caches checked plans by digest."""
+    """A locked saga row (lock_sagas.sql) and its select_steps_of_sagas rows as the engine's
+    facts; ``plans`` caches checked plans by digest."""
+    plan = checked_plan(row, plans)
     return SagaFacts(
         saga_id=row["saga_id"],
         namespace=row["namespace"],
         execution_id=row["execution_id"],
         state=SAGA_STATES[row["state"]],
         cancel_requested=bool(row["cancel_requested"]),
-        plan=checked_plan(row, plans),
+        plan=plan,
         facts=row["facts"],
-        steps=steps,
+        steps=plan_steps(plan, step_rows),
         compensation_reason=row["compensation_reason"],
     )
 
@@ -386,7 +404,7 @@ def batches(rows: TransitionRows) -> list[tuple[str, list[dict[str, Any]]]]:
         ("settle_attempt", rows.attempts),
         ("record_late_completion", rows.lates),
         ("update_dispatch_settled", rows.dispatches),
-        ("update_step", rows.steps),
+        ("keep_step_state", rows.steps),
         ("update_saga_state", rows.sagas),
         ("insert_dispatch", rows.inserts),
         ("insert_event", rows.events),

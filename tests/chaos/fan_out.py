@@ -11,11 +11,13 @@ before a step that depends on it; a canceled sibling sent nothing.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
+from effectusd.core.plan import CheckedPlan
 from effectusd.core.states import StepState
-from effectusd.store.rows import derived_step_state
+from effectusd.store.rows import plan_steps, steps_by_saga
 
 Rows = Callable[[str, str], list[dict[str, Any]]]
 
@@ -46,27 +48,28 @@ def plan(destination: str, index: int, fail_every: int) -> tuple[str, dict[str, 
 
 
 def check(violations: list[str], url: str, rows: Rows) -> None:
-    steps = rows(
-        url,
-        # a step's state is read from its dispatches (effectusd/core/steps.py), its order
-        # of success from its forward dispatch's row (migration 10016)
-        "SELECT st.saga_id, st.effect_id, st.state, f.succeeded_order,"
-        " f.state AS dispatch_state, c.state AS compensation_state, s.state AS saga_state"
-        " FROM effectus_saga_steps st JOIN effectus_saga_instances s USING (saga_id)"
-        " LEFT JOIN effectus_saga_outbox f ON f.saga_id = st.saga_id"
-        "  AND f.effect_id = st.effect_id AND f.direction = 'forward'"
-        " LEFT JOIN effectus_saga_outbox c ON c.saga_id = st.saga_id"
-        "  AND c.effect_id = st.effect_id AND c.direction = 'compensation'",
+    # a saga's steps are its pinned plan's, each one's state derived from its dispatches
+    # (effectusd/core/steps.py), its order of success its forward dispatch's (migration 10016)
+    read = steps_by_saga(
+        rows(
+            url,
+            "SELECT saga_id, effect_id, direction, state, uncertain_attempt IS NOT NULL AS"
+            " uncertain, result, succeeded_order FROM effectus_saga_outbox UNION ALL"
+            " SELECT saga_id, effect_id, NULL, state, false, NULL, NULL FROM effectus_saga_steps",
+        )
     )
     orders: dict[str, dict[str, int | None]] = {}
-    for row in steps:
-        orders.setdefault(row["saga_id"], {})[row["effect_id"]] = row["succeeded_order"]
-        state = derived_step_state(row)
-        if row["saga_state"] in ("compensated", "failed") and state is StepState.SUCCEEDED:
-            violations.append(
-                f"saga {row['saga_id'][:12]} ended {row['saga_state']} with "
-                f"{row['effect_id']} succeeded and never compensated"
-            )
+    for saga in rows(url, "SELECT saga_id, state, plan FROM effectus_saga_instances"):
+        plan = saga["plan"]
+        document = json.loads(plan) if isinstance(plan, str) else plan
+        steps = plan_steps(CheckedPlan.model_validate(document), read.get(saga["saga_id"], ()))
+        for step in steps.values():
+            orders.setdefault(saga["saga_id"], {})[step.effect_id] = step.succeeded_order
+            if saga["state"] in ("compensated", "failed") and step.state is StepState.SUCCEEDED:
+                violations.append(
+                    f"saga {saga['saga_id'][:12]} ended {saga['state']} with "
+                    f"{step.effect_id} succeeded and never compensated"
+                )
     dispatches = rows(
         url,
         """

@@ -427,18 +427,28 @@ def _check(report: Report, scenario: Scenario, url: str, dest_url: str) -> None:
     order = _rows(
         url,
         """
-        SELECT o.saga_id, s.sequence, a.completed_at FROM effectus_saga_outbox o
-        JOIN effectus_saga_steps s USING (saga_id, effect_id)
+        SELECT o.saga_id, o.effect_id, a.completed_at FROM effectus_saga_outbox o
         JOIN effectus_saga_attempts a ON a.dispatch_id = o.dispatch_id AND a.attempt = o.attempt
         WHERE o.direction = 'compensation' AND o.state = 'succeeded'
         ORDER BY o.saga_id, a.completed_at""",
     )
+    sequences = _plan_sequences(url)  # a step's place is its pinned plan's
     last: dict[str, int] = {}
     for row in order:
         previous = last.get(row["saga_id"])
-        if previous is not None and row["sequence"] >= previous:
+        sequence = sequences[row["saga_id"]][row["effect_id"]]
+        if previous is not None and sequence >= previous:
             v.append(f"saga {row['saga_id'][:12]} compensated out of reverse order")
-        last[row["saga_id"]] = row["sequence"]
+        last[row["saga_id"]] = sequence
+
+
+def _plan_sequences(url: str) -> dict[str, dict[str, int]]:
+    """Each saga's steps' sequences, by effect id, as its pinned plan lists them."""
+    found = {}
+    for row in _rows(url, "SELECT saga_id, plan FROM effectus_saga_instances"):
+        plan = json.loads(row["plan"]) if isinstance(row["plan"], str) else row["plan"]
+        found[row["saga_id"]] = {step["id"]: step["sequence"] for step in plan["steps"]}
+    return found
 
 
 def format_table(reports: list[Report]) -> str:

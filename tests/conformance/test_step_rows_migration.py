@@ -1,11 +1,14 @@
-"""Sagas written by the version before migration 10016 (their step rows holding every step's
-state, resolved arguments, result and order of success; their outbox rows none of it) read
-the same after it, where a step's life is read from its dispatch rows
-(effectusd/core/steps.py), and go on from where they were.
+"""Sagas written by the versions before migrations 10016 and 10018 read the same after them
+and go on from where they were. Before 10016 their step rows held every step's state,
+resolved arguments, result and order of success, their outbox rows none of it; after it a
+step's life is read from its dispatch rows (effectusd/core/steps.py). Before 10018 a submit
+wrote one step row per step and each outbox row's foreign key named its step; after it a
+step is read from the saga's pinned plan, and the outbox row's foreign key names the saga.
 
-The older version's database is this version's made as that version left it: every step row
-given the state, arguments, result and order it stored, the outbox's two new columns dropped
-and 10016 (with the later ones) unrecorded; then the real migrations run."""
+An older version's database is this version's made as that version left it: every step row
+written as its submit wrote it (and, for 10016, given the state, arguments, result and order
+it stored, the outbox's two new columns dropped), the outbox keyed by its step again, and
+the migrations from there on unrecorded; then the real migrations run."""
 
 from __future__ import annotations
 
@@ -99,8 +102,84 @@ async def drive(daemon: DispatchStore, outcomes: list[OutcomeClass], saga: str) 
         await step(daemon, outcome, result=result)
 
 
+# A step row per step of every saga, as a submit wrote them before 10018 (pending, its pins
+# from the plan); a kept one (a step that failed at enqueue) is there already.
+STEP_ROWS = {
+    "postgres": """
+        INSERT INTO effectus_saga_steps
+            (saga_id, effect_id, sequence, verb, contract_hash, compensation)
+        SELECT s.saga_id, p.id, p.sequence, p.verb, p.contract_hash, p.compensate
+        FROM effectus_saga_instances s
+        CROSS JOIN LATERAL jsonb_to_recordset(s.plan -> 'steps')
+            AS p(id text, sequence int, verb text, contract_hash text, compensate jsonb)
+        ON CONFLICT (saga_id, effect_id) DO NOTHING""",
+    "sqlite": """
+        INSERT INTO effectus_saga_steps
+            (saga_id, effect_id, sequence, verb, contract_hash, compensation)
+        SELECT s.saga_id, json_extract(p.value, '$.id'), json_extract(p.value, '$.sequence'),
+               json_extract(p.value, '$.verb'), json_extract(p.value, '$.contract_hash'),
+               json_extract(p.value, '$.compensate')
+        FROM effectus_saga_instances s, json_each(s.plan, '$.steps') p
+        WHERE true
+        ON CONFLICT (saga_id, effect_id) DO NOTHING""",
+}
+SAGA_KEY = "REFERENCES effectus_saga_instances (saga_id) ON DELETE CASCADE,"
+STEP_KEY = (
+    "FOREIGN KEY (saga_id, effect_id) REFERENCES effectus_saga_steps (saga_id, effect_id)"
+    " ON DELETE CASCADE,\n    -- one forward and one compensation dispatch per step"
+)
+
+
+def as_submitted_before_10018(store: StoreUnderTest) -> None:
+    """Every step of every saga with its step row, and each outbox row keyed by its step
+    (its foreign key, and its delete guard: "rows leave only with their step"), as 10017
+    left them; 10018 unrecorded."""
+    store.execute(STEP_ROWS[store.kind])
+    if store.sqlite:
+        # SQLite changes a foreign key only in the table's text (no row refers to it): the
+        # test puts the older text back, as its own connection's schema edit
+        with store.connect() as conn:
+            conn.execute("PRAGMA writable_schema = ON")
+            conn.execute(
+                "UPDATE sqlite_master SET sql = replace(replace(sql, ?, ','), ?, ?)"
+                " WHERE type = 'table' AND name = 'effectus_saga_outbox'",
+                (SAGA_KEY, "-- one forward and one compensation dispatch per step", STEP_KEY),
+            )
+            conn.execute("PRAGMA writable_schema = OFF")
+        store.execute("DROP TRIGGER effectus_saga_outbox_no_direct_delete")
+        store.execute(
+            """CREATE TRIGGER effectus_saga_outbox_no_direct_delete
+                BEFORE DELETE ON effectus_saga_outbox
+                WHEN EXISTS (SELECT 1 FROM effectus_saga_steps
+                             WHERE saga_id = OLD.saga_id AND effect_id = OLD.effect_id)
+            BEGIN
+                SELECT RAISE(ABORT, 'effectus_saga_outbox rows leave only with their step');
+            END"""
+        )
+    else:
+        store.execute(
+            "ALTER TABLE effectus_saga_outbox DROP CONSTRAINT effectus_saga_outbox_saga_id_fkey,"
+            " ADD CONSTRAINT effectus_saga_outbox_saga_id_effect_id_fkey"
+            " FOREIGN KEY (saga_id, effect_id)"
+            " REFERENCES effectus_saga_steps (saga_id, effect_id) ON DELETE CASCADE"
+        )
+    store.execute("DELETE FROM effectus_schema_migrations WHERE version >= 10018")
+
+
+def outbox_foreign_key(store: StoreUnderTest) -> list[tuple[Any, ...]]:
+    """The table and columns the outbox's foreign key names."""
+    if store.sqlite:
+        rows = store.execute("PRAGMA foreign_key_list(effectus_saga_outbox)")
+        return sorted((row[2], row[3]) for row in rows)
+    return store.execute(
+        "SELECT confrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint"
+        " WHERE conrelid = 'effectus_saga_outbox'::regclass AND contype = 'f'"
+    )
+
+
 def as_the_older_version_left_it(store: StoreUnderTest, views: dict[str, Any]) -> None:
     """Each step row as the version before 10016 wrote it; the outbox without 10016's columns."""
+    as_submitted_before_10018(store)
     forward = (
         "(SELECT {column} FROM effectus_saga_outbox o WHERE o.saga_id = st.saga_id"
         " AND o.effect_id = st.effect_id AND o.direction = 'forward')"
@@ -151,10 +230,9 @@ def shown_steps(view: dict[str, Any]) -> list[tuple[Any, ...]]:
     ]
 
 
-async def test_sagas_an_older_version_wrote_read_the_same_after_10016_and_go_on(
-    fresh: StoreUnderTest,
-) -> None:
-    store = fresh
+async def run_sagas(store: StoreUnderTest) -> tuple[dict[str, str], dict[str, Any]]:
+    """Every saga of SAGAS driven as far as its outcomes take it: (their ids by name, their
+    views by id)."""
     daemon = await store.dispatch_store()
     sagas = {}
     for name, plan, outcomes in SAGAS:
@@ -185,18 +263,13 @@ async def test_sagas_an_older_version_wrote_read_the_same_after_10016_and_go_on(
         "failed",
         "pending",  # the sibling canceled unsent
     ]
+    return sagas, views
 
-    as_the_older_version_left_it(store, views)
-    for saga_id, view in views.items():
-        assert stored_steps(store, saga_id) == shown_steps(view), saga_id  # as it showed them
-    with store.connect() as conn:
-        assert [m.version for m in backends.migrate(conn)] == [10016, 10017]
 
-    for saga_id, view in views.items():
-        assert store.view(saga_id) == view, saga_id  # steps, dispatches and timeline alike
-
-    # They go on: every dispatch still due answered with success, reading the results the
-    # older version stored (s2's arguments are s1's result, s1's undo too) ...
+async def go_on(store: StoreUnderTest, sagas: dict[str, str], views: dict[str, Any]) -> None:
+    """Every dispatch still due answered with success, reading the results the older version
+    stored (s2's arguments are s1's result, s1's undo too): the sagas end as this version's
+    would, and their timelines read as those of sagas this version wrote throughout."""
     store.make_due()
     daemon = await store.dispatch_store()
     answered = 0
@@ -222,7 +295,6 @@ async def test_sagas_an_older_version_wrote_read_the_same_after_10016_and_go_on(
         "s2": "failed",  # kept on its row through the migration
         "s3": "pending",
     }
-    # ... and their timelines read as those of sagas this version wrote throughout
     for name, plan, outcomes in [
         ("running", chain("p"), [OK, OK, OK]),
         ("compensating", chain("p"), [OK, FAIL, OK]),
@@ -231,3 +303,49 @@ async def test_sagas_an_older_version_wrote_read_the_same_after_10016_and_go_on(
         fresh_saga = store.submit(plan, f"{name}-again")
         await drive(daemon, outcomes, name)
         assert timeline(ended[name]) == timeline(store.view(fresh_saga)), name
+
+
+async def test_sagas_an_older_version_wrote_read_the_same_after_10016_and_go_on(
+    fresh: StoreUnderTest,
+) -> None:
+    store = fresh
+    sagas, views = await run_sagas(store)
+    as_the_older_version_left_it(store, views)
+    for saga_id, view in views.items():
+        assert stored_steps(store, saga_id) == shown_steps(view), saga_id  # as it showed them
+    with store.connect() as conn:
+        assert [m.version for m in backends.migrate(conn)] == [10016, 10017, 10018]
+
+    for saga_id, view in views.items():
+        assert store.view(saga_id) == view, saga_id  # steps, dispatches and timeline alike
+    await go_on(store, sagas, views)
+
+
+async def test_sagas_submitted_with_step_rows_read_the_same_after_10018_and_go_on(
+    fresh: StoreUnderTest,
+) -> None:
+    store = fresh
+    sagas, views = await run_sagas(store)
+    step_rows = "SELECT count(*) FROM effectus_saga_steps"
+    assert store.execute(step_rows) == [(1,)]  # this version's: the step failed at enqueue
+    as_submitted_before_10018(store)
+    assert store.execute(step_rows) == [(3 * 8 + 3,)]  # one per step, as submits wrote them
+    assert outbox_foreign_key(store)[0][0] == "effectus_saga_steps"
+    dispatches = "SELECT * FROM effectus_saga_outbox ORDER BY dispatch_id"
+    attempts = "SELECT * FROM effectus_saga_attempts ORDER BY dispatch_id, attempt"
+    before = (store.execute(dispatches), store.execute(attempts))
+    sequence = "SELECT seq FROM sqlite_sequence WHERE name = 'effectus_saga_outbox'"
+    ids = store.execute(sequence) if store.sqlite else None
+    with store.connect() as conn:
+        assert [m.version for m in backends.migrate(conn)] == [10018]
+
+    assert outbox_foreign_key(store)[0][0] == "effectus_saga_instances"
+    assert (store.execute(dispatches), store.execute(attempts)) == before  # every row kept
+    if store.sqlite:  # the rebuilt outbox goes on numbering where the old one was
+        assert store.execute(sequence) == ids
+    assert store.execute(step_rows) == [(3 * 8 + 3,)]  # the older sagas' rows stay
+    for saga_id, view in views.items():
+        assert store.view(saga_id) == view, saga_id  # steps, dispatches and timeline alike
+    await go_on(store, sagas, views)
+    # a saga submitted now writes no step row; one that failed at enqueue adds its own
+    assert store.execute(step_rows) == [(3 * 8 + 3 + 1,)]

@@ -4,6 +4,7 @@ inside the caller's transaction lives or dies with it."""
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 import psycopg
 import pytest
@@ -14,7 +15,7 @@ from effectusd.core.identity import saga_id as derive_saga_id
 from effectusd.core.states import OutcomeClass
 from effectusd.core.submission import SubmitConflict
 from effectusd.store import operations
-from tests.conformance.support import StoreUnderTest, dispatch_in, step, timeline
+from tests.conformance.support import StoreUnderTest, dispatch_in, step, step_states, timeline
 from tests.support import backends
 from tests.support.harness import serial_plan
 
@@ -211,3 +212,88 @@ def test_facts_at_the_limits_are_stored_and_read_back(store: StoreUnderTest) -> 
 
     view = store.view(result.saga_id)
     assert view["facts"] == facts
+
+
+def chain(plan_id: str, s2_reads: str) -> dict[str, Any]:
+    """s1, s2, s3, s2 reading s1's result at ``s2_reads``; s1 and s2 undone."""
+    return {
+        "plan_id": plan_id,
+        "steps": [
+            {"id": "s1", "verb": "pay", "args": {}, "compensate": {"verb": "undo", "args": {}}},
+            {
+                "id": "s2",
+                "verb": "pay",
+                "args": {"r": {"$result": "s1", "path": s2_reads}},
+                "compensate": {"verb": "undo", "args": {}},
+            },
+            {"id": "s3", "verb": "pay", "args": {}, "compensate": "none"},
+        ],
+    }
+
+
+def steps_shown(view: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [
+        (s["effect_id"], s["sequence"], s["verb"], s["state"], s["has_compensation"], s["after"])
+        for s in view["steps"]
+    ]
+
+
+async def test_a_submit_writes_no_step_row_and_each_step_is_read_from_its_plan_and_dispatches(
+    store: StoreUnderTest,
+) -> None:
+    ok, fail = OutcomeClass.SUCCESS, OutcomeClass.PERMANENT
+    step_rows = "SELECT count(*) FROM effectus_saga_steps"
+    completes = store.submit(chain("p", "/id"), "completes")
+    assert counts(store) == dict.fromkeys(("saga_instances", "saga_outbox", "saga_events"), 1) | {
+        "saga_steps": 0,
+        "saga_attempts": 0,
+    }
+    plan = store.view(completes)
+    assert steps_shown(plan) == [
+        ("s1", 0, "pay", "in_progress", True, []),
+        ("s2", 1, "pay", "pending", True, ["s1"]),
+        ("s3", 2, "pay", "pending", False, ["s2"]),
+    ]
+
+    daemon = await store.dispatch_store()
+    for index in range(3):
+        await step(daemon, ok, result={"id": index})
+    view = store.view(completes)
+    assert view["state"] == "completed"
+    assert [(s["state"], s["result"], s["succeeded_order"]) for s in view["steps"]] == [
+        ("succeeded", {"id": 0}, 1),
+        ("succeeded", {"id": 1}, 2),
+        ("succeeded", {"id": 2}, 3),
+    ]
+    for shown in view["steps"]:  # its arguments' hash its dispatch's, its pins the plan's
+        forward = dispatch_in(view, shown["effect_id"])
+        assert (shown["args_hash"], shown["contract_hash"]) == (
+            forward["args_hash"],
+            forward["contract_hash"],
+        )
+
+    compensates = store.submit(chain("p", "/id"), "compensates")
+    for outcome in (ok, fail, ok):  # s1, s2 fails, s1's undo
+        await step(daemon, outcome, result={"id": 9} if outcome is ok else None)
+    view = store.view(compensates)
+    assert view["state"] == "compensated"
+    assert step_states(view) == {"s1": "compensated", "s2": "failed", "s3": "pending"}
+    assert store.execute(step_rows) == [(0,)]  # every state so far said by a dispatch
+
+    # s1's result has no /other: s2 fails at enqueue with no dispatch, its state on a row
+    fails = store.submit(chain("q", "/other"), "fails-at-enqueue")
+    await step(daemon, ok, result={"id": 3})
+    view = store.view(fails)
+    assert view["state"] == "compensating"
+    assert step_states(view) == {"s1": "compensating", "s2": "failed", "s3": "pending"}
+    assert view["steps"][1]["dispatches"] == []
+    mark = "?" if store.sqlite else "%s"
+    assert store.execute(
+        f"SELECT effect_id, sequence, verb, state FROM effectus_saga_steps WHERE saga_id = {mark}",
+        (fails,),
+    ) == [("s2", 1, "pay", "failed")]  # its pins the plan's
+    await step(daemon, ok)  # s1's undo
+    view = store.view(fails)
+    assert view["state"] == "compensated"
+    assert step_states(view) == {"s1": "compensated", "s2": "failed", "s3": "pending"}
+    assert store.execute(step_rows) == [(1,)]

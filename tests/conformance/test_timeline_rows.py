@@ -300,7 +300,7 @@ def attempt_updates() -> list[str]:
         "UPDATE effectus_saga_attempts SET settled_step = settled_step",
         "UPDATE effectus_saga_outbox SET started_from = started_from",
         "UPDATE effectus_saga_outbox SET enqueued_after = enqueued_after",
-        "DELETE FROM effectus_saga_outbox",  # rows leave only with their step
+        "DELETE FROM effectus_saga_outbox",  # rows leave only with their saga
     ]
 
 
@@ -313,7 +313,7 @@ async def test_a_settlement_or_enqueue_on_the_timeline_is_kept_as_a_stored_event
     await step(daemon, OutcomeClass.SUCCESS)
     before = store.view(saga)["timeline"]
     assert [e["kind"] for e in before].count(SETTLED) == 1
-    with pytest.raises(store.database_errors(), match=r"never rewritten|only with their step"):
+    with pytest.raises(store.database_errors(), match=r"never rewritten|only with their saga"):
         store.execute(statement)
     assert store.view(saga)["timeline"] == before
     store.execute("UPDATE effectus_saga_outbox SET state = state, updated_at = updated_at")

@@ -75,7 +75,7 @@ def test_the_backlog_is_ready_work_and_timed_claims_leave_it_ready(db: str) -> N
     [counts] = fetch(db, COUNTS)
     assert counts == {
         "sagas": 1000,
-        "steps": 1000,
+        "steps": 0,  # as submits write them: none (migration 10018)
         "queued": 1000,
         "outbox": 1000,
         "attempts": 0,  # every claim was rolled back: nothing was opened or logged

@@ -11,6 +11,7 @@ write-ahead.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -57,11 +58,10 @@ NOT_ON_SQLITE = {
 SQLITE_ONLY = {"claim_due", "claim_mark", "claim_open_attempt"}
 EXECUTEMANY = {
     "insert_sagas",
-    "insert_step",
     "settle_attempt",
     "record_late_completion",
     "update_dispatch_settled",
-    "update_step",
+    "keep_step_state",
     "update_saga_state",
     "insert_dispatch",
     "insert_event",
@@ -71,6 +71,24 @@ EXECUTEMANY = {
 
 def hex64(seed: str) -> str:
     return hashlib.sha256(seed.encode()).hexdigest()
+
+
+# A pinned plan of one step, as far as the statements read it (keep_step_state).
+PLAN = json.dumps(
+    {
+        "plan_id": "checkout",
+        "steps": [
+            {
+                "id": "charge",
+                "sequence": 0,
+                "verb": "charge",
+                "contract_hash": hex64("contract"),
+                "args": {},
+                "compensate": {"verb": "refund", "contract_hash": hex64("refund"), "args": {}},
+            }
+        ],
+    }
+)
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -126,26 +144,13 @@ def seed_saga(
             "execution_id": f"order-{name}",
             "plan_id": "checkout",
             "plan_digest": hex64("plan"),
-            "plan": '{"plan_id":"checkout","steps":[]}',
+            "plan": PLAN,
             "facts": '{"order":"o-1"}',
             "facts_hash": hex64("facts"),
             "trace_context": None,
         },
     )
     assert inserted == [{"saga_id": saga_id}]
-    q(
-        conn,
-        "insert_step",
-        {
-            "saga_id": saga_id,
-            "effect_id": "charge",
-            "sequence": 0,
-            "verb": "charge",
-            "contract_hash": hex64("contract"),
-            "compensation": None,
-            "fencing": "[]",
-        },
-    )
     q(
         conn,
         "insert_dispatch",
@@ -456,7 +461,6 @@ NEED_REAL_ROWS = {
     "insert_event",
     "insert_saga",
     "insert_sagas",
-    "insert_step",
     "migrations_record",
     "probe_schedule",
 }
@@ -704,6 +708,8 @@ def test_a_pruned_saga_takes_its_steps_dispatches_attempts_and_timeline_along(
     doomed, _ = seed_saga(conn, "old")
     kept, _ = seed_saga(conn, "live", destination="other")
     claim(conn, "payments")
+    for saga_id in (doomed, kept):  # a kept step state: the only step rows written now
+        q(conn, "keep_step_state", [{"saga_id": saga_id, "effect_id": "charge", "state": "failed"}])
     conn.execute(
         "UPDATE effectus_saga_instances SET state = 'completed', finished_at = 1000.0 "
         "WHERE saga_id = ?",
@@ -829,7 +835,7 @@ def test_lock_statements_give_booleans_and_json(conn: sqlite3.Connection) -> Non
     [locked] = q(conn, "lock_sagas", {"saga_ids": [saga_id], "dispatch_ids": [], "known_plans": []})
 
     assert saga["cancel_requested"] is False and locked["cancel_requested"] is False
-    assert saga["plan"] == {"plan_id": "checkout", "steps": []}
+    assert saga["plan"] == json.loads(PLAN)
     assert saga["facts"] == {"order": "o-1"}
     assert dispatch["lease_expired"] is True
     [expired] = q(conn, "select_expired_leases", {"limit": 10})
@@ -925,16 +931,17 @@ def test_null_parameters_mean_what_they_mean_on_postgresql(conn: sqlite3.Connect
     assert next_after == next_before
 
     # a forward success's result and order go on its dispatch row (migration 10016), which
-    # the step is read with: its own state only where it has no dispatch
-    [row] = q(conn, "select_saga_steps", {"saga_id": saga_id})
-    assert (row["state"], row["dispatch_state"], row["result"]) == ("pending", "retry_wait", None)
+    # the step is read from: its own state only where it has no dispatch
+    steps = {"saga_ids": json.dumps([saga_id])}
+    [row] = q(conn, "select_steps_of_sagas", steps)
+    assert (row["direction"], row["state"], row["result"]) == ("forward", "retry_wait", None)
     success = {"state": "succeeded", "last_outcome": "success", "retry_delay_s": None}
     q(
         conn,
         "update_dispatch_settled",
         [{**settled, **success, "result": "null", "succeeded_order": 1}],
     )
-    [row] = q(conn, "select_saga_steps", {"saga_id": saga_id})
+    [row] = q(conn, "select_steps_of_sagas", steps)
     assert row["result"] is None and row["succeeded_order"] == 1  # JSON null, read as None
     (stored,) = conn.execute("SELECT result IS NOT NULL FROM effectus_saga_outbox").fetchone()
     assert stored  # not SQL NULL: the result of a success is there, and it is JSON null
@@ -943,12 +950,32 @@ def test_null_parameters_mean_what_they_mean_on_postgresql(conn: sqlite3.Connect
         "update_dispatch_settled",
         [{**settled, **success, "result": '{"ok":1}', "succeeded_order": 2}],
     )
-    [row] = q(conn, "select_saga_steps", {"saga_id": saga_id})
-    assert (row["result"], row["succeeded_order"]) == ({"ok": 1}, 2)
-    assert row["args_hash"] == hex64("args")  # the forward dispatch's resolved arguments
-    q(conn, "update_step", [{"saga_id": saga_id, "effect_id": "charge", "state": "failed"}])
-    [row] = q(conn, "select_saga_steps", {"saga_id": saga_id})
-    assert row["state"] == "failed"  # a kept state (a step that failed at enqueue has no dispatch)
+    [row] = q(conn, "select_steps_of_sagas", steps)
+    assert (row["result"], row["succeeded_order"], row["uncertain"]) == ({"ok": 1}, 2, False)
+    # a kept state (a step that failed at enqueue has no dispatch) makes its row, its pins
+    # the plan's; a second one updates it
+    q(conn, "keep_step_state", [{"saga_id": saga_id, "effect_id": "charge", "state": "failed"}])
+    kept = (
+        "SELECT effect_id, sequence, verb, contract_hash, compensation, state"
+        " FROM effectus_saga_steps"
+    )
+    assert conn.execute(kept).fetchall() == [
+        (
+            "charge",
+            0,
+            "charge",
+            hex64("contract"),
+            json.loads(PLAN)["steps"][0]["compensate"],
+            "failed",
+        )
+    ]
+    q(conn, "keep_step_state", [{"saga_id": saga_id, "effect_id": "charge", "state": "pending"}])
+    assert [r[-1] for r in conn.execute(kept).fetchall()] == ["pending"]
+    rows = q(conn, "select_steps_of_sagas", steps)
+    assert sorted((r["direction"] or "step", r["state"]) for r in rows) == [
+        ("forward", "succeeded"),
+        ("step", "pending"),
+    ]
 
 
 # --- recording outcomes ----------------------------------------------------------------------

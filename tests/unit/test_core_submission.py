@@ -77,24 +77,6 @@ def test_submission_rows_carry_the_checked_plan_and_canonical_facts(
     assert [(d.effect_id, d.direction) for d in rows.first_dispatches] == [("charge", "forward")]
 
 
-def test_submission_has_one_step_row_per_step_in_order(
-    rows: SubmitRows, checked: CheckedPlan, core_registry: Registry
-) -> None:
-    assert [(row.effect_id, row.sequence, row.verb) for row in rows.steps] == [
-        ("charge", 0, "charge"),
-        ("ship", 1, "ship"),
-    ]
-    assert all(row.saga_id == VECTOR_SAGA_ID for row in rows.steps)
-    charge, ship = rows.steps
-    compensation = checked.steps[0].compensate
-    assert compensation is not None
-    assert charge.compensation == canonical_text(compensation.model_dump(mode="json"))
-    assert ship.compensation is None
-    assert json.loads(charge.fencing) == list(core_registry.verbs["charge"].fencing)
-    assert json.loads(ship.fencing) == []
-    assert charge.contract_hash == checked.steps[0].contract_hash
-
-
 def test_facts_hash_does_not_depend_on_fact_order(
     checked: CheckedPlan, core_registry: Registry
 ) -> None:

@@ -8,7 +8,7 @@ from effectusd.core.checker import check
 from effectusd.core.engine import Completion, StepUpdate, Transition
 from effectusd.core.plan import CheckedPlan
 from effectusd.core.states import DispatchState, OutcomeClass, StepState
-from effectusd.store.rows import TransitionRows, may_cancel_siblings
+from effectusd.store.rows import TransitionRows, may_cancel_siblings, plan_steps
 from tests.unit.conftest import make_core_verbs
 
 ROW = {"saga_id": "s" * 64, "lease_token": "t"}
@@ -99,3 +99,35 @@ def test_only_a_saga_with_parallel_steps_has_its_unsent_siblings_locked() -> Non
     assert set(plans) == {sequential["plan_digest"], parallel["plan_digest"]}
     assert not may_cancel_siblings({**sequential, "plan": None}, plans)
     assert may_cancel_siblings({"plan_digest": "unknown", "plan": {"steps": "?"}}, plans)
+
+
+def _forward(effect_id: str, state: str, **more: Any) -> dict[str, Any]:
+    row = {"effect_id": effect_id, "direction": "forward", "state": state, "uncertain": False}
+    return {"result": None, "succeeded_order": None, **row, **more}
+
+
+def test_a_sagas_steps_are_its_plans_each_read_from_its_dispatches_or_its_kept_row() -> None:
+    names = ["a", "b", "c", "d", "e"]
+    step = {"verb": "ship", "args": {}, "compensate": "none"}
+    plan = CheckedPlan.model_validate(_saga_row([{"id": n, **step} for n in names])["plan"])
+    rows = [
+        _forward("a", "succeeded", result={"id": 1}, succeeded_order=1),
+        {**_forward("a", "queued"), "direction": "compensation"},
+        _forward("b", "succeeded", result=None, succeeded_order=2),
+        {"effect_id": "b", "direction": None, "state": "in_progress"},  # an older saga's row
+        _forward("c", "blocked_unknown", uncertain=True),
+        {"effect_id": "d", "direction": None, "state": "failed"},  # failed at enqueue
+    ]  # e: no dispatch, no row
+    steps = plan_steps(plan, reversed(rows))
+    assert list(steps) == names  # the plan's order, whatever the rows'
+    assert [(s.sequence, s.state, s.dispatch, s.uncertain) for s in steps.values()] == [
+        (0, StepState.COMPENSATING, DispatchState.SUCCEEDED, False),
+        (1, StepState.SUCCEEDED, DispatchState.SUCCEEDED, False),  # its row's state unread
+        (2, StepState.IN_PROGRESS, DispatchState.BLOCKED_UNKNOWN, True),
+        (3, StepState.FAILED, None, False),
+        (4, StepState.PENDING, None, False),
+    ]
+    assert [(s.result, s.succeeded_order) for s in steps.values()][:2] == [
+        ({"id": 1}, 1),
+        (None, 2),
+    ]

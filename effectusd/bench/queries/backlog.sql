@@ -1,7 +1,8 @@
 -- `effectusd bench --backlog`: rows first through last of a backlog of ready dispatches, one
--- running saga with one started step each, shaped like a burst of submissions. Ids are
--- sha256 hex like real ones (random B-tree keys); next_attempt_at is spread over the past.
--- The foreign keys are checked at the end of the statement, so one statement fills all three.
+-- running saga with one started step each, shaped like a burst of submissions (which write
+-- no step rows, migration 10018). Ids are sha256 hex like real ones (random B-tree keys);
+-- next_attempt_at is spread over the past.
+-- The foreign keys are checked at the end of the statement, so one statement fills both.
 WITH series AS (
     SELECT g,
            encode(sha256(convert_to('bench-backlog-saga-' || g, 'UTF8')), 'hex') AS saga_id,
@@ -14,11 +15,6 @@ sagas AS (
         (saga_id, namespace, execution_id, plan_id, plan_digest, plan, facts, facts_hash)
     SELECT saga_id, %(namespace)s, 'backlog-' || g, 'bench-backlog', zero_hash, '{}', '{}',
            zero_hash
-    FROM series
-),
-steps AS (
-    INSERT INTO effectus_saga_steps (saga_id, effect_id, sequence, verb, contract_hash)
-    SELECT saga_id, 's0', 0, %(verb)s, zero_hash
     FROM series
 )
 INSERT INTO effectus_saga_outbox
