@@ -12,7 +12,7 @@ from effectusd.backends.postgres.runner import SQL
 from effectusd.backends.postgres.runner import sql as named_sql
 from effectusd.backends.statements import Statements
 
-BENCH_STATEMENTS = Statements("effectusd.bench", "queries", owner="effectusd bench")
+BENCH_STATEMENTS = Statements("effectusd", "sql/postgres/bench", owner="effectusd bench")
 
 
 def sql(name: str) -> SQL:

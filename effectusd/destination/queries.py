@@ -9,8 +9,8 @@ from effectusd.backends.postgres.runner import sql as postgres_sql
 from effectusd.backends.statements import Statements
 
 OWNER = "the destination kit"
-POSTGRES = Statements("effectusd.destination", "sql", owner=OWNER)
-SQLITE = Statements("effectusd.destination", "sql/sqlite", owner=OWNER)
+POSTGRES = Statements("effectusd", "sql/postgres/destination", owner=OWNER)
+SQLITE = Statements("effectusd", "sql/sqlite/destination", owner=OWNER)
 
 
 def sql(name: str) -> SQL:

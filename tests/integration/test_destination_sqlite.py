@@ -181,10 +181,11 @@ def test_both_dialects_ship_the_same_migration_versions() -> None:
 
 def test_every_named_statement_exists_in_both_dialects() -> None:
     # The exchange names its steps once; a step missing in one dialect fails only there.
-    folder = Path(effectusd.destination.__file__).parent / "sql"
+    folder = Path(effectusd.__file__).parent / "sql"
     postgres_only = {"install_lock"}  # SQLite's installers queue on BEGIN IMMEDIATE instead
-    statements = {path.stem for path in folder.glob("*.sql")} - postgres_only
-    assert {path.stem for path in (folder / "sqlite").glob("*.sql")} == statements
+    statements = {path.stem for path in (folder / "postgres/destination").glob("*.sql")}
+    statements -= postgres_only
+    assert {path.stem for path in (folder / "sqlite/destination").glob("*.sql")} == statements
 
 
 def test_install_sqlite_is_idempotent_and_safe_when_instances_start_together(

@@ -116,7 +116,7 @@ async def test_the_recorders_lock_keeps_a_claim_off_a_sibling_not_yet_sent(db: s
     (lock_dispatches with the saga's id): a claim skips them until the recorder commits."""
     config = _config("http://127.0.0.1:9")
     saga = client_for(config, db).submit(fan_plan(), execution_id="fan-3").saga_id
-    text = (files("effectusd.store.postgres") / "queries" / "lock_dispatches.sql").read_text()
+    text = (files("effectusd") / "sql/postgres/store" / "lock_dispatches.sql").read_text()
     store = await open_dispatch_store(
         backend_for(db), config.registry(), "daemon", 30.0, StoreFencing()
     )

@@ -464,7 +464,7 @@ NEED_REAL_ROWS = {
 
 def _postgres_columns(conn: psycopg.Connection[Any], name: str) -> list[str]:
     """The result columns of a PostgreSQL statement, from the server, without running it."""
-    text = (files("effectusd.store.postgres") / "queries" / f"{name}.sql").read_text("utf-8")
+    text = (files("effectusd") / "sql/postgres/store" / f"{name}.sql").read_text("utf-8")
     params: list[str] = []
 
     def number(match: re.Match[str]) -> str:

@@ -1,6 +1,7 @@
 """The wheel ships what the code reads at run time: the migrations of both stores (kept in the
-repository's top-level ``schema/``, which ``effectusd/schema`` links), the store's named queries
-and the bench's own; installed, effectusd reads its migrations from the package."""
+repository's top-level ``schema/``, which ``effectusd/schema`` links) and every named statement
+(``effectusd/sql/<dialect>/<owner>/``); installed, effectusd reads its migrations from the
+package."""
 
 from __future__ import annotations
 
@@ -52,24 +53,23 @@ def test_the_wheel_ships_the_migrations_and_the_named_queries(wheel: Path) -> No
         names = set(archive.namelist())
         shipped = archive.read(f"effectusd/schema/migrations/{FIRST_MIGRATION}.sql")
 
-    assert "effectusd/store/postgres/queries/insert_saga.sql" in names
-    source_queries = REPO / "effectusd" / "store" / "postgres" / "queries"
-    for query in source_queries.glob("*.sql"):
-        assert f"effectusd/store/postgres/queries/{query.name}" in names
+    assert "effectusd/sql/postgres/store/insert_saga.sql" in names
+    statements = list((REPO / "effectusd" / "sql").rglob("*.sql"))
+    owners = {statement.parent.relative_to(REPO).as_posix() for statement in statements}
+    assert owners == {  # each dialect's folder, one subfolder per owner of statements
+        f"effectusd/sql/{dialect}/{owner}"
+        for dialect, owner_names in (
+            ("postgres", ("store", "backend", "bench", "destination")),
+            ("sqlite", ("store", "backend", "destination")),
+        )
+        for owner in owner_names
+    }
+    for statement in statements:
+        assert statement.relative_to(REPO).as_posix() in names
     source_migrations = REPO / "schema" / "migrations"
     for migration in source_migrations.glob("*.sql"):
         assert f"effectusd/schema/migrations/{migration.name}" in names
     assert shipped == (source_migrations / f"{FIRST_MIGRATION}.sql").read_bytes()
-    for query in (REPO / "effectusd" / "store" / "sqlite" / "queries").glob("*.sql"):
-        assert f"effectusd/store/sqlite/queries/{query.name}" in names
-    backend_statements = list((REPO / "effectusd" / "backends").glob("*/sql/*.sql"))
-    assert backend_statements  # the backends' own (e.g. sqlite/sql/table_exists.sql)
-    for statement in backend_statements:
-        assert f"{statement.relative_to(REPO).as_posix()}" in names
-    bench_queries = list((REPO / "effectusd" / "bench" / "queries").glob("*.sql"))
-    assert bench_queries
-    for query in bench_queries:
-        assert f"effectusd/bench/queries/{query.name}" in names
     templates = sorted((REPO / "effectusd" / "console" / "templates").glob("*.html"))
     assert templates  # the console's pages
     for template in templates:

@@ -34,7 +34,7 @@ from effectusd.core.database_url import Dialect, PostgresDatabase
 
 T = TypeVar("T")
 
-STORE_STATEMENTS = Statements("effectusd.store.postgres", "queries")
+STORE_STATEMENTS = Statements("effectusd", "sql/postgres/store")
 
 
 STORE_MIGRATIONS = store_migrations(

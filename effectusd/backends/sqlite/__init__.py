@@ -62,7 +62,7 @@ def version() -> str:
     return sqlite3.sqlite_version
 
 
-STORE_STATEMENTS = Statements("effectusd.store.sqlite", "queries")
+STORE_STATEMENTS = Statements("effectusd", "sql/sqlite/store")
 
 
 STORE_MIGRATIONS = store_migrations(STORE_STATEMENTS, "sqlite")

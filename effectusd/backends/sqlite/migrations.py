@@ -19,7 +19,7 @@ from effectusd.backends.migrations import Migration, MigrationError, MigrationSe
 from effectusd.backends.sqlite.transaction import atomic, read_transaction, write_transaction
 from effectusd.backends.statements import Statements
 
-_OWN = Statements("effectusd.backends.sqlite", "sql")
+_OWN = Statements("effectusd", "sql/sqlite/backend")
 
 
 def statements(migration: Migration, mset: MigrationSet | None = None) -> Iterator[str]:
