@@ -16,8 +16,7 @@ import pytest
 
 import effectusd
 from effectusd.backends.migrations import known_migrations
-from effectusd.backends.postgres import STORE_MIGRATIONS as POSTGRES_MIGRATIONS
-from effectusd.backends.sqlite import STORE_MIGRATIONS as SQLITE_MIGRATIONS
+from effectusd.store.sql import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
 from tests.support.backends import postgres_store_migrations
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,8 +89,8 @@ def test_migrations_read_from_the_wheel_match_the_source_tree(wheel: Path) -> No
 
 INSTALLED_MIGRATIONS = """
 import json
-from effectusd.backends.postgres import STORE_MIGRATIONS as POSTGRES
-from effectusd.backends.sqlite import STORE_MIGRATIONS as SQLITE
+from effectusd.store.sql import POSTGRES_MIGRATIONS as POSTGRES
+from effectusd.store.sql import SQLITE_MIGRATIONS as SQLITE
 print(json.dumps({
     name: {"folder": str(mset.folder()), "known": [m.checksum for m in mset.known()]}
     for name, mset in (("postgresql", POSTGRES), ("sqlite", SQLITE))
