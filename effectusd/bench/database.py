@@ -1,5 +1,5 @@
-"""The bench's own PostgreSQL: scratch databases, its statements (queries/NAME.sql, kept out
-of the store's production folder) and the readings taken with them."""
+"""The bench's own PostgreSQL: scratch databases, its statements (sql/postgres/bench/NAME.sql,
+kept out of the store's production folder) and the readings taken with them."""
 
 from __future__ import annotations
 

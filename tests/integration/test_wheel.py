@@ -18,6 +18,7 @@ import effectusd
 from effectusd.backends.migrations import known_migrations
 from effectusd.store.sql import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
 from tests.support.backends import postgres_store_migrations
+from tests.unit.test_sql_folders import LOADERS
 
 REPO = Path(__file__).resolve().parents[2]
 FIRST_MIGRATION = "10001_saga_outbox_v2"
@@ -89,16 +90,24 @@ def test_migrations_read_from_the_wheel_match_the_source_tree(wheel: Path) -> No
 
 INSTALLED_MIGRATIONS = """
 import json
+from importlib.resources import files
 from effectusd.store.sql import POSTGRES_MIGRATIONS as POSTGRES
 from effectusd.store.sql import SQLITE_MIGRATIONS as SQLITE
+from tests.unit.test_sql_folders import LOADERS
 print(json.dumps({
-    name: {"folder": str(mset.folder()), "known": [m.checksum for m in mset.known()]}
-    for name, mset in (("postgresql", POSTGRES), ("sqlite", SQLITE))
+    **{
+        name: {"folder": str(mset.folder()), "known": [m.checksum for m in mset.known()]}
+        for name, mset in (("postgresql", POSTGRES), ("sqlite", SQLITE))
+    },
+    "statements": {
+        s.folder: {"root": str(files(s.package)), "texts": {n: s.text(n) for n in s.names()}}
+        for s in LOADERS.values()
+    },
 }))
 """
 
 
-def test_an_installed_wheel_reads_its_migrations_from_the_package_not_a_source_tree(
+def test_an_installed_wheel_reads_its_migrations_and_statements_from_the_package(
     wheel: Path, tmp_path: Path
 ) -> None:
     target = tmp_path / "installed"
@@ -123,6 +132,12 @@ def test_an_installed_wheel_reads_its_migrations_from_the_package_not_a_source_t
         assert folder == target / "effectusd" / "schema" / source
         checksums = [m.checksum for m in known_migrations(REPO / "schema" / source)]
         assert by_dialect[dialect]["known"] == checksums and checksums
+    statements = by_dialect["statements"]
+    assert set(statements) == {loader.folder for loader in LOADERS.values()}
+    for loader in LOADERS.values():  # each owner of each dialect, read from the installed copy
+        assert Path(statements[loader.folder]["root"]) == target / "effectusd"
+        source = {name: loader.text(name) for name in loader.names()}
+        assert statements[loader.folder]["texts"] == source and source
 
 
 def test_the_store_reads_its_migrations_as_data_of_the_effectusd_package() -> None:
