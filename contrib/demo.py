@@ -22,13 +22,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from effectusd.backends import backend_for  # noqa: E402
 from effectusd.cli import render  # noqa: E402
 from effectusd.client import Client  # noqa: E402
 from effectusd.config import load_config  # noqa: E402
 from effectusd.core.canonical import parse_json  # noqa: E402
 from effectusd.core.database_url import SqliteDatabase, parse_database_url  # noqa: E402
 from effectusd.dispatcher.daemon import Daemon  # noqa: E402
+from effectusd.store.sql import store_backend  # noqa: E402
 
 WORKDIR = ROOT / ".demo"
 DATABASE_URL = os.environ.get("EFFECTUSD_DATABASE_URL", "sqlite:///.demo/effectusd.db")
@@ -103,7 +103,7 @@ def main() -> None:
     os.chdir(ROOT)  # the SQLite URLs are relative to the repository
     WORKDIR.mkdir(exist_ok=True)
     url, shop_url = DATABASE_URL, SHOP_DATABASE_URL
-    backend = backend_for(url)
+    backend = store_backend(url)
     with backend.runner.connect(create=True) as conn:
         backend.migrator.migrate(conn)
     print(f"▶ effectusd's store: {url}")

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from effectusd import tracing
-from effectusd.backends import Connection, backend_for
+from effectusd.backends import Connection
 from effectusd.backends.connections import (
     AsyncPostgresConnection,
     AsyncPostgresPool,
@@ -49,6 +49,7 @@ from effectusd.core.submission import ensure_checked, prepare_submission
 from effectusd.core.views import SagaSummary, SagaView, summarize
 from effectusd.store import operations
 from effectusd.store.operations import SubmitResult
+from effectusd.store.sql import store_backend
 
 PlanInput = CheckedPlan | PlanSpec | Mapping[str, Any]
 # What ``wait`` waits for: a predicate of the view, or the states to reach; None: the saga is
@@ -172,7 +173,7 @@ class _ClientBase:
             raise WrongConnection("give the client a connection or a pool, not both")
         self.config = config or load_config(None)
         url = database_url or pool_url(pool) or self.config.database.url
-        self.backend = backend_for(url)
+        self.backend = store_backend(url)
         self.database_url = self.backend.url
         self.registry = self.config.registry()
         self.namespace = self.config.namespace

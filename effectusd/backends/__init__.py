@@ -1,19 +1,23 @@
 """One backend per database dialect: the only code that touches a database driver.
 
-``backend_for(url)`` is the one place the dialect is chosen; everything above (the store, the
-client, the daemon, the command line, the destination kit, the bench) asks the backend it
-gets, each audience through its own part: the ``runner`` connects (or borrows the caller's
-connection or pool) and runs operations (``operation.py``) sync and async; ``notifications``
-wake the daemon and ``Client.wait`` (PostgreSQL: LISTEN; SQLite: none, they poll;
-``changes.py``); the ``migrator`` reads, applies and checks the store's migration set
-(``migrations.py``). The backend names the store's statements (``statements.py``).
+``backend_for(url, schemas)`` is the one place the dialect is chosen; everything above (the
+store, the client, the daemon, the command line, the destination kit, the bench) asks the
+backend it gets, each audience through its own part: the ``runner`` connects (or borrows the
+caller's connection or pool) and runs operations (``operation.py``) sync and async;
+``notifications`` wake the daemon and ``Client.wait`` (PostgreSQL: LISTEN; SQLite: none, they
+poll; ``changes.py``); the ``migrator`` reads, applies and checks a migration set
+(``migrations.py``). The SQL is its owner's: the store (``effectusd.store.sql.store_backend``)
+hands the backend its migration set of each dialect, whose named statements
+(``statements.py``) the runner and the notifications run; a backend never names another
+package's files.
 
-Adding a database means adding a folder here (and the store's statements in its dialect).
+Adding a database means adding a folder here (and the store's statements in its dialect,
+``effectusd/sql/<dialect>/store/``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
@@ -87,10 +91,10 @@ class Notifications(Protocol):
 
 
 class Migrator(Protocol):
-    """Reads, applies and checks the store's schema (``effectusd migrate``, the daemon's and
-    the console's start)."""
+    """Reads, applies and checks the schema the backend serves (the store's: ``effectusd
+    migrate``, the daemon's and the console's start)."""
 
-    migrations: MigrationSet  # the store's schema in this dialect
+    migrations: MigrationSet  # that schema in this dialect
 
     def status(self, conn: Any, known: list[Migration] | None = None) -> MigrationStatus: ...
     def migrate(self, conn: Any, known: list[Migration] | None = None) -> list[Migration]: ...
@@ -111,14 +115,17 @@ class Backend(Protocol):
     def migrator(self) -> Migrator: ...
 
 
-def backend_for(url: str) -> Backend:
-    """The backend of the database ``url`` names; DatabaseURLError if none understands it.
-    The drivers are imported here, on first use, not by whoever merely validates a URL."""
+def backend_for(url: str, schemas: Mapping[Dialect, MigrationSet]) -> Backend:
+    """The backend of the database ``url`` names, serving ``schemas``' set of its dialect (the
+    caller's schema: the store's, or the destination kit's); DatabaseURLError if no backend
+    understands the URL. The drivers are imported here, on first use, not by whoever merely
+    validates a URL."""
     database = parse_database_url(url)
+    schema = schemas[database.dialect]
     if isinstance(database, PostgresDatabase):
         from effectusd.backends.postgres import PostgresBackend
 
-        return PostgresBackend(url, database)
+        return PostgresBackend(url, database, schema)
     from effectusd.backends.sqlite import SqliteBackend
 
-    return SqliteBackend(url, database)
+    return SqliteBackend(url, database, schema)

@@ -1,12 +1,9 @@
-"""What every backend does the same way whatever its dialect: where the store's migrations
-are, and the policy of its migrator (``Migrator``, effectusd.backends)."""
+"""What every backend does the same way whatever its dialect: the policy of its migrator
+(``Migrator``, effectusd.backends)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from functools import partial
-from importlib.resources import files
-from importlib.resources.abc import Traversable
 from typing import Any
 
 from effectusd.backends.migrations import (
@@ -15,30 +12,6 @@ from effectusd.backends.migrations import (
     MigrationStatus,
     raise_unless_current,
 )
-from effectusd.backends.statements import Statements
-
-
-def _schema_folder(dialect_folder: str) -> Traversable:
-    """The package's ``schema/<dialect_folder>``: ``effectusd/schema`` links the repository's
-    top-level ``schema/``, so the wheel holds the files and a source tree reads them in place."""
-    return files("effectusd") / "schema" / dialect_folder
-
-
-def store_migrations(
-    statements: Statements, dialect_folder: str, **locking: str | None
-) -> MigrationSet:
-    """The store's migration set of one dialect: its files (``schema/<dialect_folder>``), and
-    the migrations_* statements of its ``statements`` (``locking``: the ``exists`` and ``lock``
-    ones, where it has them)."""
-    return MigrationSet(
-        folder=partial(_schema_folder, dialect_folder),
-        statements=statements,
-        table="effectus_schema_migrations",
-        create="migrations_create_table",
-        applied="migrations_applied",
-        record="migrations_record",
-        **locking,  # type: ignore[arg-type]
-    )
 
 
 class StoreMigrator(ABC):

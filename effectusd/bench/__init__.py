@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from effectusd.backends.postgres import STORE_MIGRATIONS, connect, database_name
+from effectusd.backends.postgres import connect, database_name
 from effectusd.backends.postgres.migrations import migrate as migrate_set
 from effectusd.bench.claims import (
     CLAIM_MIN_SAMPLES,
@@ -51,6 +51,7 @@ from effectusd.core.states import Direction, FencingStatus
 from effectusd.core.submission import ensure_checked
 from effectusd.dispatcher.daemon import Daemon
 from effectusd.executors.protocol import Executor, Invocation
+from effectusd.store.sql import POSTGRES_MIGRATIONS
 
 IDLE_SAMPLES = 100  # sagas submitted one at a time for the idle latency
 
@@ -148,7 +149,7 @@ def run_bench(
         url = scratch_database(server_url)
         try:
             with connect(url) as conn:
-                migrate_set(conn, STORE_MIGRATIONS)
+                migrate_set(conn, POSTGRES_MIGRATIONS)
             result = _throughput(config, url, sagas, steps, concurrency, progress, processes)
             if duration > 0:
                 _soak(result, config, url, duration, progress)

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from effectusd.backends.connections import PostgresConnection
-from effectusd.backends.postgres import STORE_MIGRATIONS, STORE_STATEMENTS, connect
+from effectusd.backends.postgres import connect
 from effectusd.backends.postgres.migrations import migrate as migrate_set
 from effectusd.backends.postgres.runner import sql as named_sql
 from effectusd.bench import database
@@ -17,6 +17,7 @@ from effectusd.config import Config
 from effectusd.dispatcher.capacity import Capacity
 from effectusd.dispatcher.daemon import new_owner_id
 from effectusd.store.postgres.dispatch import claim_ready_params
+from effectusd.store.sql import POSTGRES_MIGRATIONS, POSTGRES_STATEMENTS
 
 CLAIM_SAMPLES = 300
 CLAIM_WARMUP = 15  # past psycopg's prepare threshold and the server's generic-plan choice
@@ -36,7 +37,7 @@ def claim_latency(
     url = scratch_database(server_url)
     try:
         with connect(url) as conn:  # autocommit, like the daemon's
-            migrate_set(conn, STORE_MIGRATIONS)
+            migrate_set(conn, POSTGRES_MIGRATIONS)
             params = claim_params(config)
             batch = min(backlog, sum(params["limits"]))
             timings = {"empty": time_claims(conn, params, 0, "an empty outbox", progress)}
@@ -73,7 +74,7 @@ def claim_params(config: Config) -> dict[str, Any]:
 def time_claims(
     conn: PostgresConnection, params: dict[str, Any], expect: int, what: str, progress: Any
 ) -> list[float]:
-    query = named_sql(STORE_STATEMENTS, "claim_ready")
+    query = named_sql(POSTGRES_STATEMENTS, "claim_ready")
     timings: list[float] = []
     give_up = time.monotonic() + CLAIM_BUDGET_S
     for index in range(CLAIM_WARMUP + CLAIM_SAMPLES):

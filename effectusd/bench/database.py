@@ -1,5 +1,5 @@
-"""The bench's own PostgreSQL: scratch databases, its statements (queries/NAME.sql, kept out
-of the store's production folder) and the readings taken with them."""
+"""The bench's own PostgreSQL: scratch databases, its statements (sql/postgres/bench/NAME.sql,
+kept out of the store's production folder) and the readings taken with them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from effectusd.backends.postgres.runner import SQL
 from effectusd.backends.postgres.runner import sql as named_sql
 from effectusd.backends.statements import Statements
 
-BENCH_STATEMENTS = Statements("effectusd.bench", "queries", owner="effectusd bench")
+BENCH_STATEMENTS = Statements("effectusd", "sql/postgres/bench", owner="effectusd bench")
 
 
 def sql(name: str) -> SQL:

@@ -28,11 +28,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from effectusd.backends.postgres import STORE_MIGRATIONS, connect
+from effectusd.backends.postgres import connect
 from effectusd.backends.postgres.migrations import migrate as migrate_set
 from effectusd.bench import _bench_config, _drain, _submit_all
 from effectusd.bench.database import drop_database, scratch_database
 from effectusd.bench.harness import start_sink
+from effectusd.store.sql import POSTGRES_MIGRATIONS
 
 DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -117,7 +118,7 @@ def _drain_here(server_url: str, sagas: int, steps: int) -> None:
         url = scratch_database(server_url)
         try:
             with connect(url) as conn:
-                migrate_set(conn, STORE_MIGRATIONS)
+                migrate_set(conn, POSTGRES_MIGRATIONS)
             _submit_all(config, url, sagas, steps)
             _callgrind("-z")
             asyncio.run(_drain(config, url))

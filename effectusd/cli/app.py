@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 from pydantic import BaseModel
 
-from effectusd.backends import Backend, Connection, backend_for
+from effectusd.backends import Backend, Connection
 from effectusd.backends.errors import UNAVAILABLE
 from effectusd.client import Client
 from effectusd.config import Config, ConfigError, load_config, not_utf8
@@ -28,6 +28,7 @@ from effectusd.core.checker import PlanCheckError
 from effectusd.core.database_url import DatabaseURLError
 from effectusd.core.durations import parse_duration
 from effectusd.core.errors import SchemaNotReady
+from effectusd.store.sql import store_backend
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -59,7 +60,7 @@ class Context:
     @property
     def backend(self) -> Backend:
         # a DatabaseURLError exits 3 (EffectusGroup)
-        return backend_for(self._database_url or self.config.database.url)
+        return store_backend(self._database_url or self.config.database.url)
 
     def client(self) -> Client:
         return Client(self.config, database_url=self.database_url)

@@ -7,7 +7,7 @@ failure forever. Forgetting a stored *success* lets the retry do the effect a se
 it is refused unless forced. Every forget copies the record, the actor and the evidence to
 ``effectus_dest_key_audit`` (migration 2) in the transaction that deletes it.
 
-Both dialects run the same named statements (sql/keys_*.sql, sql/sqlite/keys_*.sql).
+Both dialects run the same named statements (effectusd/sql/<dialect>/destination/keys_*.sql).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from effectusd.backends import backend_for
 from effectusd.backends.connections import PostgresConnection, SqliteConnection
 from effectusd.core.states import OutcomeClass
 from effectusd.destination.queries import sql, sqlite_sql
-from effectusd.destination.schema import install_sqlite, install_sync
+from effectusd.destination.schema import SCHEMAS, install_sqlite, install_sync
 from effectusd.destination.sqlite import connect_sqlite, sqlite_path, write_transaction
 
 
@@ -128,7 +128,7 @@ class _Postgres:
     @staticmethod
     @contextmanager
     def open(database_url: str) -> Iterator[_Ledger]:
-        with backend_for(database_url).runner.connect() as conn:  # autocommit
+        with backend_for(database_url, SCHEMAS).runner.connect() as conn:  # autocommit
             yield _Postgres(conn)
 
     def rows(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -172,7 +172,7 @@ _LEDGERS = {"postgresql": _Postgres.open, "sqlite": _Sqlite.open}
 
 
 def _ledger(database_url: str) -> AbstractContextManager[_Ledger]:
-    return _LEDGERS[backend_for(database_url).dialect](database_url)
+    return _LEDGERS[backend_for(database_url, SCHEMAS).dialect](database_url)
 
 
 def _tables(ledger: _Ledger) -> tuple[bool, bool]:

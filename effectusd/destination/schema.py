@@ -53,11 +53,12 @@ def _set(dialect: Dialect) -> MigrationSet:
 
 POSTGRES_SET = _set("postgresql")
 SQLITE_SET = _set("sqlite")
+SCHEMAS: dict[Dialect, MigrationSet] = {"postgresql": POSTGRES_SET, "sqlite": SQLITE_SET}
 
 
 @cache
 def migrations(dialect: Dialect = "postgresql") -> tuple[Migration, ...]:
-    return tuple((SQLITE_SET if dialect == "sqlite" else POSTGRES_SET).known())
+    return tuple(SCHEMAS[dialect].known())
 
 
 def install_sync(conn: PostgresConnection) -> list[int]:

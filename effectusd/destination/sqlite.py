@@ -1,5 +1,5 @@
 """The destination kit on SQLite: the same decisions as on PostgreSQL (exchange.py), run over
-a ``sqlite3`` connection in the SQLite dialect (sql/sqlite/*.sql).
+a ``sqlite3`` connection in the SQLite dialect (effectusd/sql/sqlite/destination/*.sql).
 
     conn = connect_sqlite("sqlite:///shop.db")   # WAL, busy timeout, foreign keys
     install_sqlite(conn)                          # once, at startup: the kit's tables

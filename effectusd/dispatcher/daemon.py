@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from effectusd.backends import backend_for
 from effectusd.backends.errors import DATABASE_ERRORS, LISTEN_LOST, failure_name
 from effectusd.config import Config, ConfigError
 from effectusd.core.replication import REFUSED_SERVERS
@@ -30,6 +29,7 @@ from effectusd.fencing.protocol import FencingProvider
 from effectusd.fencing.store import StoreFencing
 from effectusd.store.dialects import open_dispatch_store
 from effectusd.store.dispatch import DispatchStore
+from effectusd.store.sql import store_backend
 from effectusd.tracing import AttemptTracer
 from effectusd.web import Install
 
@@ -94,7 +94,7 @@ class Daemon:
         self.pipeline: Pipeline | None = None
         self.metrics = Metrics()
         self.http_port: int | None = None  # the bound port, once the endpoints are up
-        self.backend = backend_for(database_url)
+        self.backend = store_backend(database_url)
         self.replication = self.backend.runner.watch_replication(
             require_synchronous=config.database.require_synchronous_replication
         )

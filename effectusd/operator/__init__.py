@@ -1,7 +1,7 @@
 """Operator actions: resolve, retry, cancel and adopt-contract one saga; prune finished ones.
 
 resolve, retry and cancel are store operations (generators, see effectusd.store.operations):
-run one with ``backend_for(url).runner.run(conn, operation)`` (effectusd.backends) and it is one
+run one with ``store_backend(url).runner.run(conn, operation)`` (effectusd.store.sql) and it is one
 transaction that locks the saga row, then its dispatch rows, checks that the state allows the
 action (effectusd.core.operator_decisions), applies it and appends it to the timeline with the
 actor and evidence. A refusal raises ``Refused`` and writes nothing.

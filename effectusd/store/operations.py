@@ -1,6 +1,6 @@
 """Store operations written once (``effectusd.backends.operation``), run by any backend.
 
-Each yields the names of the store's statements (store/<dialect>/queries/NAME.sql); the
+Each yields the names of the store's statements (sql/<dialect>/store/NAME.sql); the
 backend runs them in its dialect inside one transaction. That keeps the client's sync and
 async APIs, and every store, on one piece of logic.
 """

@@ -42,10 +42,10 @@ from typing import Any
 import psycopg
 
 from effectusd import operator
-from effectusd.backends import backend_for
 from effectusd.config import load_config
 from effectusd.core.states import Direction
 from effectusd.destination import prune_ledger_sync
+from effectusd.store.sql import store_backend
 from tests.chaos.scenarios import Report, Scenario
 
 Rows = Callable[[str, str], list[dict[str, Any]]]
@@ -113,7 +113,7 @@ class Operator:
         self.scenario, self.config, self.url, self.dest_url = scenario, config, url, dest_url
         self.rows = rows
         self.registry = load_config(config).registry()
-        self.backend = backend_for(url)
+        self.backend = store_backend(url)
         self.first_seen: dict[str, float] = {}  # saga -> when it was first seen blocked
         self.waits: dict[str, float] = {}  # saga -> how long the operator lets it wait
         self.retries: list[Retry] = []

@@ -17,10 +17,8 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from effectusd.backends import Backend, backend_for
-from effectusd.backends.postgres import STORE_STATEMENTS as POSTGRES_STATEMENTS
+from effectusd.backends import Backend
 from effectusd.backends.postgres.session import PoolSession
-from effectusd.backends.sqlite import STORE_STATEMENTS as SQLITE_STATEMENTS
 from effectusd.backends.sqlite.session import ThreadSession
 from effectusd.client import Client
 from effectusd.config import Config
@@ -39,6 +37,7 @@ from effectusd.store import operations
 from effectusd.store.dispatch import DispatchStore, RecordReport
 from effectusd.store.postgres.dispatch import PostgresDispatchStore
 from effectusd.store.records import Claim, WriteAhead
+from effectusd.store.sql import POSTGRES_STATEMENTS, SQLITE_STATEMENTS, store_backend
 from effectusd.store.sqlite.dispatch import SqliteDispatchStore
 from tests.support import backends
 from tests.support.destination import Destination, running
@@ -84,7 +83,7 @@ class StoreUnderTest:
 
     @property
     def backend(self) -> Backend:
-        return backend_for(self.url)
+        return store_backend(self.url)
 
     @property
     def registry(self) -> Registry:

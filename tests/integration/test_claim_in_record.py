@@ -11,13 +11,13 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from effectusd.backends.postgres import STORE_STATEMENTS
 from effectusd.backends.postgres.runner import sql
 from effectusd.bench.claims import claim_params
 from effectusd.config import parse_config
 from effectusd.dispatcher import daemon as daemon_module
 from effectusd.dispatcher.capacity import Capacity
 from effectusd.store.dispatch import DispatchStore
+from effectusd.store.sql import POSTGRES_STATEMENTS as STORE_STATEMENTS
 from tests.support.destination import running
 from tests.support.harness import client_for, fetch, make_config, run_until_idle, serial_plan
 

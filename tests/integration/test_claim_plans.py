@@ -11,9 +11,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from effectusd.backends.postgres import STORE_STATEMENTS
 from effectusd.backends.postgres.runner import with_array_texts
 from effectusd.backends.postgres.session import PoolSession
+from effectusd.store.sql import POSTGRES_STATEMENTS as STORE_STATEMENTS
 from tests.support.backends import postgres_sql as sql
 
 pytestmark = pytest.mark.postgres

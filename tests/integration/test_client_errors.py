@@ -167,8 +167,8 @@ def test_a_database_url_no_store_understands_is_refused_up_front(url: str) -> No
 
 
 def test_a_sqlite_schema_missing_a_later_column_asks_for_migrate(tmp_path: Path) -> None:
-    from effectusd.backends.sqlite import STORE_MIGRATIONS
     from effectusd.backends.sqlite import migrations as sqlite_store_migrations
+    from effectusd.store.sql import SQLITE_MIGRATIONS as STORE_MIGRATIONS
 
     lite = f"sqlite:///{tmp_path / 'old.db'}"
     with backends.connection(lite, create=True) as conn:

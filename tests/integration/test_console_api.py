@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from effectusd.backends import backend_for
 from effectusd.config import ConfigError
 from effectusd.console import Console
+from effectusd.store.sql import store_backend
 from tests.integration.test_operator import (
     STALE,
     UNKNOWN,
@@ -74,7 +74,7 @@ def test_a_console_beyond_loopback_needs_a_token_and_errors_name_keys_not_values
     tmp_path: Path,
 ) -> None:
     config = make_config("http://127.0.0.1:9", {"do": {}})
-    backend = backend_for(f"sqlite:///{tmp_path / 'x.db'}")
+    backend = store_backend(f"sqlite:///{tmp_path / 'x.db'}")
     with pytest.raises(ConfigError, match=r"console\.tokens: .*0\.0\.0\.0.*not loopback"):
         Console(with_console(config), backend, "0.0.0.0", environ={})
     Console(with_console(config), backend, "127.0.0.1", environ={})  # loopback: fine

@@ -4,15 +4,14 @@ docs/design.md section 4 "Parallel steps"): a fan-out of three then a join."""
 from __future__ import annotations
 
 import threading
-from importlib.resources import files
 from typing import Any
 
 import psycopg
 import pytest
 
-from effectusd.backends import backend_for
 from effectusd.fencing.store import StoreFencing
 from effectusd.store.dialects import open_dispatch_store
+from effectusd.store.sql import POSTGRES_STATEMENTS, store_backend
 from tests.support.destination import Request, Response, running
 from tests.support.harness import client_for, make_config, run_until_idle
 
@@ -116,9 +115,9 @@ async def test_the_recorders_lock_keeps_a_claim_off_a_sibling_not_yet_sent(db: s
     (lock_dispatches with the saga's id): a claim skips them until the recorder commits."""
     config = _config("http://127.0.0.1:9")
     saga = client_for(config, db).submit(fan_plan(), execution_id="fan-3").saga_id
-    text = (files("effectusd.store.postgres") / "queries" / "lock_dispatches.sql").read_text()
+    text = POSTGRES_STATEMENTS.text("lock_dispatches")
     store = await open_dispatch_store(
-        backend_for(db), config.registry(), "daemon", 30.0, StoreFencing()
+        store_backend(db), config.registry(), "daemon", 30.0, StoreFencing()
     )
     try:
         with psycopg.connect(db) as recorder:

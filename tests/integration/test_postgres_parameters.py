@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.pq import Format
 
-from effectusd.backends.postgres import STORE_STATEMENTS
 from effectusd.backends.postgres.runner import array_text, loads_document, with_array_texts
 from effectusd.backends.postgres.session import PoolSession
+from effectusd.store.sql import POSTGRES_STATEMENTS as STORE_STATEMENTS
 
 pytestmark = pytest.mark.postgres
 

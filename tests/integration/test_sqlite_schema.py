@@ -1,7 +1,7 @@
 """The SQLite schema and its named statements, against real SQLite files (issue #7).
 
 Covers: migrate (idempotent, transactional, same versions as PostgreSQL), status and
-require_current, that every statement in effectusd/store/sqlite/queries prepares against the
+require_current, that every statement in effectusd/sql/sqlite/store prepares against the
 migrated schema, representative CHECKs, fencing tokens (never lowered, handed out once, live
 leases respected, durable across reopening the file), the append-only timeline that leaves only
 with its saga, the claim statements (partial index, guards, converted types) and the
@@ -16,7 +16,6 @@ import re
 import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import pytest
 from effectusd.backends.migrations import Migration, MigrationError
 from effectusd.backends.sqlite.connection import connect
 from effectusd.backends.sqlite.migrations import statements
+from effectusd.store.sql import POSTGRES_STATEMENTS
 from tests.support.backends import postgres_query_names, run, sqlite_store_migrations
 from tests.support.backends import postgres_store_migrations as postgres_migrations
 from tests.support.backends import sqlite_query_names as query_names
@@ -468,7 +468,7 @@ NEED_REAL_ROWS = {
 
 def _postgres_columns(conn: psycopg.Connection[Any], name: str) -> list[str]:
     """The result columns of a PostgreSQL statement, from the server, without running it."""
-    text = (files("effectusd.store.postgres") / "queries" / f"{name}.sql").read_text("utf-8")
+    text = POSTGRES_STATEMENTS.text(name)
     params: list[str] = []
 
     def number(match: re.Match[str]) -> str:
@@ -476,7 +476,7 @@ def _postgres_columns(conn: psycopg.Connection[Any], name: str) -> list[str]:
             params.append(match.group(1))
         return f"${params.index(match.group(1)) + 1}"
 
-    statement = re.sub(r"%\((\w+)\)s", number, text.strip().rstrip(";"))
+    statement = re.sub(r"%\((\w+)\)s", number, text)
     conn.pgconn.prepare(name.encode(), statement.encode())
     described = conn.pgconn.describe_prepared(name.encode())
     return [(described.fname(i) or b"").decode() for i in range(described.nfields)]

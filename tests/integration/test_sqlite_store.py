@@ -70,7 +70,7 @@ import asyncio, json, sys
 from effectusd.core.engine import Completion
 from effectusd.core.states import OutcomeClass
 from effectusd.fencing.store import StoreFencing
-from effectusd.backends.sqlite import STORE_STATEMENTS
+from effectusd.store.sql import SQLITE_STATEMENTS as STORE_STATEMENTS
 from effectusd.backends.sqlite.session import ThreadSession
 from effectusd.store.sqlite.dispatch import SqliteDispatchStore
 from tests.conformance.support import conformance_config

@@ -25,10 +25,10 @@ from psycopg.rows import dict_row
 
 from effectusd.backends import Session
 from effectusd.backends.operation import Done, Operation, Query, advance
-from effectusd.backends.postgres import STORE_STATEMENTS
 from effectusd.backends.postgres import runner as postgres_runner
 from effectusd.client import Submission
 from effectusd.core.states import FencingStatus, OutcomeClass
+from effectusd.store.sql import POSTGRES_STATEMENTS as STORE_STATEMENTS
 from tests.conformance.support import NOWHERE, StoreUnderTest, completion, send
 from tests.conformance.support import VERBS as CONFORMANCE_VERBS
 from tests.conftest import create_database, drop_database

@@ -1,6 +1,7 @@
 """The wheel ships what the code reads at run time: the migrations of both stores (kept in the
-repository's top-level ``schema/``, which ``effectusd/schema`` links), the store's named queries
-and the bench's own; installed, effectusd reads its migrations from the package."""
+repository's top-level ``schema/``, which ``effectusd/schema`` links) and every named statement
+(``effectusd/sql/<dialect>/<owner>/``); installed, effectusd reads its migrations from the
+package."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ import pytest
 
 import effectusd
 from effectusd.backends.migrations import known_migrations
-from effectusd.backends.postgres import STORE_MIGRATIONS as POSTGRES_MIGRATIONS
-from effectusd.backends.sqlite import STORE_MIGRATIONS as SQLITE_MIGRATIONS
+from effectusd.store.sql import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
 from tests.support.backends import postgres_store_migrations
+from tests.unit.test_sql_folders import LOADERS
 
 REPO = Path(__file__).resolve().parents[2]
 FIRST_MIGRATION = "10001_saga_outbox_v2"
@@ -52,24 +53,23 @@ def test_the_wheel_ships_the_migrations_and_the_named_queries(wheel: Path) -> No
         names = set(archive.namelist())
         shipped = archive.read(f"effectusd/schema/migrations/{FIRST_MIGRATION}.sql")
 
-    assert "effectusd/store/postgres/queries/insert_saga.sql" in names
-    source_queries = REPO / "effectusd" / "store" / "postgres" / "queries"
-    for query in source_queries.glob("*.sql"):
-        assert f"effectusd/store/postgres/queries/{query.name}" in names
+    assert "effectusd/sql/postgres/store/insert_saga.sql" in names
+    statements = list((REPO / "effectusd" / "sql").rglob("*.sql"))
+    owners = {statement.parent.relative_to(REPO).as_posix() for statement in statements}
+    assert owners == {  # each dialect's folder, one subfolder per owner of statements
+        f"effectusd/sql/{dialect}/{owner}"
+        for dialect, owner_names in (
+            ("postgres", ("store", "backend", "bench", "destination")),
+            ("sqlite", ("store", "backend", "destination")),
+        )
+        for owner in owner_names
+    }
+    for statement in statements:
+        assert statement.relative_to(REPO).as_posix() in names
     source_migrations = REPO / "schema" / "migrations"
     for migration in source_migrations.glob("*.sql"):
         assert f"effectusd/schema/migrations/{migration.name}" in names
     assert shipped == (source_migrations / f"{FIRST_MIGRATION}.sql").read_bytes()
-    for query in (REPO / "effectusd" / "store" / "sqlite" / "queries").glob("*.sql"):
-        assert f"effectusd/store/sqlite/queries/{query.name}" in names
-    backend_statements = list((REPO / "effectusd" / "backends").glob("*/sql/*.sql"))
-    assert backend_statements  # the backends' own (e.g. sqlite/sql/table_exists.sql)
-    for statement in backend_statements:
-        assert f"{statement.relative_to(REPO).as_posix()}" in names
-    bench_queries = list((REPO / "effectusd" / "bench" / "queries").glob("*.sql"))
-    assert bench_queries
-    for query in bench_queries:
-        assert f"effectusd/bench/queries/{query.name}" in names
     templates = sorted((REPO / "effectusd" / "console" / "templates").glob("*.html"))
     assert templates  # the console's pages
     for template in templates:
@@ -90,16 +90,24 @@ def test_migrations_read_from_the_wheel_match_the_source_tree(wheel: Path) -> No
 
 INSTALLED_MIGRATIONS = """
 import json
-from effectusd.backends.postgres import STORE_MIGRATIONS as POSTGRES
-from effectusd.backends.sqlite import STORE_MIGRATIONS as SQLITE
+from importlib.resources import files
+from effectusd.store.sql import POSTGRES_MIGRATIONS as POSTGRES
+from effectusd.store.sql import SQLITE_MIGRATIONS as SQLITE
+from tests.unit.test_sql_folders import LOADERS
 print(json.dumps({
-    name: {"folder": str(mset.folder()), "known": [m.checksum for m in mset.known()]}
-    for name, mset in (("postgresql", POSTGRES), ("sqlite", SQLITE))
+    **{
+        name: {"folder": str(mset.folder()), "known": [m.checksum for m in mset.known()]}
+        for name, mset in (("postgresql", POSTGRES), ("sqlite", SQLITE))
+    },
+    "statements": {
+        s.folder: {"root": str(files(s.package)), "texts": {n: s.text(n) for n in s.names()}}
+        for s in LOADERS.values()
+    },
 }))
 """
 
 
-def test_an_installed_wheel_reads_its_migrations_from_the_package_not_a_source_tree(
+def test_an_installed_wheel_reads_its_migrations_and_statements_from_the_package(
     wheel: Path, tmp_path: Path
 ) -> None:
     target = tmp_path / "installed"
@@ -124,6 +132,12 @@ def test_an_installed_wheel_reads_its_migrations_from_the_package_not_a_source_t
         assert folder == target / "effectusd" / "schema" / source
         checksums = [m.checksum for m in known_migrations(REPO / "schema" / source)]
         assert by_dialect[dialect]["known"] == checksums and checksums
+    statements = by_dialect["statements"]
+    assert set(statements) == {loader.folder for loader in LOADERS.values()}
+    for loader in LOADERS.values():  # each owner of each dialect, read from the installed copy
+        assert Path(statements[loader.folder]["root"]) == target / "effectusd"
+        source = {name: loader.text(name) for name in loader.names()}
+        assert statements[loader.folder]["texts"] == source and source
 
 
 def test_the_store_reads_its_migrations_as_data_of_the_effectusd_package() -> None:

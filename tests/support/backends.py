@@ -8,18 +8,18 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from effectusd.backends import Connection, backend_for
+from effectusd.backends import Connection
 from effectusd.backends.base import StoreMigrator
 from effectusd.backends.errors import UNAVAILABLE, schema_checked
 from effectusd.backends.migrations import Migration, known_migrations
 from effectusd.backends.operation import Operation
-from effectusd.backends.postgres import STORE_MIGRATIONS as PG_MIGRATIONS
 from effectusd.backends.postgres import runner as pg_runner
 from effectusd.backends.postgres.migrations import PostgresMigrator
-from effectusd.backends.sqlite import STORE_MIGRATIONS as SQLITE_MIGRATIONS
 from effectusd.backends.sqlite import runner as sqlite_runner
 from effectusd.backends.sqlite.migrations import SqliteMigrator
 from effectusd.core.database_url import SqliteDatabase, parse_database_url
+from effectusd.store.sql import POSTGRES_MIGRATIONS as PG_MIGRATIONS
+from effectusd.store.sql import SQLITE_MIGRATIONS, store_backend
 
 __all__ = ["UNAVAILABLE", "Connection", "connection", "is_sqlite", "migrate", "run", "sqlite_path"]
 
@@ -27,7 +27,7 @@ T = TypeVar("T")
 
 
 def connection(url: str, *, create: bool = False) -> AbstractContextManager[Any]:
-    return backend_for(url).runner.connect(create=create)
+    return store_backend(url).runner.connect(create=create)
 
 
 def is_sqlite(url: str) -> bool:

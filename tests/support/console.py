@@ -10,10 +10,10 @@ from typing import Any
 
 import httpx
 
-from effectusd.backends import backend_for
 from effectusd.config import Config, ConsoleConfig
 from effectusd.console import Console, for_daemon
 from effectusd.dispatcher.daemon import Daemon
+from effectusd.store.sql import store_backend
 from effectusd.web import WebServer
 from tests.support.harness import daemon_running
 
@@ -40,7 +40,9 @@ async def console_running(
 ) -> AsyncIterator[str]:
     """Serve a console on 127.0.0.1 (``host``: the address it believes it binds, for the
     bind check); yields its base URL."""
-    server = WebServer("console", Console(config, backend_for(url), host, environ=environ).install)
+    server = WebServer(
+        "console", Console(config, store_backend(url), host, environ=environ).install
+    )
     port = await server.start("127.0.0.1", 0)
     try:
         yield f"http://127.0.0.1:{port}"
@@ -51,7 +53,7 @@ async def console_running(
 def daemon_with_console(config: Config, url: str) -> AbstractAsyncContextManager[Daemon]:
     """A daemon serving the console on its observability port, composed as `effectusd run`
     composes them (the console's tokens come from the environment)."""
-    return daemon_running(config, url, web=for_daemon(config, backend_for(url)))
+    return daemon_running(config, url, web=for_daemon(config, store_backend(url)))
 
 
 def bearer(token: str) -> dict[str, str]:

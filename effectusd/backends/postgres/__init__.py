@@ -1,5 +1,6 @@
 """The PostgreSQL backend: the production store, the only one for several machines. It owns
-every use of psycopg and psycopg_pool; the store's statements are store/postgres/queries."""
+every use of psycopg and psycopg_pool; it runs the statements of the schema it is handed (the
+store's: effectusd.store.sql)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from effectusd.backends.base import store_migrations
 from effectusd.backends.changes import AsyncSagaChanges
 from effectusd.backends.connections import (
     require_async_connection,
     require_connection,
 )
 from effectusd.backends.errors import schema_checked
+from effectusd.backends.migrations import MigrationSet
 from effectusd.backends.operation import Operation
 from effectusd.backends.postgres import runner as postgres_runner
 from effectusd.backends.postgres.hosts import primary_conninfo
@@ -33,16 +34,6 @@ from effectusd.backends.statements import Statements
 from effectusd.core.database_url import Dialect, PostgresDatabase
 
 T = TypeVar("T")
-
-STORE_STATEMENTS = Statements("effectusd.store.postgres", "queries")
-
-
-STORE_MIGRATIONS = store_migrations(
-    STORE_STATEMENTS,
-    "migrations",
-    exists="migrations_table_exists",
-    lock="migrations_lock",
-)
 
 
 def connect(conninfo: str, *, autocommit: bool = True) -> psycopg.Connection[Any]:
@@ -168,18 +159,18 @@ class PostgresNotifications:
 
     def saga_changes(self) -> AbstractContextManager[SagaListener]:
         """A LISTEN connection of its own that wakes when a saga's state changed."""
-        return saga_listener(self.conninfo, STORE_STATEMENTS)
+        return saga_listener(self.conninfo, self.statements)
 
     def saga_changes_async(self) -> AbstractAsyncContextManager[AsyncSagaChanges]:
-        return async_saga_listener(self.conninfo, STORE_STATEMENTS)
+        return async_saga_listener(self.conninfo, self.statements)
 
 
 class PostgresBackend:
     dialect: Dialect = "postgresql"
 
-    def __init__(self, url: str, database: PostgresDatabase) -> None:
+    def __init__(self, url: str, database: PostgresDatabase, schema: MigrationSet) -> None:
         self.url = url
         self.conninfo = primary_conninfo(database.conninfo)  # several hosts: the writable one
-        self.runner = PostgresRunner(self.conninfo, STORE_STATEMENTS)
-        self.notifications = PostgresNotifications(self.conninfo, STORE_STATEMENTS)
-        self.migrator = PostgresMigrator(STORE_MIGRATIONS)
+        self.runner = PostgresRunner(self.conninfo, schema.statements)
+        self.notifications = PostgresNotifications(self.conninfo, schema.statements)
+        self.migrator = PostgresMigrator(schema)

@@ -31,7 +31,7 @@ from effectusd.core.replication import (
 
 log = logging.getLogger("effectusd.replication")
 
-STATEMENTS = Statements("effectusd.backends.postgres", "sql")
+STATEMENTS = Statements("effectusd", "sql/postgres/backend")
 
 
 class ReplicationWatch:

@@ -1,5 +1,5 @@
 """The SQLite backend: the embedded default for one machine. It owns every use of sqlite3;
-the store's statements are store/sqlite/queries.
+it runs the statements of the schema it is handed (the store's: effectusd.store.sql).
 
 Conventions every statement of the store and the kit follows (see connection.py):
 timestamps are REAL Unix seconds (declared ``TIMESTAMP_REAL``), JSON is text (``JSON_TEXT``),
@@ -22,10 +22,10 @@ from contextlib import (
 from pathlib import Path
 from typing import TypeVar
 
-from effectusd.backends.base import store_migrations
 from effectusd.backends.changes import AsyncPolling, Polling
 from effectusd.backends.connections import require_async_connection, require_connection
 from effectusd.backends.errors import schema_checked
+from effectusd.backends.migrations import MigrationSet
 from effectusd.backends.operation import Operation
 from effectusd.backends.sqlite import runner as sqlite_runner
 from effectusd.backends.sqlite.connection import connect
@@ -38,8 +38,6 @@ from effectusd.core.database_url import Dialect, SqliteDatabase
 T = TypeVar("T")
 
 __all__ = [
-    "STORE_MIGRATIONS",
-    "STORE_STATEMENTS",
     "Error",
     "OperationalError",
     "SqliteBackend",
@@ -60,12 +58,6 @@ def version_info() -> tuple[int, int, int]:
 
 def version() -> str:
     return sqlite3.sqlite_version
-
-
-STORE_STATEMENTS = Statements("effectusd.store.sqlite", "queries")
-
-
-STORE_MIGRATIONS = store_migrations(STORE_STATEMENTS, "sqlite")
 
 
 class SqliteRunner:
@@ -158,9 +150,9 @@ class SqliteNotifications:
 class SqliteBackend:
     dialect: Dialect = "sqlite"
 
-    def __init__(self, url: str, database: SqliteDatabase) -> None:
+    def __init__(self, url: str, database: SqliteDatabase, schema: MigrationSet) -> None:
         self.url = url
         self.path = database.path
-        self.runner = SqliteRunner(self.path, STORE_STATEMENTS)
+        self.runner = SqliteRunner(self.path, schema.statements)
         self.notifications = SqliteNotifications()
-        self.migrator = SqliteMigrator(STORE_MIGRATIONS)
+        self.migrator = SqliteMigrator(schema)

@@ -19,7 +19,7 @@ from effectusd.backends.migrations import Migration, MigrationError, MigrationSe
 from effectusd.backends.sqlite.transaction import atomic, read_transaction, write_transaction
 from effectusd.backends.statements import Statements
 
-_OWN = Statements("effectusd.backends.sqlite", "sql")
+STATEMENTS = Statements("effectusd", "sql/sqlite/backend")
 
 
 def statements(migration: Migration, mset: MigrationSet | None = None) -> Iterator[str]:
@@ -44,7 +44,7 @@ def statements(migration: Migration, mset: MigrationSet | None = None) -> Iterat
 
 
 def _applied_rows(conn: sqlite3.Connection, mset: MigrationSet) -> list[tuple[int, str, str]]:
-    if conn.execute(_OWN.text("table_exists"), {"name": mset.table}).fetchone() is None:
+    if conn.execute(STATEMENTS.text("table_exists"), {"name": mset.table}).fetchone() is None:
         return []
     rows = conn.execute(mset.statements.text(mset.applied))
     return [(row[0], row[1], row[2]) for row in rows]

@@ -1,1 +1,2 @@
-"""The PostgreSQL store: the production store. Every statement lives in queries/NAME.sql."""
+"""The PostgreSQL store: the production store. Every statement lives in
+effectusd/sql/postgres/store/NAME.sql (effectusd.store.sql)."""
