@@ -83,6 +83,8 @@ def test_a_document_reads_as_the_standard_library_reads_it(document: Any) -> Non
     [
         "123456789012345678901234567890",  # past 64 bits: orjson would give a float
         "-18446744073709551617",
+        "-9223372036854775809",  # one below -2**63: nineteen digits, past orjson's integers
+        "[-9223372036854775809, 1]",
         "[1E+400]",  # past the float range: the standard library gives inf, orjson refuses
         '{"amount": 1.10, "n": 18446744073709551615}',
     ],

@@ -49,14 +49,15 @@ def set_based(
     return sql(statements, many), {"rows": orjson.dumps(rows).decode()}
 
 
-_LONG_INTEGER = re.compile(rb"[0-9]{20}")
+# past 64 bits: twenty digits, or nineteen after a minus (below -2**63)
+_LONG_INTEGER = re.compile(rb"-[0-9]{19}|[0-9]{20}")
 
 
 def loads_document(data: bytes | bytearray | memoryview | str) -> Any:
     """A json/jsonb value as the standard library reads it, in a fifth of its time: orjson
     reads it, except where the two differ. orjson reads an integer past 64 bits as a float
     (the standard library keeps it exact; jsonb keeps any number) and refuses a number past
-    the float range (the standard library gives inf): a run of twenty digits, or a text
+    the float range (the standard library gives inf): a run of twenty digits (nineteen after a minus), or a text
     orjson refuses, is read by the standard library. One difference is kept: orjson reads
     nesting up to 1,024 levels, past the standard library's recursion limit (about 990
     here), which effectusd never writes (64 levels at most). The daemon's locked reads and
