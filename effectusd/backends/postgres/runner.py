@@ -57,11 +57,12 @@ def loads_document(data: bytes | bytearray | memoryview | str) -> Any:
     """A json/jsonb value as the standard library reads it, in a fifth of its time: orjson
     reads it, except where the two differ. orjson reads an integer past 64 bits as a float
     (the standard library keeps it exact; jsonb keeps any number) and refuses a number past
-    the float range (the standard library gives inf): a run of twenty digits (nineteen after a minus), or a text
-    orjson refuses, is read by the standard library. One difference is kept: orjson reads
-    nesting up to 1,024 levels, past the standard library's recursion limit (about 990
-    here), which effectusd never writes (64 levels at most). The daemon's locked reads and
-    claims load about ten such values per step (step results, facts, fencing resources)."""
+    the float range (the standard library gives inf): a run of twenty digits (nineteen after
+    a minus), or a text orjson refuses, is read by the standard library. One difference is
+    kept: orjson reads nesting up to 1,024 levels, past the standard library's recursion
+    limit (about 990 here), which effectusd never writes (64 levels at most). The daemon's
+    locked reads and claims load about ten such values per step (step results, facts,
+    fencing resources)."""
     raw = data.encode() if isinstance(data, str) else bytes(data)
     if _LONG_INTEGER.search(raw) is None:
         try:
