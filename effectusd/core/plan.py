@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
@@ -107,13 +108,17 @@ class CheckedPlan(BaseModel):
     def document(self) -> dict[str, JsonValue]:
         return self.model_dump(mode="json")
 
-    @property
+    # The plan is frozen: what follows is worked out once per plan object, not per settlement
+    # (the recorder asks both of every completion). cached_property writes the instance's
+    # __dict__ directly; pydantic leaves it out of the fields, their equality and dumps.
+    @cached_property
     def is_sequential(self) -> bool:
         """No step declares `after`: each runs after the previous one, as before issue 17."""
         return all(step.after is None for step in self.steps)
 
+    @cached_property
+    def _steps_by_id(self) -> dict[str, CheckedStep]:
+        return {step.id: step for step in reversed(self.steps)}  # the first of an id wins
+
     def step(self, effect_id: str) -> CheckedStep:
-        for step in self.steps:
-            if step.id == effect_id:
-                return step
-        raise KeyError(effect_id)
+        return self._steps_by_id[effect_id]
