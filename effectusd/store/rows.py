@@ -303,9 +303,12 @@ def plan_steps(plan: CheckedPlan, rows: Iterable[Row]) -> dict[str, StepFacts]:
     steps: dict[str, StepFacts] = {}
     for step in plan.steps:
         ahead = forward.get(step.id)
-        dispatch = None if ahead is None else DISPATCH_STATES[ahead["state"]]
         undo = compensation.get(step.id)
         own = kept.get(step.id)
+        if ahead is None and undo is None and own is None:
+            steps[step.id] = StepFacts(step.id, step.sequence, StepState.PENDING)  # not begun
+            continue
+        dispatch = None if ahead is None else DISPATCH_STATES[ahead["state"]]
         steps[step.id] = StepFacts(
             step.id,
             step.sequence,
