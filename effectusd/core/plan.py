@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from enum import StrEnum
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from effectusd.core.canonical import JsonValue, canonical_hash
+from effectusd.core.derived import DerivedOnce
 
 CHECKED_PLAN_FORMAT: Literal["effectusd/checked-plan/v1"] = "effectusd/checked-plan/v1"
 NO_COMPENSATION = "none"
@@ -88,10 +89,11 @@ class CheckedStep(BaseModel):
         return data
 
 
-class CheckedPlan(BaseModel):
+class CheckedPlan(DerivedOnce):
     """A plan that passed check(): contract hashes inlined, digest over all of it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    _DERIVED: ClassVar[tuple[str, ...]] = ("is_sequential", "_steps_by_id")
     format: Literal["effectusd/checked-plan/v1"] = CHECKED_PLAN_FORMAT
     plan_id: str
     facts: dict[str, FactType]
@@ -109,8 +111,7 @@ class CheckedPlan(BaseModel):
         return self.model_dump(mode="json")
 
     # The plan is frozen: what follows is worked out once per plan object, not per settlement
-    # (the recorder asks both of every completion). cached_property writes the instance's
-    # __dict__ directly; pydantic leaves it out of the fields, their equality and dumps.
+    # (the recorder asks both of every completion; DerivedOnce).
     @cached_property
     def is_sequential(self) -> bool:
         """No step declares `after`: each runs after the previous one, as before issue 17."""
