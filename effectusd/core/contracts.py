@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import timedelta
 from functools import cached_property
-from typing import Annotated, Any, ClassVar, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal
 
 import jsonschema
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
@@ -24,6 +24,7 @@ from effectusd.core.canonical import (
     canonical_hash,
     json_problems,
 )
+from effectusd.core.derived import DerivedOnce
 from effectusd.core.durations import parse_duration, to_milliseconds
 from effectusd.core.probes import ProbeConfig
 from effectusd.core.states import Delivery
@@ -58,7 +59,7 @@ class RetryPolicy(BaseModel):
 HttpMethod = Literal["POST", "PUT", "PATCH", "DELETE"]
 
 
-class VerbContract(BaseModel):
+class VerbContract(DerivedOnce):
     """What a verb is: where it goes, how it is called and fenced (pinned by the contract
     hash), and how long a call may take and how it is retried (live: not pinned)."""
 
@@ -113,19 +114,13 @@ class VerbContract(BaseModel):
         return value
 
     # The contract is frozen, so what is derived from it is computed once (hot path); a copy
-    # made with changes must not inherit those values, hence model_copy below.
+    # made with changes does not inherit those values (DerivedOnce).
     _DERIVED: ClassVar[tuple[str, ...]] = (
         "path_template",
         "fencing_templates",
         "contract_hash",
         "legacy_contract_hash",
     )
-
-    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
-        copy = super().model_copy(update=update, deep=deep)
-        for name in self._DERIVED:
-            copy.__dict__.pop(name, None)
-        return copy
 
     @cached_property
     def path_template(self) -> Template:

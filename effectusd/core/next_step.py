@@ -60,11 +60,14 @@ class TransitionBuilder:
             last_outcome=None if completion is None else completion.outcome,
             last_error=None if completion is None else completion.error,
         )
-        self.results: dict[str, JsonValue] = {
-            s.effect_id: s.result for s in saga.steps.values() if s.result is not None
-        }
-        self.step_states = {s.effect_id: s.state for s in saga.steps.values()}
-        self.orders = {s.effect_id: s.succeeded_order for s in saga.steps.values()}
+        self.results: dict[str, JsonValue] = {}
+        self.step_states: dict[str, StepState] = {}
+        self.orders: dict[str, int | None] = {}
+        for s in saga.steps.values():  # one pass over the steps for the three
+            if s.result is not None:
+                self.results[s.effect_id] = s.result
+            self.step_states[s.effect_id] = s.state
+            self.orders[s.effect_id] = s.succeeded_order
         self.saga_state = saga.state
         self.actor = actor
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from functools import cached_property
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from effectusd.core.canonical import JsonValue, canonical_hash
+from effectusd.core.derived import DerivedOnce
 
 CHECKED_PLAN_FORMAT: Literal["effectusd/checked-plan/v1"] = "effectusd/checked-plan/v1"
 NO_COMPENSATION = "none"
@@ -87,10 +89,11 @@ class CheckedStep(BaseModel):
         return data
 
 
-class CheckedPlan(BaseModel):
+class CheckedPlan(DerivedOnce):
     """A plan that passed check(): contract hashes inlined, digest over all of it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    _DERIVED: ClassVar[tuple[str, ...]] = ("is_sequential", "_steps_by_id")
     format: Literal["effectusd/checked-plan/v1"] = CHECKED_PLAN_FORMAT
     plan_id: str
     facts: dict[str, FactType]
@@ -107,13 +110,16 @@ class CheckedPlan(BaseModel):
     def document(self) -> dict[str, JsonValue]:
         return self.model_dump(mode="json")
 
-    @property
+    # The plan is frozen: what follows is worked out once per plan object, not per settlement
+    # (the recorder asks both of every completion; DerivedOnce).
+    @cached_property
     def is_sequential(self) -> bool:
         """No step declares `after`: each runs after the previous one, as before issue 17."""
         return all(step.after is None for step in self.steps)
 
+    @cached_property
+    def _steps_by_id(self) -> dict[str, CheckedStep]:
+        return {step.id: step for step in reversed(self.steps)}  # the first of an id wins
+
     def step(self, effect_id: str) -> CheckedStep:
-        for step in self.steps:
-            if step.id == effect_id:
-                return step
-        raise KeyError(effect_id)
+        return self._steps_by_id[effect_id]

@@ -111,21 +111,16 @@ class TransitionRows:
             settled = carried.settled
             if settled is not None:
                 self._settled_sagas.add(saga_id)
-            self.attempts.append(
-                {
-                    **outcome_params(completion),
-                    "settled_by": completion.settled_by.value,
-                    "fencing_status": completion.fencing_status.value
-                    if completion.fencing_status
-                    else None,
-                    "saga_id": saga_id,
-                    "settled_to": None if settled is None else settled.to_state,
-                    "settled_actor": None if settled is None else settled.actor,
-                    "settled_step": (
-                        None if carried.settled_step is None else carried.settled_step.to_state
-                    ),
-                }
-            )
+            params = outcome_params(completion)  # filled in place, not copied
+            params["settled_by"] = completion.settled_by.value
+            fencing = completion.fencing_status
+            params["fencing_status"] = fencing.value if fencing else None
+            params["saga_id"] = saga_id
+            params["settled_to"] = None if settled is None else settled.to_state
+            params["settled_actor"] = None if settled is None else settled.actor
+            step = carried.settled_step
+            params["settled_step"] = None if step is None else step.to_state
+            self.attempts.append(params)
         if dispatch:
             self._dispatch(completion, transition, row.get("effect_id"))
         if row["lease_token"] is not None and row.get("fenced", True):
@@ -303,9 +298,12 @@ def plan_steps(plan: CheckedPlan, rows: Iterable[Row]) -> dict[str, StepFacts]:
     steps: dict[str, StepFacts] = {}
     for step in plan.steps:
         ahead = forward.get(step.id)
-        dispatch = None if ahead is None else DISPATCH_STATES[ahead["state"]]
         undo = compensation.get(step.id)
         own = kept.get(step.id)
+        if ahead is None and undo is None and own is None:
+            steps[step.id] = StepFacts(step.id, step.sequence, StepState.PENDING)  # not begun
+            continue
+        dispatch = None if ahead is None else DISPATCH_STATES[ahead["state"]]
         steps[step.id] = StepFacts(
             step.id,
             step.sequence,

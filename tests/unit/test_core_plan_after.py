@@ -11,6 +11,7 @@ import pytest
 from effectusd.core.checker import CheckIssue, PlanCheckError, check
 from effectusd.core.contracts import VerbContract
 from effectusd.core.graph import PlanGraph, cycles, dependencies
+from effectusd.core.plan import CheckedPlan, CheckedStep
 from effectusd.core.registry import Registry
 from effectusd.core.submission import SubmitError, as_spec, ensure_checked, prepare_submission
 from tests.unit.conftest import CHECKOUT_PLAN
@@ -182,3 +183,28 @@ class _Step:
     def __init__(self, name: str, after: list[str] | None) -> None:
         self.id = name
         self.after = after
+
+
+def test_a_checked_plans_lookups_are_worked_out_once_and_stay_out_of_its_document() -> None:
+    """``step`` and ``is_sequential`` are cached on the (frozen) plan: the first step of an id
+    is found, an unknown id is a KeyError, and neither the plan's dump, digest nor equality
+    sees the cache."""
+    steps = [
+        CheckedStep(id=n, sequence=i, verb="ship", contract_hash="h", args={}, compensate=None)
+        for i, n in enumerate(["a", "b", "a"])
+    ]
+    body = {"plan_id": "p", "facts": {}, "steps": steps, "plan_digest": ""}
+    plan = CheckedPlan.model_validate(
+        {**body, "plan_digest": CheckedPlan(**body).computed_digest()}
+    )
+    fresh = CheckedPlan.model_validate(plan.document())
+    assert plan.step("a").sequence == 0 and plan.step("b").sequence == 1
+    with pytest.raises(KeyError):
+        plan.step("c")
+    assert plan.is_sequential
+    assert plan == fresh and plan.document() == fresh.document()
+    assert plan.computed_digest() == plan.plan_digest
+    parallel = plan.model_copy(
+        update={"steps": (steps[0], steps[1].model_copy(update={"after": ("a",)}))}
+    )
+    assert not parallel.is_sequential and parallel.step("b").after == ("a",)
