@@ -314,7 +314,7 @@ async def test_sagas_an_older_version_wrote_read_the_same_after_10016_and_go_on(
     for saga_id, view in views.items():
         assert stored_steps(store, saga_id) == shown_steps(view), saga_id  # as it showed them
     with store.connect() as conn:
-        assert [m.version for m in backends.migrate(conn)] == [10016, 10017, 10018]
+        assert [m.version for m in backends.migrate(conn)] == [10016, 10017, 10018, 10019]
 
     for saga_id, view in views.items():
         assert store.view(saga_id) == view, saga_id  # steps, dispatches and timeline alike
@@ -337,7 +337,7 @@ async def test_sagas_submitted_with_step_rows_read_the_same_after_10018_and_go_o
     sequence = "SELECT seq FROM sqlite_sequence WHERE name = 'effectus_saga_outbox'"
     ids = store.execute(sequence) if store.sqlite else None
     with store.connect() as conn:
-        assert [m.version for m in backends.migrate(conn)] == [10018]
+        assert [m.version for m in backends.migrate(conn)] == [10018, 10019]
 
     assert outbox_foreign_key(store)[0][0] == "effectus_saga_instances"
     assert (store.execute(dispatches), store.execute(attempts)) == before  # every row kept
