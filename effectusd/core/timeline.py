@@ -1,7 +1,7 @@
 """The timeline a saga view shows: the stored events (``effectus_saga_events``) and the entries
 read from rows the pipeline writes anyway, which append no event.
 
-Three kinds of entry say nothing their rows do not, so they are read from them:
+These entries say nothing their rows do not, so they are read from them:
 
 * ``dispatch_enqueued``: the outbox row (step, direction, idempotency key, argument hash;
   ``enqueued_by`` says who: the client at submit, the engine, an operator). An enqueue is
@@ -27,6 +27,10 @@ Three kinds of entry say nothing their rows do not, so they are read from them:
   transaction stores comes between them (a transition that enqueues one dispatch and stores
   no event before it: every step of a sequential plan that succeeds but the last); anything
   else stays stored, and so does every start that anchors an enqueue as above;
+* the saga's completion (migration 10020): ``saga_state`` from running to completed, on the
+  attempt row of the settlement whose success completes it (``settled_saga``), right after
+  the step move that row carries. Carried only where it says nothing else (no reason, the
+  settlement's actor) and follows that step move; any other saga move stays stored;
 * ``dispatch_claimed``: the attempt row the claim opens (``with_claims``). A claim is placed
   by time among the entries of other dispatches. A settlement's time is its row's
   ``completed_at``, a few microseconds before its transaction's events are written, where its
@@ -45,7 +49,8 @@ same on every read (for attempts below 65535 and dispatch ids below 2**36):
 ``-(dispatch_id * 65536 + attempt)`` for a claim, ``-(dispatch_id * 65536)`` for an enqueue,
 ``-(dispatch_id * 65536 + 65535)`` for the start of its step,
 ``-(2**52 + dispatch_id * 65536 + attempt)`` for a settlement and
-``-(2**52 + dispatch_id * 65536)`` for the step move it carries (a dispatch succeeds once).
+``-(2**52 + dispatch_id * 65536)`` for the step move it carries (a dispatch succeeds once) and
+``-(2**52 + dispatch_id * 65536 + 65535)`` for the saga's completion it carries.
 Stored events keep their own (positive, ascending along the timeline). Nothing pages by
 ``event_id``; a reader that did would page the stored events.
 """
@@ -60,7 +65,7 @@ from typing import Any
 
 from effectusd.core.enqueue import DispatchSpec
 from effectusd.core.frozen import frozen
-from effectusd.core.states import Direction, DispatchState, StepState
+from effectusd.core.states import Direction, DispatchState, SagaState, StepState
 from effectusd.core.transition import Completion, Event, enqueued_event, settled_event
 
 __all__ = [
@@ -80,6 +85,7 @@ ENQUEUED = "dispatch_enqueued"
 STARTED = "step_state"
 STEP_MOVED = STARTED  # a step move of any kind is a step_state event
 SUBMITTED = "saga_submitted"
+SAGA_MOVED = "saga_state"
 _DUE = ("queued", "retry_wait")  # the states a claim takes a row from (claim_ready.sql)
 _ATTEMPT_SPAN = 65536
 _START_SLOT = _ATTEMPT_SPAN - 1  # the enqueue's attempt slot is 0, its step start's the last
@@ -109,6 +115,10 @@ def _start_event_id(dispatch_id: int) -> int:
     return -(dispatch_id * _ATTEMPT_SPAN + _START_SLOT)
 
 
+def _saga_end_event_id(dispatch_id: int) -> int:
+    return -(_SETTLED_BASE + dispatch_id * _ATTEMPT_SPAN + _START_SLOT)
+
+
 # -- writing: what the rows carry ------------------------------------------------------------
 
 
@@ -124,6 +134,7 @@ class Carried:
     # (effect, way) -> the state its step started from, when its outbox row carries the start
     started_from: dict[tuple[str, str], str] = field(default_factory=dict)
     follows: int | None = None  # the settlement's entry id, which those enqueues follow
+    settled_saga: Event | None = None  # the saga's completion the attempt row carries
 
 
 def carried_by_rows(
@@ -138,7 +149,7 @@ def carried_by_rows(
     settled = None
     if settles is not None and events and _own_settlement(events[0], *settles):
         settled = events[0]
-    settled_step = start = chained = None
+    settled_step = start = chained = ended = None
     started_from: dict[tuple[str, str], str] = {}
     follows = None
     if settled is not None and settles is not None:
@@ -146,6 +157,13 @@ def carried_by_rows(
         if len(events) > 1 and _completes(events[1], settled, effect_id, direction):
             settled_step = events[1]
         at = 2 if settled_step is not None else 1
+        if (
+            settled_step is not None
+            and not new
+            and len(events) > at
+            and _completes_saga(events[at], settled)
+        ):
+            ended = events[at]
         if (
             len(new) == 1
             and len(events) > at + 1
@@ -158,7 +176,7 @@ def carried_by_rows(
     enqueued_by: dict[tuple[str, str], str] = {}
     kept: list[Event] = []
     for index, event in enumerate(events):
-        if event is settled or event is settled_step or event is start:
+        if event is settled or event is settled_step or event is start or event is ended:
             continue
         key = (event.effect_id or "", event.direction or "")
         spec = specs.get(key)
@@ -177,7 +195,7 @@ def carried_by_rows(
             enqueued_by[key] = event.actor
             continue
         kept.append(event)
-    return Carried(kept, settled, enqueued_by, settled_step, started_from, follows)
+    return Carried(kept, settled, enqueued_by, settled_step, started_from, follows, ended)
 
 
 def _own_settlement(event: Event, completion: Completion, effect_id: str, direction: str) -> bool:
@@ -212,6 +230,17 @@ def _completes(event: Event, settled: Event, effect_id: str, direction: str) -> 
         settled.to_state == DispatchState.SUCCEEDED.value
         and _plain_step_move(event, effect_id, settled.actor)
         and (event.from_state, event.to_state) == _COMPLETES.get(direction)
+    )
+
+
+def _completes_saga(event: Event, settled: Event) -> bool:
+    """``event`` is the saga's completion as the settlement's row gives it back: running to
+    completed by the settlement's actor, saying nothing else."""
+    return event == Event(
+        SAGA_MOVED,
+        from_state=SagaState.RUNNING.value,
+        to_state=SagaState.COMPLETED.value,
+        actor=settled.actor,
     )
 
 
@@ -288,6 +317,8 @@ def _with_rows(
         if row.get("settled_step") is not None:
             moved = _COMPLETES[row["direction"]][0], row["settled_step"]
             group.append(_step_move(row, derived_event_id(row["dispatch_id"], 0, SETTLED), moved))
+        if row.get("settled_saga") is not None:
+            group.append(_saga_end(row))
         for enqueue in follow.pop(entry["event_id"], []):
             moved = enqueue["started_from"], _STARTS[enqueue["direction"]]
             group.append(_step_move(enqueue, _start_event_id(enqueue["dispatch_id"]), moved))
@@ -323,6 +354,23 @@ def _step_move(row: Mapping[str, Any], event_id: int, moved: tuple[str, str]) ->
         "kind": STEP_MOVED,
         "from_state": moved[0],
         "to_state": moved[1],
+        "actor": row["actor"],
+        "evidence": None,
+        "detail": {},
+        "at": row["at"],
+    }
+
+
+def _saga_end(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The saga's completion a settlement's row carries."""
+    return {
+        "event_id": _saga_end_event_id(row["dispatch_id"]),
+        "effect_id": None,
+        "direction": None,
+        "attempt": None,
+        "kind": SAGA_MOVED,
+        "from_state": SagaState.RUNNING.value,
+        "to_state": row["settled_saga"],
         "actor": row["actor"],
         "evidence": None,
         "detail": {},

@@ -120,6 +120,8 @@ class TransitionRows:
             params["settled_actor"] = None if settled is None else settled.actor
             step = carried.settled_step
             params["settled_step"] = None if step is None else step.to_state
+            ended = carried.settled_saga
+            params["settled_saga"] = None if ended is None else ended.to_state
             self.attempts.append(params)
         if dispatch:
             self._dispatch(completion, transition, row.get("effect_id"))

@@ -130,6 +130,62 @@ STEP_KEY = (
 )
 
 
+# 10015's trigger, as 10020 found it (10020 makes it again with settled_saga named).
+SETTLEMENT_KEPT = {
+    "postgres": """
+        CREATE TRIGGER effectus_saga_attempts_settlement_kept
+            AFTER UPDATE OF outcome, settled_by, status_code, error, completed_at, settled_to,
+                settled_actor, settled_after, settled_step
+            ON effectus_saga_attempts
+            FOR EACH ROW WHEN (OLD.settled_to IS NOT NULL)
+            EXECUTE FUNCTION effectus_timeline_entry_kept()""",
+    "sqlite": """
+        CREATE TRIGGER effectus_saga_attempts_settlement_kept
+            BEFORE UPDATE OF outcome, settled_by, status_code, error, completed_at, settled_to,
+                settled_actor, settled_after, settled_step
+            ON effectus_saga_attempts
+            WHEN OLD.settled_to IS NOT NULL
+        BEGIN
+            SELECT RAISE(ABORT, 'effectus_saga_attempts: a timeline entry is never rewritten');
+        END""",
+}
+
+
+def before_10020(store: StoreUnderTest, views: dict[str, Any]) -> None:
+    """Each saga completion an attempt row carries (settled_saga) stored as its event, as the
+    versions before 10020 wrote it (with the settlement's time; the last event of its saga),
+    and the column gone. ``views``: each such entry given the event's id, as those versions
+    showed it."""
+    store.execute(
+        "INSERT INTO effectus_saga_events (saga_id, kind, from_state, to_state, actor, at)"
+        " SELECT o.saga_id, 'saga_state', 'running', a.settled_saga, a.settled_actor,"
+        " a.completed_at FROM effectus_saga_attempts a"
+        " JOIN effectus_saga_outbox o ON o.dispatch_id = a.dispatch_id"
+        " WHERE a.settled_saga IS NOT NULL ORDER BY a.completed_at"
+    )
+    stored = store.execute(
+        "SELECT saga_id, max(event_id) FROM effectus_saga_events"
+        " WHERE kind = 'saga_state' AND to_state = 'completed' GROUP BY saga_id"
+    )
+    for saga_id, event_id in stored:
+        (entry,) = [e for e in views[saga_id]["timeline"] if e["to_state"] == "completed"]
+        assert entry["event_id"] < 0  # read from the row
+        entry["event_id"] = event_id
+    store.execute(
+        "DROP TRIGGER effectus_saga_attempts_settlement_kept"
+        + ("" if store.sqlite else " ON effectus_saga_attempts")
+    )
+    if store.sqlite:
+        store.execute("ALTER TABLE effectus_saga_attempts DROP COLUMN settled_saga")
+    else:
+        store.execute(
+            "ALTER TABLE effectus_saga_attempts DROP CONSTRAINT effectus_saga_attempts_saga_entry,"
+            " DROP COLUMN settled_saga"
+        )
+    store.execute(SETTLEMENT_KEPT[store.kind])
+    store.execute("DELETE FROM effectus_schema_migrations WHERE version >= 10020")
+
+
 def as_submitted_before_10018(store: StoreUnderTest) -> None:
     """Every step of every saga with its step row, and each outbox row keyed by its step
     (its foreign key, and its delete guard: "rows leave only with their step"), as 10017
@@ -310,11 +366,12 @@ async def test_sagas_an_older_version_wrote_read_the_same_after_10016_and_go_on(
 ) -> None:
     store = fresh
     sagas, views = await run_sagas(store)
+    before_10020(store, views)
     as_the_older_version_left_it(store, views)
     for saga_id, view in views.items():
         assert stored_steps(store, saga_id) == shown_steps(view), saga_id  # as it showed them
     with store.connect() as conn:
-        assert [m.version for m in backends.migrate(conn)] == [10016, 10017, 10018, 10019]
+        assert [m.version for m in backends.migrate(conn)] == [10016, 10017, 10018, 10019, 10020]
 
     for saga_id, view in views.items():
         assert store.view(saga_id) == view, saga_id  # steps, dispatches and timeline alike
@@ -328,6 +385,7 @@ async def test_sagas_submitted_with_step_rows_read_the_same_after_10018_and_go_o
     sagas, views = await run_sagas(store)
     step_rows = "SELECT count(*) FROM effectus_saga_steps"
     assert store.execute(step_rows) == [(1,)]  # this version's: the step failed at enqueue
+    before_10020(store, views)
     as_submitted_before_10018(store)
     assert store.execute(step_rows) == [(3 * 8 + 3,)]  # one per step, as submits wrote them
     assert outbox_foreign_key(store)[0][0] == "effectus_saga_steps"
@@ -337,10 +395,13 @@ async def test_sagas_submitted_with_step_rows_read_the_same_after_10018_and_go_o
     sequence = "SELECT seq FROM sqlite_sequence WHERE name = 'effectus_saga_outbox'"
     ids = store.execute(sequence) if store.sqlite else None
     with store.connect() as conn:
-        assert [m.version for m in backends.migrate(conn)] == [10018, 10019]
+        assert [m.version for m in backends.migrate(conn)] == [10018, 10019, 10020]
 
     assert outbox_foreign_key(store)[0][0] == "effectus_saga_instances"
-    assert (store.execute(dispatches), store.execute(attempts)) == before  # every row kept
+    # every row kept; the attempts gain 10020's column (their last), NULL on every row
+    after = store.execute(attempts)
+    assert (store.execute(dispatches), [row[:-1] for row in after]) == before
+    assert {row[-1] for row in after} == {None}
     if store.sqlite:  # the rebuilt outbox goes on numbering where the old one was
         assert store.execute(sequence) == ids
     assert store.execute(step_rows) == [(3 * 8 + 3,)]  # the older sagas' rows stay

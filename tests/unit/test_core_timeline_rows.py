@@ -17,6 +17,7 @@ from effectusd.core.enqueue import DispatchSpec
 from effectusd.core.settlement import SettlementFacts
 from effectusd.core.states import OutcomeClass, SettledBy
 from effectusd.core.timeline import (
+    CLAIMED,
     ENQUEUED,
     SETTLED,
     carried_by_rows,
@@ -124,6 +125,7 @@ class Recorded(Simulator):
                 self._row(d, SETTLED, settled.attempt, settled.to_state or "", settled.actor)
                 | {"from_state": "in_flight", "detail": settled.detail, "settled_after": last}
                 | {"settled_step": carried.settled_step and carried.settled_step.to_state}
+                | {"settled_saga": carried.settled_saga and carried.settled_saga.to_state}
             )
         self.carried = carried
         super()._apply(d, transition)  # the inserts
@@ -382,3 +384,52 @@ def test_a_chains_step_moves_read_back_after_their_settlement_before_the_next_en
     ]
     ids = [e["event_id"] for e in entries]
     assert len(set(ids)) == len(ids)  # every derived entry has its own id
+
+
+COMPLETED = Event("saga_state", from_state="running", to_state="completed")
+
+
+def test_the_success_that_completes_a_saga_carries_the_completion_after_its_step_move() -> None:
+    """[settled a, a succeeded, saga completed]: nothing of it is stored (migration 10020)."""
+    carried = carried_by_rows([settlement(), DONE_A, COMPLETED], [], SETTLES)
+    assert (carried.settled_step, carried.settled_saga) == (DONE_A, COMPLETED)
+    assert carried.events == []
+
+
+def test_a_saga_move_the_row_cannot_give_back_the_same_stays_stored() -> None:
+    """A completion with a reason (an operator's resolution says who and what), by another
+    actor, with no step move carried before it, or beside a new dispatch; any other end."""
+    resolved = replace(COMPLETED, detail={"reason": "resolved by ann as committed"})
+    by_reclaim = replace(COMPLETED, actor="daemon-2")
+    failed = Event("saga_state", from_state="running", to_state="failed")
+    for end in (resolved, by_reclaim, failed):
+        carried = carried_by_rows([settlement(), DONE_A, end], [], SETTLES)
+        assert (carried.settled_saga, carried.events) == (None, [end])
+    alone = carried_by_rows([settlement(), COMPLETED], [], SETTLES)
+    assert (alone.settled_saga, alone.events) == (None, [COMPLETED])
+    enqueue = enqueued_event(SPEC, "engine")
+    beside = carried_by_rows([settlement(), DONE_A, COMPLETED, START, enqueue], [SPEC], SETTLES)
+    assert beside.settled_saga is None and COMPLETED in beside.events
+
+
+def test_a_carried_completion_reads_back_last_with_its_own_id() -> None:
+    rows = [
+        stored(1, 0, "saga_submitted"),
+        row(ENQUEUED, 1, "a", 0),
+        row(SETTLED, 1, "a", 20, attempt=1, settled_after=1, settled_step="succeeded",
+            settled_saga="completed"),
+        row(CLAIMED, 1, "a", 10, attempt=1, lease_expires_at=T0),
+    ]  # fmt: skip
+    entries = timeline(rows)
+    assert [(e["kind"], e["from_state"], e["to_state"]) for e in entries] == [
+        ("saga_submitted", None, None),
+        (ENQUEUED, None, None),
+        (CLAIMED, "queued", "in_flight"),
+        (SETTLED, None, None),
+        ("step_state", "in_progress", "succeeded"),
+        ("saga_state", "running", "completed"),
+    ]
+    completion = entries[-1]
+    assert completion["actor"] == "engine" and completion["at"] == entries[3]["at"]
+    ids = [e["event_id"] for e in entries[1:]]
+    assert len(set(ids)) == len(ids) and all(i < 0 for i in ids)  # read from rows, each its own

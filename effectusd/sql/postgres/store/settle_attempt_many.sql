@@ -1,6 +1,7 @@
 -- settle_attempt for a whole batch in one statement: the rows travel as one JSON array, one
 -- object per attempt (the runner turns the rows of an executemany into it). settled_to,
--- settled_actor, settled_after and settled_step: the settlement's timeline entries, as in
+-- settled_actor, settled_after, settled_step and settled_saga: the settlement's timeline
+-- entries, as in
 -- settle_attempt.sql.
 UPDATE effectus_saga_attempts a
 SET outcome = r.outcome, settled_by = r.settled_by, status_code = r.status_code,
@@ -8,12 +9,14 @@ SET outcome = r.outcome, settled_by = r.settled_by, status_code = r.status_code,
     fencing_status = coalesce(r.fencing_status, a.fencing_status),
     completed_at = clock_timestamp(),
     settled_to = r.settled_to, settled_actor = r.settled_actor, settled_step = r.settled_step,
+    settled_saga = r.settled_saga,
     settled_after = CASE WHEN r.settled_to IS NOT NULL THEN
         coalesce((SELECT max(e.event_id) FROM effectus_saga_events e
                   WHERE e.saga_id = r.saga_id), 0) END
 FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(
         dispatch_id bigint, attempt int, outcome text, settled_by text,
         status_code int, error text, evidence text, fencing_status text,
-        saga_id text, settled_to text, settled_actor text, settled_step text
+        saga_id text, settled_to text, settled_actor text, settled_step text,
+        settled_saga text
      )
 WHERE a.dispatch_id = r.dispatch_id AND a.attempt = r.attempt AND a.outcome IS NULL
