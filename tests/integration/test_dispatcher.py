@@ -325,14 +325,21 @@ async def test_every_transition_is_on_the_timeline(store_url: str) -> None:
             "saga_state",
         ]
         # the claims and settlements are read from the attempt rows, the enqueues from the
-        # outbox rows, and so are the chain's step moves (every step_state here); the
-        # submission and the completion are the stored events
+        # outbox rows, and so are the chain's step moves (every step_state here) and the
+        # saga's completion (from the last settlement's attempt row); the submission is the
+        # one stored event
         stored = fetch(
             store_url,
             "SELECT event_id FROM effectus_saga_events WHERE saga_id = %s ORDER BY event_id",
             saga,
         )
-        from_rows = {"dispatch_claimed", "attempt_settled", "dispatch_enqueued", "step_state"}
+        from_rows = {
+            "dispatch_claimed",
+            "attempt_settled",
+            "dispatch_enqueued",
+            "step_state",
+            "saga_state",
+        }
         assert [e.event_id for e in timeline if e.kind not in from_rows] == [
             row["event_id"] for row in stored
         ]

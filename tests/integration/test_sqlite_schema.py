@@ -1000,6 +1000,7 @@ def test_recorder_statements_settle_once_and_keep_late_evidence(conn: sqlite3.Co
         "settled_to": "retry_wait",  # the attempt row carries the settlement's timeline entry
         "settled_actor": "engine",
         "settled_step": None,  # the step move, if any, is a stored event
+        "settled_saga": None,  # and so is the saga's move
     }
     q(conn, "settle_attempt", [settle])
     q(conn, "settle_attempt", [{**settle, "outcome": "success", "settled_to": "succeeded"}])
