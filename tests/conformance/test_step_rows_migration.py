@@ -152,8 +152,8 @@ SETTLEMENT_KEPT = {
 
 
 def before_10020(store: StoreUnderTest, views: dict[str, Any]) -> None:
-    """Each saga completion an attempt row carries (settled_saga) stored as its event, as the
-    versions before 10020 wrote it (with the settlement's time; the last event of its saga),
+    """10021 undone (the request ID's unique index back), and each saga completion an attempt
+    row carries (settled_saga) stored as its event, as the versions before 10020 wrote it (with the settlement's time; the last event of its saga),
     and the column gone. ``views``: each such entry given the event's id, as those versions
     showed it."""
     store.execute(
@@ -183,6 +183,11 @@ def before_10020(store: StoreUnderTest, views: dict[str, Any]) -> None:
             " DROP COLUMN settled_saga"
         )
     store.execute(SETTLEMENT_KEPT[store.kind])
+    if not store.sqlite:  # 10021 (on SQLite it changes nothing)
+        store.execute(
+            "ALTER TABLE effectus_saga_attempts"
+            " ADD CONSTRAINT effectus_saga_attempts_request_id_key UNIQUE (request_id)"
+        )
     store.execute("DELETE FROM effectus_schema_migrations WHERE version >= 10020")
 
 
@@ -371,7 +376,14 @@ async def test_sagas_an_older_version_wrote_read_the_same_after_10016_and_go_on(
     for saga_id, view in views.items():
         assert stored_steps(store, saga_id) == shown_steps(view), saga_id  # as it showed them
     with store.connect() as conn:
-        assert [m.version for m in backends.migrate(conn)] == [10016, 10017, 10018, 10019, 10020]
+        assert [m.version for m in backends.migrate(conn)] == [
+            10016,
+            10017,
+            10018,
+            10019,
+            10020,
+            10021,
+        ]
 
     for saga_id, view in views.items():
         assert store.view(saga_id) == view, saga_id  # steps, dispatches and timeline alike
@@ -395,7 +407,7 @@ async def test_sagas_submitted_with_step_rows_read_the_same_after_10018_and_go_o
     sequence = "SELECT seq FROM sqlite_sequence WHERE name = 'effectus_saga_outbox'"
     ids = store.execute(sequence) if store.sqlite else None
     with store.connect() as conn:
-        assert [m.version for m in backends.migrate(conn)] == [10018, 10019, 10020]
+        assert [m.version for m in backends.migrate(conn)] == [10018, 10019, 10020, 10021]
 
     assert outbox_foreign_key(store)[0][0] == "effectus_saga_instances"
     # every row kept; the attempts gain 10020's column (their last), NULL on every row
