@@ -43,7 +43,13 @@ from effectusd.bench.harness import (
     start_sink,
     with_executors,
 )
-from effectusd.bench.measures import DatabaseCpu, RssSampler, daemon_rss_mb, percentile
+from effectusd.bench.measures import (
+    RSS_SAMPLE_S,
+    DatabaseCpu,
+    RssSampler,
+    daemon_rss_mb,
+    percentile,
+)
 from effectusd.bench.soak import run_soak
 from effectusd.client import Client
 from effectusd.config import Config, parse_config
@@ -92,6 +98,10 @@ class BenchResult:
     # RSS over the drain (one process): flat means the backlog is streamed, not held
     drain_rss_mb_start: float | None
     drain_rss_mb_max: float | None
+    # the RSS one minute into the drain, and the most it grew after that (None: the drain was
+    # shorter): "flat from the first minute" is a growth near zero
+    drain_rss_mb_minute: float | None
+    drain_rss_mb_growth_after_minute: float | None
     # claim_ready.sql on an empty outbox, over one batch of ready rows and over `backlog` of
     # them (None: skipped); backlog/batch is the backlog's own cost, backlog/empty the target's
     backlog: int = 0
@@ -234,7 +244,16 @@ def _throughput(
         wal_bytes_per_s=round(wal_bytes / seconds),
         drain_rss_mb_start=round(drain_rss[0], 1) if drain_rss else None,
         drain_rss_mb_max=round(max(drain_rss), 1) if drain_rss else None,
+        drain_rss_mb_minute=_minute(drain_rss, lambda later: later[0]),
+        drain_rss_mb_growth_after_minute=_minute(drain_rss, lambda later: max(later) - later[0]),
     )
+
+
+def _minute(samples: list[float], reading: Any) -> float | None:
+    """``reading`` of the RSS samples (RssSampler's, every RSS_SAMPLE_S) from one minute into
+    the drain on, if it lasted that long."""
+    later = samples[round(60 / RSS_SAMPLE_S) :]
+    return round(reading(later), 1) if later else None
 
 
 def _dispatch_all(config: Config, url: str, processes: int) -> tuple[float, float, list[float]]:
@@ -243,7 +262,7 @@ def _dispatch_all(config: Config, url: str, processes: int) -> tuple[float, floa
     nothing yet) before the clock does."""
     if processes == 1:
         started, cpu_started = time.perf_counter(), time.process_time()
-        with RssSampler() as rss:
+        with RssSampler(RSS_SAMPLE_S) as rss:
             asyncio.run(_drain(config, url))
         return time.perf_counter() - started, time.process_time() - cpu_started, rss.samples
     spawn = multiprocessing.get_context("spawn")

@@ -28,11 +28,14 @@ def daemon_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+RSS_SAMPLE_S = 0.5
+
+
 class RssSampler:
     """The process's RSS every ``interval`` seconds from a thread, while the block runs (the
     first sample taken on entry, the last on exit): is memory flat over a long drain?"""
 
-    def __init__(self, interval: float = 0.5) -> None:
+    def __init__(self, interval: float = RSS_SAMPLE_S) -> None:
         self.interval = interval
         self.samples: list[float] = []
         self._stop = threading.Event()

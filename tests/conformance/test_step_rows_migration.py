@@ -153,9 +153,9 @@ SETTLEMENT_KEPT = {
 
 def before_10020(store: StoreUnderTest, views: dict[str, Any]) -> None:
     """10021 undone (the request ID's unique index back), and each saga completion an attempt
-    row carries (settled_saga) stored as its event, as the versions before 10020 wrote it (with the settlement's time; the last event of its saga),
-    and the column gone. ``views``: each such entry given the event's id, as those versions
-    showed it."""
+    row carries (settled_saga) stored as its event, as the versions before 10020 wrote it
+    (with the settlement's time; the last event of its saga), and the column gone.
+    ``views``: each such entry given the event's id, as those versions showed it."""
     store.execute(
         "INSERT INTO effectus_saga_events (saga_id, kind, from_state, to_state, actor, at)"
         " SELECT o.saga_id, 'saga_state', 'running', a.settled_saga, a.settled_actor,"
