@@ -215,6 +215,7 @@ def _throughput(
     progress("measuring idle enqueue→dispatch latency…")
     idle = asyncio.run(_idle_latency(config, url, samples=IDLE_SAMPLES))
     total = sagas * steps
+    minute, growth = after_a_minute(drain_rss)
     return BenchResult(
         processes=processes,
         sagas=sagas,
@@ -244,16 +245,18 @@ def _throughput(
         wal_bytes_per_s=round(wal_bytes / seconds),
         drain_rss_mb_start=round(drain_rss[0], 1) if drain_rss else None,
         drain_rss_mb_max=round(max(drain_rss), 1) if drain_rss else None,
-        drain_rss_mb_minute=_minute(drain_rss, lambda later: later[0]),
-        drain_rss_mb_growth_after_minute=_minute(drain_rss, lambda later: max(later) - later[0]),
+        drain_rss_mb_minute=minute,
+        drain_rss_mb_growth_after_minute=growth,
     )
 
 
-def _minute(samples: list[float], reading: Any) -> float | None:
-    """``reading`` of the RSS samples (RssSampler's, every RSS_SAMPLE_S) from one minute into
-    the drain on, if it lasted that long."""
+def after_a_minute(samples: list[float]) -> tuple[float | None, float | None]:
+    """The RSS one minute into the drain and how much it grew after that, from RssSampler's
+    samples (every RSS_SAMPLE_S); (None, None) for a drain shorter than a minute."""
     later = samples[round(60 / RSS_SAMPLE_S) :]
-    return round(reading(later), 1) if later else None
+    if not later:
+        return None, None
+    return round(later[0], 1), round(max(later) - later[0], 1)
 
 
 def _dispatch_all(config: Config, url: str, processes: int) -> tuple[float, float, list[float]]:

@@ -316,12 +316,13 @@ def _with_rows(
         group.append(entry)
         if row.get("settled_step") is not None:
             moved = _COMPLETES[row["direction"]][0], row["settled_step"]
-            group.append(_step_move(row, derived_event_id(row["dispatch_id"], 0, SETTLED), moved))
+            group.append(_move(row, derived_event_id(row["dispatch_id"], 0, SETTLED), moved))
         if row.get("settled_saga") is not None:
-            group.append(_saga_end(row))
+            ended = SagaState.RUNNING.value, row["settled_saga"]
+            group.append(_move(row, _saga_end_event_id(row["dispatch_id"]), ended, SAGA_MOVED))
         for enqueue in follow.pop(entry["event_id"], []):
             moved = enqueue["started_from"], _STARTS[enqueue["direction"]]
-            group.append(_step_move(enqueue, _start_event_id(enqueue["dispatch_id"]), moved))
+            group.append(_move(enqueue, _start_event_id(enqueue["dispatch_id"]), moved))
             group.append(_entry(enqueue, 0, enqueue["at"], ENQUEUED))
     merged = list(after.get(-1, []))
     for index, event in enumerate(events):
@@ -344,33 +345,19 @@ def _started_by(events: Sequence[Mapping[str, Any]], enqueue: Mapping[str, Any])
     return submitted
 
 
-def _step_move(row: Mapping[str, Any], event_id: int, moved: tuple[str, str]) -> dict[str, Any]:
-    """The step move a settlement's or an enqueue's row carries (``moved``: from, to)."""
+def _move(
+    row: Mapping[str, Any], event_id: int, moved: tuple[str, str], kind: str = STEP_MOVED
+) -> dict[str, Any]:
+    """The move a settlement's or an enqueue's row carries (``moved``: from, to): its step's,
+    or with ``kind`` SAGA_MOVED the saga's (no step named)."""
     return {
         "event_id": event_id,
-        "effect_id": row["effect_id"],
+        "effect_id": row["effect_id"] if kind == STEP_MOVED else None,
         "direction": None,
         "attempt": None,
-        "kind": STEP_MOVED,
+        "kind": kind,
         "from_state": moved[0],
         "to_state": moved[1],
-        "actor": row["actor"],
-        "evidence": None,
-        "detail": {},
-        "at": row["at"],
-    }
-
-
-def _saga_end(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The saga's completion a settlement's row carries."""
-    return {
-        "event_id": _saga_end_event_id(row["dispatch_id"]),
-        "effect_id": None,
-        "direction": None,
-        "attempt": None,
-        "kind": SAGA_MOVED,
-        "from_state": SagaState.RUNNING.value,
-        "to_state": row["settled_saga"],
         "actor": row["actor"],
         "evidence": None,
         "detail": {},
