@@ -11,11 +11,12 @@ never before a step that depends on it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from effectusd.core.graph import PlanGraph
-from effectusd.core.states import DispatchState, SagaState, StepState
+from effectusd.core.states import Direction, DispatchState, SagaState, StepState
+from effectusd.core.transition import SagaFacts
 
 # A forward dispatch in these states has sent nothing that may have committed (retry_wait
 # only when no attempt is uncertain): it can be canceled instead of waited for.
@@ -73,10 +74,13 @@ class Moves:
     end: SagaState | None = None  # completed, compensated or failed: nothing is left
 
 
-def undoing(branches: Mapping[str, Branch], cancel_requested: bool) -> bool:
+# A step in one of these states means the saga decided to compensate: nothing starts any more.
+UNDONE = frozenset({StepState.FAILED, StepState.COMPENSATING, StepState.COMPENSATED})
+
+
+def undoing(states: Iterable[StepState], cancel_requested: bool) -> bool:
     """Whether the saga has decided to compensate: from then on nothing starts."""
-    undone = (StepState.FAILED, StepState.COMPENSATING, StepState.COMPENSATED)
-    return cancel_requested or any(b.state in undone for b in branches.values())
+    return cancel_requested or any(state in UNDONE for state in states)
 
 
 def next_moves(graph: PlanGraph, branches: Mapping[str, Branch], undo: bool) -> Moves:
@@ -160,3 +164,36 @@ def still_blocked(
     first = others[0][1].dispatch
     assert first is not None  # a blocked branch has a blocked dispatch
     return BLOCKS_SAGA_AS[first], f"still blocked: {named}"
+
+
+def branches_of(saga: SagaFacts) -> dict[str, Branch]:
+    """The saga's steps as the branch decisions read them, from the facts as loaded."""
+    branches = {}
+    for step in saga.plan.steps:
+        facts = saga.steps.get(step.id)
+        inverse = step.compensate is not None
+        branches[step.id] = (
+            Branch(StepState.PENDING, has_inverse=inverse)
+            if facts is None
+            else Branch(
+                facts.state, facts.dispatch, facts.uncertain, inverse, facts.succeeded_order
+            )
+        )
+    return branches
+
+
+def sent_again_state(
+    saga: SagaFacts, effect_id: str, direction: Direction
+) -> tuple[SagaState, str | None]:
+    """Where a blocked saga goes when an operator sends ``effect_id``'s blocked dispatch
+    again: compensating for a compensation; for a forward dispatch, blocked while another
+    branch is, else compensating when the saga decided to compensate (it waits for the
+    branch sent again), else running."""
+    if direction is Direction.COMPENSATION:
+        return SagaState.COMPENSATING, None
+    branches = branches_of(saga)
+    blocked = still_blocked(saga.plan.graph, branches, effect_id)
+    if blocked is not None:
+        return blocked
+    undo = undoing((b.state for b in branches.values()), saga.cancel_requested)
+    return (SagaState.COMPENSATING if undo else SagaState.RUNNING), None

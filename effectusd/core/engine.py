@@ -11,7 +11,6 @@ from datetime import timedelta
 
 from effectusd.core.backoff import backoff_delay
 from effectusd.core.contracts import RetryPolicy
-from effectusd.core.fan_out import ParallelTransitionBuilder
 from effectusd.core.next_step import TransitionBuilder
 from effectusd.core.registry import Registry, retry_budget
 from effectusd.core.states import (
@@ -66,8 +65,7 @@ def settle(
     jitter: float,
 ) -> Transition:
     """Decide everything that follows from ``completion`` (its guard already held)."""
-    builder = _builder(saga, dispatch, completion, registry, completion.actor)
-    step = saga.plan.step(dispatch.effect_id)
+    builder = TransitionBuilder(saga, dispatch, completion, registry, completion.actor)
     match completion.cause, completion.outcome:
         case Cause.CONTRACT_DRIFT, _:
             builder.block(
@@ -81,31 +79,17 @@ def settle(
         case _, OutcomeClass.SUCCESS if dispatch.direction is Direction.FORWARD:
             builder.dispatch(DispatchState.SUCCEEDED)
             builder.step(StepState.SUCCEEDED, result=completion.result)
-            builder.advance_forward(step)
+            builder.advance_forward()
         case _, OutcomeClass.SUCCESS:
             builder.dispatch(DispatchState.SUCCEEDED)
             builder.step(StepState.COMPENSATED)
-            builder.continue_compensation(step)
+            builder.reconcile()
         case _:
             # answered, budget spent, lease too short, write-ahead failed, reclaimed: the
             # outcome class and the delivery rule decide
             _settle_failure(builder, completion, dispatch, registry, jitter)
     builder.resume_if_unblocked()
     return _restore_reason(saga, builder.transition)
-
-
-def _builder(
-    saga: SagaFacts,
-    dispatch: DispatchFacts | None,
-    completion: Completion | None,
-    registry: Registry,
-    actor: str,
-) -> TransitionBuilder:
-    """Sequential plans keep the one-step-at-a-time builder; plans with `after` get the
-    builder that recomputes the saga's branches (docs/design.md section 4)."""
-    if saga.plan.is_sequential:
-        return TransitionBuilder(saga, dispatch, completion, registry, actor)
-    return ParallelTransitionBuilder(saga, dispatch, completion, registry, actor)
 
 
 def _settle_fence_wait(
@@ -222,34 +206,20 @@ def cancel_now(
     retry_wait with no uncertain attempt): its step goes back to pending and compensation
     starts over the succeeded steps (saga compensated with ``reason`` when none). No attempt
     completed, so there is no outcome; the store marks the dispatch canceled itself."""
-    builder = _builder(saga, dispatch, None, registry, actor)
+    builder = TransitionBuilder(saga, dispatch, None, registry, actor)
     builder.transition.dispatch_state = DispatchState.CANCELED
     builder.step(StepState.PENDING, effect_id=dispatch.effect_id)
-    builder.start_compensation(reason, failed=False)
+    builder.start_compensation(reason)
     return builder.transition
 
 
 def resume_enqueue(saga: SagaFacts, registry: Registry, actor: str) -> Transition:
     """Build the dispatch a saga blocked before creating (contract drift or unresolvable
-    compensation arguments at enqueue time), as settle() would have: the compensation of the
-    highest succeeded step with an inverse when the saga was compensating (a step failed or
-    was compensated, or a cancel was requested), else the step after the last succeeded one.
-    Only ``steps``, ``saga``, ``new_dispatches`` and ``events`` of the result are meaningful."""
-    builder = _builder(saga, None, None, registry, actor)
-    if isinstance(builder, ParallelTransitionBuilder):
-        builder.reconcile()
-        return _restore_reason(saga, builder.transition)
-    states = [s.state for s in saga.steps.values()]
-    undoing = (StepState.FAILED, StepState.COMPENSATING, StepState.COMPENSATED)
-    if saga.cancel_requested or any(state in undoing for state in states):
-        candidates = builder.to_compensate(below=None)
-        if candidates:
-            builder.enqueue_compensation(candidates[0])
-        resumed = SagaState.COMPENSATING if candidates else SagaState.COMPENSATED
-    else:
-        done = [s for s in saga.plan.steps if builder.step_states.get(s.id) is StepState.SUCCEEDED]
-        builder.advance_forward(max(done, key=lambda s: s.sequence))  # step 1 is never missing
-        resumed = SagaState.RUNNING
-    if builder.transition.saga is None:
-        builder.saga(resumed, None)
+    compensation arguments at enqueue time), as settle() would have: what the steps' states
+    call for now (the next compensation, the latest success first, when the saga was
+    compensating: a step failed or was compensated, or a cancel was requested; else every step
+    whose dependencies succeeded). Only ``steps``, ``saga``, ``new_dispatches`` and ``events``
+    of the result are meaningful."""
+    builder = TransitionBuilder(saga, None, None, registry, actor)
+    builder.reconcile()
     return _restore_reason(saga, builder.transition)

@@ -1,14 +1,22 @@
-"""What comes next after a settled dispatch: the builder of one engine Transition.
+"""What comes next after a settled dispatch: the one builder of an engine Transition.
 
 The engine (``settle``, ``cancel_now``, ``resume_enqueue``) decides which way a saga goes;
 this builder records each move as rows-to-be (step and saga updates, timeline events) and
-enqueues the next dispatch of the plan, forward or compensating.
+enqueues what the plan's graph calls for next. A sequential plan is a chain (each step after
+the one before it), so every plan takes the same path (docs/design.md section 4, "Parallel
+steps"): after the settled dispatch's own move, what comes next is read from every step's
+state (``effectusd.core.branches.next_moves``). The steps that became ready start together;
+when the saga undoes, siblings not yet sent are canceled, those in flight are waited for, and
+compensation runs one step at a time in the reverse of the order the steps succeeded. A
+blocked branch blocks the saga; an answer of a sibling in flight is recorded but moves
+nothing else until the block is settled.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from effectusd.core.branches import Branch, Moves, next_moves, still_blocked, undoing
 from effectusd.core.canonical import JsonValue
 from effectusd.core.enqueue import DispatchSpec, build_dispatch
 from effectusd.core.expressions import ResolutionError
@@ -37,7 +45,7 @@ from effectusd.core.transition import (
 
 class TransitionBuilder:
     """Accumulates one Transition: the settled dispatch, step and saga moves, and the
-    next dispatch the plan calls for (forward, or the next compensation)."""
+    dispatches the plan's graph calls for next (forward, or the next compensation)."""
 
     def __init__(
         self,
@@ -54,6 +62,7 @@ class TransitionBuilder:
         self.moved = dispatch
         self.ended = completion
         self.registry = registry
+        self.graph = saga.plan.graph
         self.transition = Transition(
             dispatch_state=DispatchState.QUEUED if dispatch is None else dispatch.state,
             uncertain_attempt=None if dispatch is None else dispatch.uncertain_attempt,
@@ -63,13 +72,20 @@ class TransitionBuilder:
         self.results: dict[str, JsonValue] = {}
         self.step_states: dict[str, StepState] = {}
         self.orders: dict[str, int | None] = {}
-        for s in saga.steps.values():  # one pass over the steps for the three
+        self.dispatch_states: dict[str, DispatchState | None] = {}
+        self.uncertain: dict[str, bool] = {}
+        for s in saga.steps.values():  # one pass over the steps for all five
             if s.result is not None:
                 self.results[s.effect_id] = s.result
             self.step_states[s.effect_id] = s.state
             self.orders[s.effect_id] = s.succeeded_order
+            self.dispatch_states[s.effect_id] = s.dispatch
+            self.uncertain[s.effect_id] = s.uncertain
         self.saga_state = saga.state
         self.actor = actor
+        # Set when this transition decided to compensate (an operator's cancel of a dispatch
+        # not sent leaves no failed step and may carry no cancel request).
+        self.undo_started = False
 
     @property
     def dispatch_facts(self) -> DispatchFacts:
@@ -87,41 +103,74 @@ class TransitionBuilder:
 
     # -- the dispatch that completed --------------------------------------------------------
     def dispatch(self, state: DispatchState) -> None:
+        moved = self.dispatch_facts
         self.transition.dispatch_state = state
         self.transition.events.append(
             settled_event(
                 self.completion,
-                self.dispatch_facts.effect_id,
-                self.dispatch_facts.direction.value,
-                self.dispatch_facts.state.value,
+                moved.effect_id,
+                moved.direction.value,
+                moved.state.value,
                 state.value,
             )
         )
+        if moved.direction is Direction.FORWARD:
+            self.dispatch_states[moved.effect_id] = state
+            self.uncertain[moved.effect_id] = self.transition.uncertain_attempt is not None
 
     def retry(self, delay: timedelta) -> None:
+        if self._cancels_instead():
+            self._cancel_settled()
+            return
         self.dispatch(DispatchState.RETRY_WAIT)
         self.transition.retry_delay = delay
 
     def block(self, dispatch_state: DispatchState, saga_state: SagaState, reason: str) -> None:
+        if self._cancels_instead():
+            self._cancel_settled()
+            return
         self.dispatch(dispatch_state)
-        self.saga(
-            saga_state,
-            f"{self.dispatch_facts.effect_id} ({self.dispatch_facts.direction.value}): {reason}",
-        )
+        effect, direction = self.dispatch_facts.effect_id, self.dispatch_facts.direction.value
+        others = [
+            f"{name} (forward, {self.dispatch_states[name]})"
+            for name, branch in self.branches().items()
+            if branch.blocked and name != effect
+        ]
+        also = f"; also blocked: {', '.join(others)}" if others else ""
+        self.saga(saga_state, f"{effect} ({direction}): {reason}{also}")
+        if self._undoing():
+            self._cancel(next_moves(self.graph, self.branches(), True).cancel)
 
     def fail(self, why: str) -> None:
         """A permanent failure, or known-not-committed with the budget spent: a forward step
         fails and compensation starts; a failed compensation blocks the saga."""
         self.dispatch(DispatchState.FAILED_PERMANENT)
-        step = self.saga_facts.plan.step(self.dispatch_facts.effect_id)
+        effect = self.dispatch_facts.effect_id
         if self.dispatch_facts.direction is Direction.FORWARD:
             self.step(StepState.FAILED)
-            self.start_compensation(f"step {step.id!r} failed: {why}", failed=True)
+            self.start_compensation(f"step {effect!r} failed: {why}")
         else:
-            self.saga(
-                SagaState.BLOCKED_COMPENSATION,
-                f"compensation of {step.id!r} failed: {why}",
-            )
+            self.saga(SagaState.BLOCKED_COMPENSATION, f"compensation of {effect!r} failed: {why}")
+
+    def _cancels_instead(self) -> bool:
+        """A forward sibling that answered "nothing committed" after the saga decided to
+        compensate is canceled, not retried or blocked: nothing may start any more, and no
+        earlier attempt of it is uncertain."""
+        nothing_sent = (
+            self.completion.settled_by is SettledBy.GUARD
+            or self.completion.outcome is OutcomeClass.RETRYABLE
+        )
+        return (
+            self.dispatch_facts.direction is Direction.FORWARD
+            and nothing_sent
+            and self.transition.uncertain_attempt is None
+            and self._undoing()
+        )
+
+    def _cancel_settled(self) -> None:
+        self.dispatch(DispatchState.CANCELED)
+        self.step(StepState.PENDING)
+        self.reconcile()
 
     # -- steps and saga ---------------------------------------------------------------------
     def step(
@@ -196,104 +245,159 @@ class TransitionBuilder:
         return resolved if reason is None else f"{resolved}; {reason}"
 
     def resume_if_unblocked(self) -> None:
-        """A blocked saga whose blocking dispatch was settled (late answer, operator) resumes;
-        with one dispatch live at a time, any settled dispatch is the blocking one."""
-        if self.saga_facts.state.is_blocked and self.transition.saga is None:
-            forward = self.dispatch_facts.direction is Direction.FORWARD
-            self.saga(SagaState.RUNNING if forward else SagaState.COMPENSATING, None)
+        """A blocked saga runs again only when the settled dispatch was the one blocking it
+        (a late answer, an operator) and no other branch is blocked; else it stays blocked,
+        in the state of a branch still blocked."""
+        if self.transition.saga is not None or not self.saga_facts.state.is_blocked:
+            return
+        if not self._resolves_block():
+            return
+        blocked = still_blocked(self.graph, self.branches(), self.dispatch_facts.effect_id)
+        if blocked is not None:
+            self.saga(*blocked)  # the block moves to the branches still blocked
+            return
+        self.saga(SagaState.COMPENSATING if self._undoing() else SagaState.RUNNING, None)
 
     # -- what comes next --------------------------------------------------------------------
-    def advance_forward(self, after: CheckedStep) -> None:
+    def advance_forward(self) -> None:
         if self.saga_facts.cancel_requested:
-            self.start_compensation("canceled on request", failed=False)
-            return
-        following = [s for s in self.saga_facts.plan.steps if s.sequence == after.sequence + 1]
-        if not following:
-            self.saga(SagaState.COMPLETED, None)
-            return
-        nxt = following[0]
-        spec = self.enqueue(nxt, Direction.FORWARD)
-        if spec is None:
-            return
-        if isinstance(spec, ResolutionError):
-            self.step(StepState.FAILED, effect_id=nxt.id, kept=True)
-            self.start_compensation(f"step {nxt.id!r} could not be dispatched: {spec}", failed=True)
+            self.start_compensation("canceled on request")
+        else:
+            self.reconcile()
 
-    def start_compensation(self, reason: str, failed: bool) -> None:
-        candidates = self.to_compensate(below=None)
-        if not candidates:
-            if failed:
-                self.saga(SagaState.FAILED, reason)
-            else:
-                self.saga(SagaState.COMPENSATED, reason)
-            return
-        self.saga(SagaState.COMPENSATING, reason)
-        self.enqueue_compensation(candidates[0])
+    def start_compensation(self, reason: str) -> None:
+        self.undo_started = True
+        self.reconcile(reason)
 
-    def continue_compensation(self, after: CheckedStep) -> None:
-        candidates = self.to_compensate(below=after.sequence)
-        if not candidates:
-            self.saga(SagaState.COMPENSATED, None)  # keeps the reason compensation began
-            return
-        self.enqueue_compensation(candidates[0])
+    def reconcile(self, undo_reason: str | None = None) -> None:
+        """Carry out what the steps' states call for now."""
+        undo = self._undoing()
+        moves = next_moves(self.graph, self.branches(), undo)
+        self._cancel(moves.cancel)
+        if self.saga_state.is_blocked and (moves.blocked or not self._resolves_block()):
+            return  # the block stands: an operator (or a late answer) settles it first
+        if moves.end is not None:
+            self.saga(moves.end, undo_reason)
+        elif undo:
+            if self.saga_state is not SagaState.COMPENSATING:
+                self.saga(SagaState.COMPENSATING, undo_reason)
+            if moves.compensate is not None:
+                self.enqueue_compensation(self.saga_facts.plan.step(moves.compensate))
+        else:
+            self._start(moves)
 
-    def to_compensate(self, below: int | None) -> list[CheckedStep]:
-        """Succeeded steps with an inverse, highest sequence first."""
-        return sorted(
-            (
-                s
-                for s in self.saga_facts.plan.steps
-                if s.compensate is not None
-                and self.step_states.get(s.id) is StepState.SUCCEEDED
-                and (below is None or s.sequence < below)
-            ),
-            key=lambda s: s.sequence,
-            reverse=True,
-        )
+    def _start(self, moves: Moves) -> None:
+        """Enqueue every ready step, or none: a drifted verb blocks the saga first, and a step
+        whose arguments cannot be resolved fails with nothing sent."""
+        steps = [self.saga_facts.plan.step(name) for name in moves.start]
+        drifted = [why for step in steps if (why := self._drift(step, Direction.FORWARD))]
+        if drifted:
+            self.saga(SagaState.BLOCKED_CONTRACT, "; ".join(drifted))
+            return
+        if self.saga_state is not SagaState.RUNNING:
+            self.saga(SagaState.RUNNING, None)  # a blocked saga whose block was settled
+        built: list[tuple[CheckedStep, DispatchSpec]] = []
+        failures: list[tuple[CheckedStep, ResolutionError]] = []
+        for step in steps:
+            try:
+                built.append((step, self._build(step, Direction.FORWARD)))
+            except ResolutionError as exc:
+                failures.append((step, exc))
+        if failures:
+            for step, _ in failures:
+                self.step(StepState.FAILED, effect_id=step.id, kept=True)
+            first, error = failures[0]
+            self.reconcile(f"step {first.id!r} could not be dispatched: {error}")
+            return
+        for step, spec in built:
+            self._enqueued(step, Direction.FORWARD, spec)
+            self.dispatch_states[step.id] = DispatchState.QUEUED
+            self.uncertain[step.id] = False
 
     def enqueue_compensation(self, step: CheckedStep) -> None:
-        spec = self.enqueue(step, Direction.COMPENSATION)
-        if isinstance(spec, ResolutionError):
+        drifted = self._drift(step, Direction.COMPENSATION)
+        if drifted is not None:
+            self.saga(SagaState.BLOCKED_CONTRACT, drifted)
+            return
+        try:
+            spec = self._build(step, Direction.COMPENSATION)
+        except ResolutionError as exc:
             self.saga(
                 SagaState.BLOCKED_COMPENSATION,
-                f"compensation of {step.id!r} could not be dispatched: {spec}",
+                f"compensation of {step.id!r} could not be dispatched: {exc}",
             )
+            return
+        self._enqueued(step, Direction.COMPENSATION, spec)
 
-    def enqueue(
-        self, step: CheckedStep, direction: Direction
-    ) -> DispatchSpec | ResolutionError | None:
-        """Add the dispatch for ``step``; None when the saga blocked on contract drift."""
+    def _drift(self, step: CheckedStep, direction: Direction) -> str | None:
+        """Why the verb ``step`` calls in ``direction`` cannot be sent as the plan pinned it
+        (not configured, or changed since the check), or None when it can."""
         if direction is Direction.FORWARD:
             verb, pinned = step.verb, step.contract_hash
-        elif step.compensate is not None:
+        else:
+            assert step.compensate is not None  # only a step with an inverse is compensated
             verb, pinned = step.compensate.verb, step.compensate.contract_hash
-        else:
-            return ResolutionError(f"step {step.id!r} has no compensation")
         live = self.registry.verbs.get(verb)
-        if live is None or not live.pins(pinned):
-            why = "is not configured" if live is None else "changed since the plan was checked"
-            self.saga(
-                SagaState.BLOCKED_CONTRACT,
-                f"{step.id} ({direction.value}): verb {verb!r} {why}",
-            )
+        if live is not None and live.pins(pinned):
             return None
-        try:
-            spec = build_dispatch(
-                self.saga_facts.ref,
-                step,
-                direction,
-                self.registry,
-                self.saga_facts.facts,
-                self.results,
-            )
-        except ResolutionError as exc:
-            return exc
+        why = "is not configured" if live is None else "changed since the plan was checked"
+        return f"{step.id} ({direction.value}): verb {verb!r} {why}"
+
+    def _build(self, step: CheckedStep, direction: Direction) -> DispatchSpec:
+        saga = self.saga_facts
+        return build_dispatch(saga.ref, step, direction, self.registry, saga.facts, self.results)
+
+    def _enqueued(self, step: CheckedStep, direction: Direction, spec: DispatchSpec) -> None:
+        """Add the dispatch ``spec`` and its step's move (in progress, or compensating)."""
         self.transition.new_dispatches.append(spec)
-        if direction is Direction.FORWARD:
-            self.transition.steps.append(StepUpdate(step.id, StepState.IN_PROGRESS))
-            self._record_step(step.id, StepState.IN_PROGRESS)
-        else:
-            self.transition.steps.append(StepUpdate(step.id, StepState.COMPENSATING))
-            self._record_step(step.id, StepState.COMPENSATING)
+        forward = direction is Direction.FORWARD
+        state = StepState.IN_PROGRESS if forward else StepState.COMPENSATING
+        self.transition.steps.append(StepUpdate(step.id, state))
+        self._record_step(step.id, state)
         self.transition.events.append(enqueued_event(spec, self.actor))
-        return spec
+
+    def _cancel(self, names: tuple[str, ...]) -> None:
+        for name in names:
+            if name in self.transition.cancel_dispatches:
+                continue
+            previous = self.dispatch_states[name]
+            self.transition.cancel_dispatches.append(name)
+            self.transition.events.append(
+                Event(
+                    "dispatch_canceled",
+                    name,
+                    Direction.FORWARD.value,
+                    None,
+                    previous.value if previous else None,
+                    DispatchState.CANCELED.value,
+                    self.actor,
+                    None,
+                    {"reason": "the saga compensates: a sibling not yet sent is not sent"},
+                )
+            )
+            self.dispatch_states[name] = DispatchState.CANCELED
+            self.step(StepState.PENDING, effect_id=name)
+
+    # -- reading the facts -------------------------------------------------------------------
+    def branches(self) -> dict[str, Branch]:
+        inverse = self.saga_facts.plan.has_inverse
+        return {
+            name: Branch(
+                self.step_states.get(name, StepState.PENDING),
+                self.dispatch_states.get(name),
+                self.uncertain.get(name, False),
+                inverse[name],
+                self.orders.get(name),
+            )
+            for name in self.graph.order
+        }
+
+    def _undoing(self) -> bool:
+        """Whether the saga has decided to compensate: from then on nothing starts."""
+        cancel = self.saga_facts.cancel_requested
+        return self.undo_started or undoing(self.step_states.values(), cancel)
+
+    def _resolves_block(self) -> bool:
+        """The settled dispatch is not a sibling in flight: it is the one a block is about
+        (settled late or by an operator), or there is none (an operator's resume)."""
+        return self.moved is None or self.moved.state is not DispatchState.IN_FLIGHT

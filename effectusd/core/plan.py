@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from effectusd.core.canonical import JsonValue, canonical_hash
 from effectusd.core.derived import DerivedOnce
+from effectusd.core.graph import PlanGraph
 
 CHECKED_PLAN_FORMAT: Literal["effectusd/checked-plan/v1"] = "effectusd/checked-plan/v1"
 NO_COMPENSATION = "none"
@@ -93,7 +94,7 @@ class CheckedPlan(DerivedOnce):
     """A plan that passed check(): contract hashes inlined, digest over all of it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    _DERIVED: ClassVar[tuple[str, ...]] = ("is_sequential", "_steps_by_id")
+    _DERIVED: ClassVar[tuple[str, ...]] = ("is_sequential", "_steps_by_id", "graph", "has_inverse")
     format: Literal["effectusd/checked-plan/v1"] = CHECKED_PLAN_FORMAT
     plan_id: str
     facts: dict[str, FactType]
@@ -123,3 +124,13 @@ class CheckedPlan(DerivedOnce):
 
     def step(self, effect_id: str) -> CheckedStep:
         return self._steps_by_id[effect_id]
+
+    @cached_property
+    def graph(self) -> PlanGraph:
+        """The steps' dependency graph; a sequential plan's is a chain."""
+        return PlanGraph.of(self.steps)
+
+    @cached_property
+    def has_inverse(self) -> dict[str, bool]:
+        """Step id -> whether the step has a compensation."""
+        return {step.id: step.compensate is not None for step in self.steps}

@@ -1,8 +1,14 @@
-"""Settlement: what one reported outcome does, decided in one place.
+"""An attempt's guards, before its call and after it: whether it is sent at all, and what
+its reported outcome does, each decided in one place (docs/design.md section 7).
 
-The recorder loads the facts under its lock (the dispatch row, the attempt the outcome is
-for, the saga) and asks ``settle_completion``; it then writes what the answer says and
-nothing else. The rules, in the order they apply:
+Before the call (``pre_send``): a claimed attempt may go on to its write-ahead and call, or
+the guard returns the completion to record: nothing was sent, so the attempt is known not
+committed, with the cause the engine matches on (``Completion.not_sent``). The pipeline
+only carries the answer out.
+
+After it (``settle_completion``): the recorder loads the facts under its lock (the dispatch
+row, the attempt the outcome is for, the saga) and asks ``settle_completion``; it then writes
+what the answer says and nothing else. The rules, in the order they apply:
 
 * the guard: the dispatch is in flight on this very attempt and lease token, and a reclaim
   only takes a lease that has run out;
@@ -21,7 +27,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from enum import StrEnum
+from typing import Protocol
 
+from effectusd.core.contracts import VerbContract
 from effectusd.core.engine import settle
 from effectusd.core.frozen import frozen
 from effectusd.core.registry import Registry
@@ -33,6 +41,36 @@ from effectusd.core.transition import (
     SagaFacts,
     Transition,
 )
+
+CONTRACT_DRIFT = "contract drift: nothing was sent"
+BUDGET_SPENT = "retry budget spent; not sent"
+LEASE_TOO_SHORT = "lease too short to finish the call; not sent"
+
+
+class PendingCall(HeldAttempt, Protocol):
+    """A claimed attempt as the guards see it (a store's ``Claim``)."""
+
+    @property
+    def contract_hash(self) -> str: ...
+
+    @property
+    def budget_spent(self) -> bool: ...
+
+
+def pre_send(
+    call: PendingCall, contract: VerbContract | None, lease_covers_call: bool
+) -> Completion | None:
+    """None when ``call`` may go on to its write-ahead and call; else the completion that
+    settles it unsent. ``contract``: the verb as loaded now (None: no longer configured);
+    ``lease_covers_call``: the call's timeout fits in what is left of the lease, judged on the
+    daemon's monotonic clock (the caller's, since core reads no clock)."""
+    if contract is None or not contract.pins(call.contract_hash):
+        return Completion.not_sent(call, Cause.CONTRACT_DRIFT, CONTRACT_DRIFT)
+    if call.budget_spent:  # the budget was lowered in config below the attempts already made
+        return Completion.not_sent(call, Cause.BUDGET_SPENT, BUDGET_SPENT)
+    if not lease_covers_call:
+        return Completion.not_sent(call, Cause.LEASE_TOO_SHORT, LEASE_TOO_SHORT)
+    return None
 
 
 class Verdict(StrEnum):

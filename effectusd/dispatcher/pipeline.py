@@ -21,8 +21,8 @@ from datetime import timedelta
 from effectusd import faults
 from effectusd.backends.errors import TRANSIENT_ERRORS, failure_name
 from effectusd.core.engine import Completion
-from effectusd.core.pre_send import LEASE_TOO_SHORT, pre_send
 from effectusd.core.registry import Registry
+from effectusd.core.settlement import LEASE_TOO_SHORT, pre_send
 from effectusd.core.states import Cause, FencingStatus
 from effectusd.dispatcher.capacity import Capacity, RecordSlots
 from effectusd.dispatcher.metrics import Metrics

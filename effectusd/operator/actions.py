@@ -13,9 +13,9 @@ from dataclasses import replace
 from typing import Any
 
 from effectusd.backends.operation import Operation
+from effectusd.core.branches import sent_again_state
 from effectusd.core.canonical import JsonValue
 from effectusd.core.engine import resume_enqueue, settle
-from effectusd.core.fan_out import sent_again_state
 from effectusd.core.operator_decisions import (
     Action,
     RefusalKind,

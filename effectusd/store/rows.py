@@ -356,7 +356,7 @@ def checked_plan(row: Row, plans: MutableMapping[str, CheckedPlan] | None = None
 
 def may_cancel_siblings(row: Row, plans: MutableMapping[str, CheckedPlan]) -> bool:
     """Whether a settlement of this saga may cancel a sibling forward dispatch: only a plan
-    with parallel steps does (``effectusd.core.fan_out``); a plan that cannot be read is
+    with parallel steps does (``effectusd.core.next_step``); a plan that cannot be read is
     assumed to (its settlement fails where it is read, as before)."""
     try:
         return not checked_plan(row, plans).is_sequential

@@ -191,9 +191,9 @@ async def test_a_second_settlement_of_an_attempt_is_stored_and_what_follows_is_r
         ("operator_resolve", "s1", "forward", 1, "blocked_unknown", "succeeded"),
         (SETTLED, "s1", "forward", 1, "blocked_unknown", "succeeded"),
         ("step_state", "s1", None, None, "in_progress", "succeeded"),
+        ("saga_state", None, None, None, "blocked_unknown", "running"),  # resumed, then on
         ("step_state", "s2", None, None, "pending", "in_progress"),
         (ENQUEUED, "s2", "forward", None, None, "queued"),
-        ("saga_state", None, None, None, "blocked_unknown", "running"),
     ]
 
 

@@ -407,14 +407,18 @@ def test_cancel_reason() -> None:
 
 
 def saga_facts(
-    registry: Registry, plan: dict[str, Any], states: dict[str, StepState], cancel: bool = False
+    registry: Registry,
+    plan: dict[str, Any],
+    states: dict[str, StepState],
+    cancel: bool = False,
+    saga_state: SagaState = SagaState.RUNNING,
 ) -> SagaFacts:
     checked = check(plan, registry.verbs)
     return SagaFacts(
         saga_id=SAGA,
         namespace="default",
         execution_id="x",
-        state=SagaState.RUNNING,
+        state=saga_state,
         cancel_requested=cancel,
         plan=checked,
         facts={"order": "o-1", "amount": 5},
@@ -459,8 +463,12 @@ def test_cancel_now_compensates_the_succeeded_steps(
 def test_resume_enqueue_builds_the_next_forward_step(
     core_registry: Registry, checkout_plan: dict[str, Any]
 ) -> None:
+    # resume_enqueue resumes a saga that blocked before it could enqueue (here: drift)
     facts = saga_facts(
-        core_registry, checkout_plan, {"charge": StepState.SUCCEEDED, "ship": StepState.PENDING}
+        core_registry,
+        checkout_plan,
+        {"charge": StepState.SUCCEEDED, "ship": StepState.PENDING},
+        saga_state=SagaState.BLOCKED_CONTRACT,
     )
     transition = resume_enqueue(facts, core_registry, "u")
     [spec] = transition.new_dispatches
@@ -472,7 +480,10 @@ def test_resume_enqueue_builds_the_compensation_when_the_saga_was_compensating(
     core_registry: Registry, checkout_plan: dict[str, Any]
 ) -> None:
     facts = saga_facts(
-        core_registry, checkout_plan, {"charge": StepState.SUCCEEDED, "ship": StepState.FAILED}
+        core_registry,
+        checkout_plan,
+        {"charge": StepState.SUCCEEDED, "ship": StepState.FAILED},
+        saga_state=SagaState.BLOCKED_CONTRACT,
     )
     transition = resume_enqueue(facts, core_registry, "u")
     [spec] = transition.new_dispatches

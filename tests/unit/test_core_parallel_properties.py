@@ -73,11 +73,11 @@ def test_random_dags_and_outcomes_keep_every_invariant(
 
 @PROPERTY
 @given(sequential(6), st.integers(0, 2**32))
-def test_a_chain_written_with_after_runs_as_the_same_plan_without_it(
-    shape: Shape, seed: int
-) -> None:
-    """The parallel engine on a chain (`after` naming the previous step) makes the same
-    moves as the sequential engine on the plan without `after`."""
+def test_a_sequential_plan_runs_as_a_chain_one_step_at_a_time(shape: Shape, seed: int) -> None:
+    """One builder for every plan (effectusd.core.next_step): a sequential plan is the chain
+    its graph reads it as. It makes the same moves as the same plan written with `after`
+    naming the previous step, goes forward in plan order, and compensates in the reverse of
+    plan order, each step once."""
     chain: Shape = [
         ([index - 1] if index else [], verb, inv) for index, (_, verb, inv) in enumerate(shape)
     ]
@@ -88,3 +88,11 @@ def test_a_chain_written_with_after_runs_as_the_same_plan_without_it(
     new.run()
     assert new.trace == old.trace
     assert (new.state, new.steps) == (old.state, old.steps)
+    enqueued = [(effect, way) for kind, effect, way in old.trace if kind == "enqueued"]
+    forward = [effect for effect, way in enqueued if way == "forward"]
+    assert forward == [f"s{index}" for index in range(1, len(forward) + 1)]  # s0: the submit
+    back = [int(effect[1:]) for effect, way in enqueued if way == "compensation"]
+    assert back == sorted(set(back), reverse=True)
+    assert enqueued == [(e, w) for e, w in enqueued if w == "forward"] + [
+        (e, w) for e, w in enqueued if w == "compensation"
+    ], "a forward step enqueued after a compensation"

@@ -9,8 +9,15 @@ from datetime import timedelta
 import pytest
 
 from effectusd.core.contracts import VerbContract
-from effectusd.core.pre_send import BUDGET_SPENT, CONTRACT_DRIFT, LEASE_TOO_SHORT, pre_send
-from effectusd.core.settlement import AttemptFacts, as_locked, reclaimed
+from effectusd.core.settlement import (
+    BUDGET_SPENT,
+    CONTRACT_DRIFT,
+    LEASE_TOO_SHORT,
+    AttemptFacts,
+    as_locked,
+    pre_send,
+    reclaimed,
+)
 from effectusd.core.states import Cause, OutcomeClass, SettledBy
 from effectusd.core.transition import Completion, FenceWait
 
