@@ -2,12 +2,15 @@
 (initdb, pg_basebackup), for failover tests: promote the standby, stop the old primary.
 
 Runs the servers as the ``postgres`` system user when the tests run as root (PostgreSQL refuses
-to run as root). Ports come from 55400-55499 on 127.0.0.1; data lives in a temporary folder
-removed on exit. Trust authentication, loopback only: a test fixture, nothing more.
+to run as root). Ports come from 55400-55499 on 127.0.0.1, each held under a lock file for the
+pair's life (test workers build pairs at once, and a standby binds its port long after it was
+chosen); data lives in a temporary folder removed on exit. Trust authentication, loopback
+only: a test fixture, nothing more.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import shutil
@@ -19,6 +22,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 import psycopg
 
@@ -40,20 +44,36 @@ def available() -> str | None:
     return None
 
 
-def _free_ports(count: int) -> list[int]:
-    """Ports of PORTS nobody listens on now (each server binds its own; a clash fails start)."""
-    found: list[int] = []
+PORT_LOCKS = Path(tempfile.gettempdir()) / "effectusd-failover-ports"
+
+
+def _reserve_ports(count: int) -> tuple[list[int], list[IO[bytes]]]:
+    """Ports of PORTS that no other pair holds (an exclusive lock on the port's file, kept open
+    until the pair closes) and nobody listens on now."""
+    PORT_LOCKS.mkdir(mode=0o777, exist_ok=True)
+    ports: list[int] = []
+    held: list[IO[bytes]] = []
     start = os.getpid() % len(PORTS)
     for offset in range(len(PORTS)):
         port = PORTS[(start + offset) % len(PORTS)]
+        lock = (PORT_LOCKS / f"{port}.lock").open("ab")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            continue
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
+                lock.close()
                 continue
-        found.append(port)
-        if len(found) == count:
-            return found
+        ports.append(port)
+        held.append(lock)
+        if len(ports) == count:
+            return ports, held
+    for lock in held:
+        lock.close()
     raise RuntimeError("no free port in 55400-55499")
 
 
@@ -63,7 +83,7 @@ class Pair:
     def __init__(self, root: Path, synchronous: bool) -> None:
         self.root = root
         self.synchronous = synchronous
-        self.primary_port, self.standby_port = _free_ports(2)
+        (self.primary_port, self.standby_port), self.port_locks = _reserve_ports(2)
         self.primary = root / "primary"
         self.standby = root / "standby"
         self.running: list[Path] = []
@@ -122,7 +142,12 @@ class Pair:
         self.wait_streaming()
 
     def start(self, data: Path) -> None:
-        self._run(BIN / "pg_ctl", "-D", data, "-l", data.with_suffix(".log"), "-w", "start")
+        log = data.with_suffix(".log")
+        try:
+            self._run(BIN / "pg_ctl", "-D", data, "-l", log, "-w", "start")
+        except subprocess.CalledProcessError as failed:
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
+            raise RuntimeError(f"{data.name} did not start; its log ends:\n{tail}") from failed
         self.running.append(data)
 
     def stop(self, data: Path, mode: str = "fast") -> None:
@@ -192,6 +217,8 @@ class Pair:
                 self.stop(data, "immediate")
             except subprocess.CalledProcessError:
                 self.running.remove(data)
+        for lock in self.port_locks:
+            lock.close()
 
 
 @contextmanager
