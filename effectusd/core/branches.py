@@ -12,7 +12,7 @@ never before a step that depends on it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from effectusd.core.graph import PlanGraph
 from effectusd.core.states import Direction, DispatchState, SagaState, StepState
@@ -34,9 +34,8 @@ BLOCKS_SAGA_AS = {
 }
 
 
-@dataclass(frozen=True)
-class Branch:
-    """One step as the decision reads it."""
+class Branch(NamedTuple):
+    """One step as the decision reads it (a tuple: one is made per step per settlement)."""
 
     state: StepState
     dispatch: DispatchState | None = None  # its forward dispatch, while in progress
@@ -64,8 +63,7 @@ class Branch:
         return self.state is StepState.SUCCEEDED and self.has_inverse
 
 
-@dataclass(frozen=True)
-class Moves:
+class Moves(NamedTuple):
     cancel: tuple[str, ...] = ()  # forward dispatches not yet sent: cancel them
     start: tuple[str, ...] = ()  # steps whose forward dispatch to enqueue now
     compensate: str | None = None  # the step whose compensation to enqueue now
@@ -80,20 +78,17 @@ UNDONE = frozenset({StepState.FAILED, StepState.COMPENSATING, StepState.COMPENSA
 
 def undoing(states: Iterable[StepState], cancel_requested: bool) -> bool:
     """Whether the saga has decided to compensate: from then on nothing starts."""
-    return cancel_requested or any(state in UNDONE for state in states)
+    return cancel_requested or not UNDONE.isdisjoint(states)
 
 
 def next_moves(graph: PlanGraph, branches: Mapping[str, Branch], undo: bool) -> Moves:
     """The moves the steps' states call for. Nothing starts and nothing is compensated while
     a branch is blocked (an operator settles it first) or, when undoing, in flight."""
+    if not undo:
+        states = {name: b.state for name, b in branches.items()}
+        return forward_moves(graph, states, {name: b.dispatch for name, b in branches.items()})
     in_order = [(name, branches[name]) for name in graph.order]
     blocked = tuple(name for name, b in in_order if b.blocked)
-    if not undo:
-        waiting = tuple(name for name, b in in_order if b.state is StepState.IN_PROGRESS)
-        if all(b.state is StepState.SUCCEEDED for _, b in in_order):
-            return Moves(end=SagaState.COMPLETED)
-        ready = tuple(name for name in graph.order if _ready(graph, branches, name))
-        return Moves(start=() if blocked else ready, waiting=waiting, blocked=blocked)
     cancel = tuple(name for name, b in in_order if b.not_sent)
     waiting = tuple(name for name, b in in_order if b.live)
     if blocked or waiting or any(b.state is StepState.COMPENSATING for _, b in in_order):
@@ -109,10 +104,39 @@ def next_moves(graph: PlanGraph, branches: Mapping[str, Branch], undo: bool) -> 
     return Moves(cancel=cancel, end=_undone(left))
 
 
-def _ready(graph: PlanGraph, branches: Mapping[str, Branch], name: str) -> bool:
-    return branches[name].state is StepState.PENDING and all(
-        branches[dep].state is StepState.SUCCEEDED for dep in graph.deps[name]
-    )
+def forward_moves(
+    graph: PlanGraph,
+    states: Mapping[str, StepState],
+    dispatches: Mapping[str, DispatchState | None],
+) -> Moves:
+    """``next_moves`` going forward, from each step's state and its forward dispatch's (a step
+    missing from them is pending): every pending step whose dependencies all succeeded starts,
+    unless a branch is blocked; with every step succeeded, the saga is completed. One pass
+    over the steps, no Branch made: the recorder asks this of every success."""
+    blocked: list[str] = []
+    waiting: list[str] = []
+    ready: list[str] = []
+    done = True
+    pending, succeeded = StepState.PENDING, StepState.SUCCEEDED
+    for name in graph.order:
+        state = states.get(name, pending)
+        if state is succeeded:
+            continue
+        done = False
+        if state is StepState.IN_PROGRESS:
+            waiting.append(name)
+            if dispatches.get(name) in BLOCKED:
+                blocked.append(name)
+        elif state is pending:
+            for dep in graph.deps[name]:
+                if states.get(dep, pending) is not succeeded:
+                    break
+            else:
+                ready.append(name)
+    if done:
+        return Moves(end=SagaState.COMPLETED)
+    start = () if blocked else tuple(ready)
+    return Moves(start=start, waiting=tuple(waiting), blocked=tuple(blocked))
 
 
 def next_compensation(graph: PlanGraph, branches: Mapping[str, Branch]) -> str | None:

@@ -16,7 +16,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from effectusd.core.branches import Branch, Moves, next_moves, still_blocked, undoing
+from effectusd.core.branches import (
+    Branch,
+    Moves,
+    forward_moves,
+    next_moves,
+    still_blocked,
+    undoing,
+)
 from effectusd.core.canonical import JsonValue
 from effectusd.core.enqueue import DispatchSpec, build_dispatch
 from effectusd.core.expressions import ResolutionError
@@ -272,7 +279,11 @@ class TransitionBuilder:
     def reconcile(self, undo_reason: str | None = None) -> None:
         """Carry out what the steps' states call for now."""
         undo = self._undoing()
-        moves = next_moves(self.graph, self.branches(), undo)
+        moves = (
+            next_moves(self.graph, self.branches(), True)
+            if undo
+            else forward_moves(self.graph, self.step_states, self.dispatch_states)
+        )
         self._cancel(moves.cancel)
         if self.saga_state.is_blocked and (moves.blocked or not self._resolves_block()):
             return  # the block stands: an operator (or a late answer) settles it first
@@ -381,13 +392,16 @@ class TransitionBuilder:
     # -- reading the facts -------------------------------------------------------------------
     def branches(self) -> dict[str, Branch]:
         inverse = self.saga_facts.plan.has_inverse
+        states, dispatches = self.step_states, self.dispatch_states
+        uncertain, orders = self.uncertain, self.orders
+        pending = StepState.PENDING
         return {
             name: Branch(
-                self.step_states.get(name, StepState.PENDING),
-                self.dispatch_states.get(name),
-                self.uncertain.get(name, False),
+                states.get(name, pending),
+                dispatches.get(name),
+                uncertain.get(name, False),
                 inverse[name],
-                self.orders.get(name),
+                orders.get(name),
             )
             for name in self.graph.order
         }
