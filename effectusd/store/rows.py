@@ -267,7 +267,7 @@ def attempt_facts(row: Row) -> AttemptFacts:
     return AttemptFacts(
         None if settled_by is None else SETTLED_BY[settled_by],
         bool(row["later_sent"]),
-        sent=row["sent_at"] is not None,
+        sent=bool(row["sent"]),
         lease_token=None if token is None else str(token),
     )
 

@@ -1048,13 +1048,17 @@ def test_recorder_statements_settle_once_and_keep_late_evidence(conn: sqlite3.Co
         {
             "dispatch_id": dispatch_id,
             "attempt": 1,
-            "outcome": "unknown_outcome",  # the second settle found it settled already
             "settled_by": "executor",
-            "sent_at": None,
+            "sent": False,
             "lease_token": first["lease_token"],  # the row's own lease, not the second's
             "later_sent": True,
         }
     ]
+    (outcome_kept,) = conn.execute(
+        "SELECT outcome FROM effectus_saga_attempts WHERE dispatch_id = ? AND attempt = 1",
+        (dispatch_id,),
+    ).fetchone()
+    assert outcome_kept == "unknown_outcome"  # the second settle found it settled already
     q(conn, "record_late_completion", [{**outcome, "outcome": "success", "status_code": 200}])
     attempts = q(conn, "select_saga_attempts", {"saga_id": saga_id})
     assert [(a["attempt"], a["late"], a["late_outcome"]) for a in attempts] == [
