@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tests.chaos.scenarios import Report, Scenario
+from tests.chaos.scenarios import DAEMON_CONCURRENCY, Report, Scenario
 
 NAME = "lookup"  # the destination, and its verbs lookup.do / lookup.undo
 TABLE = "lookup_effects"  # one row per business effect, in the service's transaction
@@ -43,7 +43,8 @@ def config_text(ports: dict[str, int]) -> str:
     (a stored refusal, replayed to a retry under the key) not committed."""
     port = ports[NAME]
     parts = [
-        '[dispatcher]\nconcurrency = 32\nlease_margin = "1s"\npoll_interval = "100ms"\n'
+        f'[dispatcher]\nconcurrency = {DAEMON_CONCURRENCY}\nlease_margin = "1s"\n'
+        'poll_interval = "100ms"\n'
         'shutdown_grace = "5s"\n',
         f'[destinations.{NAME}]\nbase_url = "http://127.0.0.1:{port}"\ntimeout = "1s"\n'
         'connect_timeout = "500ms"\nmax_concurrency = 16\nhonours_deadline = true\n'

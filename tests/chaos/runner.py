@@ -24,7 +24,7 @@ from psycopg.rows import dict_row
 
 from tests.chaos import fan_out, probes, retention, topology
 from tests.chaos.hostile import BEHAVIOURS
-from tests.chaos.scenarios import LONG, SHORT, Report, Scenario
+from tests.chaos.scenarios import DAEMON_CONCURRENCY, LONG, SHORT, Report, Scenario
 from tests.support import backends
 
 ADMIN_URL = os.environ.get(
@@ -396,6 +396,9 @@ def _check(report: Report, scenario: Scenario, url: str, dest_url: str) -> None:
         if numbers != list(range(1, d["attempt"] + 1)):
             v.append(f"dispatch {d['dispatch_id']} attempts not contiguous: {numbers}")
 
+    if scenario.delivery == "at_most_once":
+        _blocked_by_deaths(report, url)
+
     table = {"kit": "chaos_mutations", "lookup": probes.TABLE}.get(scenario.mode, "chaos_received")
     received = _rows(
         dest_url, f"SELECT idempotency_key, count(*) AS n FROM {table} GROUP BY idempotency_key"
@@ -442,6 +445,29 @@ def _check(report: Report, scenario: Scenario, url: str, dest_url: str) -> None:
         last[row["saga_id"]] = sequence
 
 
+def _blocked_by_deaths(report: Report, url: str) -> None:
+    """The at_most_once sagas a daemon's death blocked: those whose blocking attempt was
+    settled by a reclaim (its daemon gone, the call sent), not by an answer (a stall or reset
+    the destination made). Read per death (every daemon that exited, killed or at a fault
+    point), the figure to compare between runs; it can never pass the calls a daemon holds."""
+    rows = _rows(
+        url,
+        """
+        SELECT count(DISTINCT o.saga_id) AS n FROM effectus_saga_outbox o
+        JOIN effectus_saga_attempts a
+          ON a.dispatch_id = o.dispatch_id AND a.attempt = o.uncertain_attempt
+        WHERE o.state = 'blocked_unknown' AND a.settled_by = 'reclaim'""",
+    )
+    by_deaths = int(rows[0]["n"])
+    report.details["blocked_by_deaths"] = by_deaths
+    report.details["blocked_per_death"] = round(by_deaths / max(report.restarts, 1), 2)
+    if by_deaths > report.restarts * DAEMON_CONCURRENCY:
+        report.violations.append(
+            f"{by_deaths} sagas blocked by {report.restarts} daemon deaths: more than the "
+            f"{DAEMON_CONCURRENCY} calls a daemon holds, each"
+        )
+
+
 def _plan_sequences(url: str) -> dict[str, dict[str, int]]:
     """Each saga's steps' sequences, by effect id, as its pinned plan lists them."""
     found = {}
@@ -458,11 +484,19 @@ def format_table(reports: list[Report]) -> str:
     )
     rows = [
         f"| {r.scenario} | {r.sagas} | {r.kills} | {r.restarts} | {r.duplicates} | {r.lost} | "
-        f"{', '.join(f'{k} {n}' for k, n in sorted(r.blocked.items())) or '-'} | "
-        f"{'yes' if not r.violations else 'NO'} |"
+        f"{', '.join(f'{k} {n}' for k, n in sorted(r.blocked.items())) or '-'}"
+        f"{_by_deaths(r)} | {'yes' if not r.violations else 'NO'} |"
         for r in reports
     ]
     return "\n".join([head, *rows])
+
+
+def _by_deaths(report: Report) -> str:
+    """How many of an at_most_once row's blocked sagas a daemon's death blocked, per death."""
+    if "blocked_by_deaths" not in report.details:
+        return ""
+    n, per = report.details["blocked_by_deaths"], report.details["blocked_per_death"]
+    return f" ({n} by deaths, {per} per death)"
 
 
 if __name__ == "__main__":

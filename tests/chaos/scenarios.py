@@ -8,6 +8,10 @@ from dataclasses import dataclass, field, replace
 from effectusd.faults import POINTS
 from tests.chaos.hostile import BEHAVIOURS
 
+# Every chaos daemon's [dispatcher] concurrency: the most calls one holds, so the most a death
+# can leave uncertain.
+DAEMON_CONCURRENCY = 32
+
 
 @dataclass
 class Scenario:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.chaos import fan_out, probes, retention
-from tests.chaos.scenarios import Scenario
+from tests.chaos.scenarios import DAEMON_CONCURRENCY, Scenario
 
 HOSTILE = "hostile_"
 # Sent as a bearer token to hostile destinations; one of them echoes it in X-Effectus-Outcome.
@@ -48,7 +48,8 @@ def config_text(ports: dict[str, int], scenario: Scenario) -> str:
     if scenario.mode == "lookup":
         return probes.config_text(ports)
     parts = [
-        '[dispatcher]\nconcurrency = 32\nlease_margin = "1s"\npoll_interval = "100ms"\n'
+        f'[dispatcher]\nconcurrency = {DAEMON_CONCURRENCY}\nlease_margin = "1s"\n'
+        'poll_interval = "100ms"\n'
         'shutdown_grace = "5s"\n'
     ]
     for index, (name, port) in enumerate(ports.items()):
