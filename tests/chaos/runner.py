@@ -24,7 +24,7 @@ from psycopg.rows import dict_row
 
 from tests.chaos import fan_out, probes, retention, topology
 from tests.chaos.hostile import BEHAVIOURS
-from tests.chaos.scenarios import DAEMON_CONCURRENCY, LONG, SHORT, Report, Scenario
+from tests.chaos.scenarios import LONG, SHORT, Report, Scenario
 from tests.support import backends
 
 ADMIN_URL = os.environ.get(
@@ -449,7 +449,10 @@ def _blocked_by_deaths(report: Report, url: str) -> None:
     """The at_most_once sagas a daemon's death blocked: those whose blocking attempt was
     settled by a reclaim (its daemon gone, the call sent), not by an answer (a stall or reset
     the destination made). Read per death (every daemon that exited, killed or at a fault
-    point), the figure to compare between runs; it can never pass the calls a daemon holds."""
+    point), the figure to compare between runs at equal kills. It is reported, not bounded:
+    a death leaves uncertain every call in flight and every answer not yet recorded (the
+    recorder's queue and the batch it is writing), and how many those were depends on where
+    the death fell, not on the engine."""
     rows = _rows(
         url,
         """
@@ -461,11 +464,6 @@ def _blocked_by_deaths(report: Report, url: str) -> None:
     by_deaths = int(rows[0]["n"])
     report.details["blocked_by_deaths"] = by_deaths
     report.details["blocked_per_death"] = round(by_deaths / max(report.restarts, 1), 2)
-    if by_deaths > report.restarts * DAEMON_CONCURRENCY:
-        report.violations.append(
-            f"{by_deaths} sagas blocked by {report.restarts} daemon deaths: more than the "
-            f"{DAEMON_CONCURRENCY} calls a daemon holds, each"
-        )
 
 
 def _plan_sequences(url: str) -> dict[str, dict[str, int]]:
