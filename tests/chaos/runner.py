@@ -24,7 +24,7 @@ from psycopg.rows import dict_row
 
 from tests.chaos import fan_out, probes, retention, topology
 from tests.chaos.hostile import BEHAVIOURS
-from tests.chaos.scenarios import LONG, SHORT, Report, Scenario
+from tests.chaos.scenarios import LONG, SHORT, Report, Scenario, format_table
 from tests.support import backends
 
 ADMIN_URL = os.environ.get(
@@ -473,28 +473,6 @@ def _plan_sequences(url: str) -> dict[str, dict[str, int]]:
         plan = json.loads(row["plan"]) if isinstance(row["plan"], str) else row["plan"]
         found[row["saga_id"]] = {step["id"]: step["sequence"] for step in plan["steps"]}
     return found
-
-
-def format_table(reports: list[Report]) -> str:
-    head = (
-        "| scenario | sagas | kills | restarts | duplicates | lost | blocked | ok |\n"
-        "|---|---|---|---|---|---|---|---|"
-    )
-    rows = [
-        f"| {r.scenario} | {r.sagas} | {r.kills} | {r.restarts} | {r.duplicates} | {r.lost} | "
-        f"{', '.join(f'{k} {n}' for k, n in sorted(r.blocked.items())) or '-'}"
-        f"{_by_deaths(r)} | {'yes' if not r.violations else 'NO'} |"
-        for r in reports
-    ]
-    return "\n".join([head, *rows])
-
-
-def _by_deaths(report: Report) -> str:
-    """How many of an at_most_once row's blocked sagas a daemon's death blocked, per death."""
-    if "blocked_by_deaths" not in report.details:
-        return ""
-    n, per = report.details["blocked_by_deaths"], report.details["blocked_per_death"]
-    return f" ({n} by deaths, {per} per death)"
 
 
 if __name__ == "__main__":

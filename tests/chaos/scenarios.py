@@ -8,8 +8,7 @@ from dataclasses import dataclass, field, replace
 from effectusd.faults import POINTS
 from tests.chaos.hostile import BEHAVIOURS
 
-# Every chaos daemon's [dispatcher] concurrency: the most calls one holds, so the most a death
-# can leave uncertain.
+# Every chaos daemon's [dispatcher] concurrency: the calls one holds at once.
 DAEMON_CONCURRENCY = 32
 
 
@@ -65,6 +64,30 @@ class Report:
     @property
     def blocked(self) -> dict[str, int]:
         return {s: n for s, n in self.states.items() if s.startswith("blocked_")}
+
+    def blocked_cell(self) -> str:
+        """The blocked states' counts and, of an at_most_once row that has some, how many a
+        daemon's death blocked, per death."""
+        cell = ", ".join(f"{k} {n}" for k, n in sorted(self.blocked.items()))
+        if not cell:
+            return "-"
+        if "blocked_by_deaths" in self.details:
+            by_deaths = self.details["blocked_by_deaths"]
+            cell += f" ({by_deaths} by deaths, {self.details['blocked_per_death']} per death)"
+        return cell
+
+
+def format_table(reports: list[Report]) -> str:
+    head = (
+        "| scenario | sagas | kills | restarts | duplicates | lost | blocked | ok |\n"
+        "|---|---|---|---|---|---|---|---|"
+    )
+    rows = [
+        f"| {r.scenario} | {r.sagas} | {r.kills} | {r.restarts} | {r.duplicates} | {r.lost} | "
+        f"{r.blocked_cell()} | {'yes' if not r.violations else 'NO'} |"
+        for r in reports
+    ]
+    return "\n".join([head, *rows])
 
 
 def ledger_pruned(sagas: int, kills: int) -> list[Scenario]:
