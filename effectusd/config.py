@@ -192,7 +192,8 @@ class DestinationConfig(BaseModel):
     # an earlier exchange left bytes on (for destinations that do not echo the request ID).
     keep_alive: bool = True
     status_map: dict[int, OutcomeClass] = Field(default_factory=dict)
-    transport: Literal["httpx", "aiohttp"] = "aiohttp"  # HTTP client library; both classify alike
+    # the HTTP client: asyncio's own transports (the default), aiohttp or httpx; all classify alike
+    transport: Literal["httpx", "aiohttp", "asyncio"] = "asyncio"
     # Commits nothing under a key past the request's X-Effectus-Deadline plus clock_skew (the
     # kit does): a probe's "not committed" is then acted on (docs/design.md section 7, Probes).
     honours_deadline: bool = False

@@ -149,9 +149,9 @@ def run_bench(
     duration: float = 0.0,
     processes: int = 1,
 ) -> BenchResult:
-    """``transport`` picks the executor class ("httpx" or "aiohttp"); None keeps the config's
-    default. ``duration`` > 0 adds the soak, ``backlog`` > 0 the claim latency, ``processes``
-    > 1 dispatches with that many daemon processes (each with ``concurrency``)."""
+    """``transport`` picks the executor class ("asyncio", "aiohttp" or "httpx"); None keeps the
+    config's default. ``duration`` > 0 adds the soak, ``backlog`` > 0 the claim latency,
+    ``processes`` > 1 dispatches with that many daemon processes (each with ``concurrency``)."""
     with ExitStack() as stack:
         if destination is None:
             destination = stack.enter_context(start_sink())

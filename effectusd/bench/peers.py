@@ -2,11 +2,12 @@
 
 One run, one machine, one no-op HTTP sink: pgqueuer (asyncpg) drains a backlog of jobs whose
 handler POSTs the same JSON body to the sink through aiohttp, and ``effectusd bench`` drains a
-backlog of sagas whose steps POST to the same sink. Both at the same concurrency, both from a
-backlog submitted before the clock starts. What is printed is a ratio measured in one run:
-absolute rates on a shared 2-core machine move by a factor of two from one run to the next,
-ratios much less. pgqueuer runs before and after effectusd and the two rates are averaged, so
-a drift of the machine during the run counts against neither side.
+backlog of sagas whose steps POST to the same sink, through the destination's default transport
+(``--transport aiohttp`` measures effectusd on pgqueuer's HTTP client). Both at the same
+concurrency, both from a backlog submitted before the clock starts. What is printed is a ratio
+measured in one run: absolute rates on a shared 2-core machine move by a factor of two from one
+run to the next, ratios much less. pgqueuer runs before and after effectusd and the two rates
+are averaged, so a drift of the machine during the run counts against neither side.
 
 A second peer, DBOS Transact (``effectusd.bench.dbos_peer``), drains durable five-step
 workflows whose steps make the same POST, once, between pgqueuer's first run and effectusd's:
@@ -33,6 +34,10 @@ from effectusd.bench import BenchResult, run_bench
 from effectusd.bench.database import drop_database, scalar, scratch_database, settled_scalar
 from effectusd.bench.harness import BODY, start_sink
 from effectusd.bench.measures import DatabaseCpu, PeerResult
+from effectusd.config import DestinationConfig
+from effectusd.executors.factory import EXECUTOR_CLASSES
+
+DEFAULT_TRANSPORT: str = DestinationConfig.model_fields["transport"].default
 
 ENQUEUE_BATCH = 1_000
 
@@ -113,6 +118,7 @@ class Comparison:
     pgqueuer_rows_written_per_job: float
     effectusd: dict[int, BenchResult]  # steps per saga → result
     dbos: PeerResult | None = None  # five-step workflows, per step; None with --skip-dbos
+    transport: str = DEFAULT_TRANSPORT  # effectusd's HTTP transport (the peers use aiohttp)
 
     def ratio(self, steps: int) -> float:
         return round(self.effectusd[steps].steps_per_s / self.pgqueuer_jobs_per_s, 2)
@@ -133,7 +139,8 @@ class Comparison:
     def table(self) -> str:
         runs = " / ".join(f"{rate:.0f}" for rate in self.pgqueuer_runs)
         lines = [
-            f"concurrency {self.concurrency}, one no-op HTTP sink, aiohttp on every side",
+            f"concurrency {self.concurrency}, one no-op HTTP sink; the peers POST through "
+            f"aiohttp, effectusd through its {self.transport} transport",
             "per unit (a job, a step): CPU of the queue's process and of its database's "
             "backends, WAL bytes, row versions written; ratio: rate over pgqueuer's",
             f"{'what':<34}{'rate/s':>10}{'ratio':>8}{'CPU µs':>9}{'DB µs':>8}{'WAL B':>8}"
@@ -170,6 +177,7 @@ class Comparison:
     def as_json(self) -> dict[str, Any]:
         return {
             "concurrency": self.concurrency,
+            "transport": self.transport,
             "pgqueuer_jobs_per_s": self.pgqueuer_jobs_per_s,
             "pgqueuer_runs": self.pgqueuer_runs,
             "pgqueuer_cpu_us_per_job": self.pgqueuer_cpu_us_per_job,
@@ -192,6 +200,7 @@ def compare(
     concurrency: int,
     dbos_workflows: int = 0,
     progress: Callable[[str], None] = print,
+    transport: str = DEFAULT_TRANSPORT,
 ) -> Comparison:
     """pgqueuer, DBOS (unless ``dbos_workflows`` is 0), effectusd for each step count, pgqueuer
     again: one sink, one concurrency. pgqueuer drains as many jobs as the largest effectusd run
@@ -217,7 +226,7 @@ def compare(
                 concurrency,
                 destination=sink,
                 progress=progress,
-                transport="aiohttp",
+                transport=transport,
             )
         progress(f"pgqueuer again: {jobs} job(s)…")
         after = run_pgqueuer(server_url, sink, jobs, concurrency)
@@ -240,6 +249,7 @@ def compare(
         both("rows_written_per_unit", 2),
         results,
         dbos,
+        transport,
     )
 
 
@@ -255,6 +265,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m effectusd.bench.peers",
         description="effectusd beside pgqueuer and DBOS (aiohttp) on the same sink, in one run.",
+    )
+    parser.add_argument(
+        "--transport",
+        choices=sorted(EXECUTOR_CLASSES),
+        default=DEFAULT_TRANSPORT,
+        help=f"effectusd's HTTP transport (default: {DEFAULT_TRANSPORT}, the destination default)",
     )
     parser.add_argument(
         "--database-url",
@@ -290,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         concurrency=args.concurrency,
         dbos_workflows=0 if args.skip_dbos else args.dbos_workflows,
         progress=(lambda _: None) if args.json else _say,
+        transport=args.transport,
     )
     print(json.dumps(result.as_json(), indent=2) if args.json else result.table())
     return 0

@@ -238,8 +238,8 @@ def _run_processes(
 @click.option("--destination", help="Drive this HTTP endpoint instead of the built-in no-op one.")
 @click.option(
     "--transport",
-    type=click.Choice(["httpx", "aiohttp"]),
-    help="HTTP transport to measure (default: the destination default, aiohttp).",
+    type=click.Choice(["asyncio", "aiohttp", "httpx"]),
+    help="HTTP transport to measure (default: the destination default, asyncio).",
 )
 @click.option(
     "--backlog",

@@ -29,13 +29,11 @@ from __future__ import annotations
 import os
 import select
 import ssl
-import string
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from types import SimpleNamespace
 from typing import Any
-from urllib.parse import quote
 
 import aiohttp
 from yarl import URL
@@ -43,28 +41,19 @@ from yarl import URL
 from effectusd import faults
 from effectusd.config import DestinationConfig
 from effectusd.core.transition import Completion
-from effectusd.core.wire import has_control
 from effectusd.executors.base import (
+    KEEPALIVE_S,
     USER_AGENT,
     BaseHttpExecutor,
-    InvalidInvocation,
     error_name,
-    tls_context,
+    request_path,
+    verifying_tls_context,
 )
 from effectusd.executors.classify import ANSWER_HEADERS, Wire
 from effectusd.executors.protocol import Invocation
 
-# Idle connections are dropped by us before the 5 s after which uvicorn and Node drop them, so
-# the race of reusing a connection the server is closing stays rare (it is still classified
-# correctly when it happens: unknown, never "not sent").
-KEEPALIVE_S = 4.0
 _HEAD_HEADERS = (*ANSWER_HEADERS, "Content-Length")
 _QUEUED, _CONNECTING = "queued", "connecting"
-# A path and query as the planner renders them (placeholders percent-encoded) go out byte for
-# byte; anything else (a literal space or non-ASCII letter in a configured path) is
-# percent-encoded first, and a fragment dropped, as httpx does.
-_PATH_SAFE = "/?%!$&'()*+,;=:@[]"
-_PATH_CHARS = frozenset(string.ascii_letters + string.digits + "-._~" + _PATH_SAFE)
 
 
 class _Wire(Wire):
@@ -177,7 +166,7 @@ class AiohttpExecutor(BaseHttpExecutor[tuple[str, URL, bytes, dict[str, str], An
         super().__init__(name, config, environ=environ)
         self._tls: ssl.SSLContext | bool = False
         if config.verify_tls:
-            self._tls = tls_context(config) or _default_tls_context()
+            self._tls = verifying_tls_context(config)
         self._session: aiohttp.ClientSession | None = None
         self._keep_alive = config.keep_alive
         self._closed = False
@@ -221,12 +210,9 @@ class AiohttpExecutor(BaseHttpExecutor[tuple[str, URL, bytes, dict[str, str], An
     def _build(
         self, inv: Invocation, headers: dict[str, str], total: float, wire: _Wire
     ) -> tuple[str, URL, bytes, dict[str, str], Any]:
-        path = inv.path
-        if not _PATH_CHARS.issuperset(path):
-            if has_control(path):
-                raise InvalidInvocation("path contains a control character")
-            path = quote(path.partition("#")[0], safe=_PATH_SAFE)
-        url = URL(self._base_url + path, encoded=True)  # exactly these bytes, never re-quoted
+        url = URL(
+            self._base_url + request_path(inv.path), encoded=True
+        )  # exactly these bytes, never re-quoted
         timeout = self._default_timeout
         if total < self._connect_timeout:
             timeout = aiohttp.ClientTimeout(
@@ -267,13 +253,6 @@ class AiohttpExecutor(BaseHttpExecutor[tuple[str, URL, bytes, dict[str, str], An
         if isinstance(exc, _TransportRetryRefused) and exc.__cause__ is not None:
             exc = exc.__cause__
         return error_name(exc)
-
-
-def _default_tls_context() -> ssl.SSLContext:
-    """Verification against the same CA bundle as the httpx transport (certifi's)."""
-    import certifi
-
-    return ssl.create_default_context(cafile=certifi.where())
 
 
 def _body_reader(response: aiohttp.ClientResponse) -> Callable[[int], Awaitable[bytes | None]]:

@@ -8,9 +8,11 @@ import asyncio
 import errno
 import os
 import ssl
+import string
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Generic, TypeVar
+from urllib.parse import quote
 
 from effectusd.config import TRANSPORT_HEADERS, DestinationConfig
 from effectusd.core.states import OutcomeClass
@@ -26,6 +28,12 @@ from effectusd.executors.classify import Wire, classify
 from effectusd.executors.protocol import Invocation
 
 USER_AGENT = "effectusd"
+# Idle connections are dropped by us before the 5 s after which uvicorn and Node drop them, so
+# the race of reusing a connection the server is closing stays rare (it is still classified
+# correctly when it happens: unknown, never "not sent").
+KEEPALIVE_S = 4.0
+_PATH_SAFE = "/?%!$&'()*+,;=:@[]"
+_PATH_CHARS = frozenset(string.ascii_letters + string.digits + "-._~" + _PATH_SAFE)
 
 Request = TypeVar("Request")
 WireT = TypeVar("WireT", bound=Wire)
@@ -60,6 +68,29 @@ def static_headers(
 def tls_context(config: DestinationConfig) -> ssl.SSLContext | None:
     """The verifying context for a configured CA file; None means the transport's default."""
     return ssl.create_default_context(cafile=config.ca_file) if config.ca_file else None
+
+
+def verifying_tls_context(config: DestinationConfig) -> ssl.SSLContext:
+    """The configured CA file's context, else one verifying against certifi's bundle (httpx's
+    default), so that every transport trusts the same authorities."""
+    configured = tls_context(config)
+    if configured is not None:
+        return configured
+    import certifi
+
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+def request_path(path: str) -> str:
+    """``path`` as it goes on the request line: byte for byte when it is as the planner renders
+    it (placeholders percent-encoded), else percent-encoded first (a literal space or non-ASCII
+    letter in a configured path) with any fragment dropped, as httpx does. A control character
+    is refused, never sent."""
+    if _PATH_CHARS.issuperset(path):
+        return path
+    if has_control(path):
+        raise InvalidInvocation("path contains a control character")
+    return quote(path.partition("#")[0], safe=_PATH_SAFE)
 
 
 def error_name(exc: BaseException) -> str:

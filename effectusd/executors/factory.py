@@ -7,12 +7,14 @@ from typing import Any
 
 from effectusd.config import DestinationConfig
 from effectusd.executors.aiohttp_executor import AiohttpExecutor
+from effectusd.executors.asyncio_executor import AsyncioExecutor
 from effectusd.executors.base import BaseHttpExecutor
 from effectusd.executors.httpx_executor import HttpxExecutor
 
 EXECUTOR_CLASSES: dict[str, type[BaseHttpExecutor[Any, Any]]] = {
     "httpx": HttpxExecutor,
     "aiohttp": AiohttpExecutor,
+    "asyncio": AsyncioExecutor,
 }
 
 

@@ -59,8 +59,8 @@ def config_text(ports: dict[str, int], scenario: Scenario) -> str:
             f'connect_timeout = "500ms"\nmax_concurrency = {4 if scenario.failover else 16}\n'
         )
         if hostile:
-            # both HTTP clients meet the hostile behaviours, alternately
-            transport = ("aiohttp", "httpx")[index % 2]
+            # every HTTP transport meets the hostile behaviours, in turn
+            transport = ("asyncio", "aiohttp", "httpx")[index % 3]
             parts.append(f'bearer_token_env = "{TOKEN_ENV}"\ntransport = "{transport}"\n')
         probed = scenario.probes and not hostile
         if probed:  # the kit commits nothing past a deadline plus its clock_skew (5 s)

@@ -19,6 +19,7 @@ import pytest
 from effectusd.config import ConfigError, DestinationConfig, parse_config
 from effectusd.core.states import OutcomeClass
 from effectusd.executors.aiohttp_executor import AiohttpExecutor, _CheckedConnector
+from effectusd.executors.asyncio_executor import AsyncioExecutor
 from effectusd.executors.factory import EXECUTOR_CLASSES, executor_for
 from effectusd.executors.httpx_executor import HttpxExecutor
 from tests.integration.test_http_executor import (
@@ -44,19 +45,20 @@ def transport(request: pytest.FixtureRequest) -> Iterator[str]:
 async def test_transport_field_selects_the_executor_class() -> None:
     chosen = {
         transport: executor_for("payments", destination("http://127.0.0.1:9", transport=transport))
-        for transport in ("httpx", "aiohttp")
+        for transport in ("httpx", "aiohttp", "asyncio")
     }
     try:
         assert isinstance(chosen["httpx"], HttpxExecutor)
         assert isinstance(chosen["aiohttp"], AiohttpExecutor)
-        assert set(EXECUTOR_CLASSES) == {"httpx", "aiohttp"}
+        assert isinstance(chosen["asyncio"], AsyncioExecutor)
+        assert set(EXECUTOR_CLASSES) == {"httpx", "aiohttp", "asyncio"}
     finally:
         for ex in chosen.values():
             await ex.aclose()
 
 
-def test_aiohttp_is_the_default_transport() -> None:
-    assert DestinationConfig(base_url="http://127.0.0.1:9").transport == "aiohttp"
+def test_asyncio_is_the_default_transport() -> None:
+    assert DestinationConfig(base_url="http://127.0.0.1:9").transport == "asyncio"
 
 
 def test_unknown_transport_is_refused_at_load_naming_the_key() -> None:

@@ -1,6 +1,6 @@
-"""Both HTTP executors (httpx and aiohttp) against real servers on 127.0.0.1: raw sockets for
-wire faults, http.server for well-formed exchanges. Every test runs once per transport; nothing
-in either library is mocked, so every classification is earned on the wire.
+"""Every HTTP executor (asyncio, aiohttp, httpx) against real servers on 127.0.0.1: raw sockets
+for wire faults, http.server for well-formed exchanges. Every test runs once per transport;
+nothing in any of them is mocked, so every classification is earned on the wire.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import ssl
 import struct
 import subprocess
 import threading
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -972,3 +973,36 @@ async def test_gzip_body_that_decodes_over_the_limit_is_unknown() -> None:
     result, _ = await call_raw(behaviour, max_response_bytes=10_000)
     assert_unknown_after_sending(result)
     assert "max_response_bytes" in (result.error or "")
+
+
+async def test_deflate_body_is_decoded_before_parsing() -> None:
+    async def behaviour(server: RawServer, reader: Any, writer: Any) -> None:
+        await server.read_request(reader)
+        writer.write(response("200 OK", zlib.compress(b'{"ok":1}'), "Content-Encoding: deflate"))
+        await writer.drain()
+
+    result, _ = await call_raw(behaviour)
+    assert (result.outcome, result.result) == (OutcomeClass.SUCCESS, {"ok": 1})
+
+
+async def test_an_interim_100_continue_is_skipped_for_the_answer_after_it() -> None:
+    async def behaviour(server: RawServer, reader: Any, writer: Any) -> None:
+        await server.read_request(reader)
+        interim = b"HTTP/1.1 100 Continue\r\nX-Effectus-Outcome: permanent_failure\r\n\r\n"
+        writer.write(interim + response("200 OK", b'{"ok":2}'))
+        await writer.drain()
+
+    result, _ = await call_raw(behaviour)
+    assert (result.outcome, result.result) == (OutcomeClass.SUCCESS, {"ok": 2})
+    assert result.evidence["headers"] == {}  # the interim answer's headers are not the answer's
+
+
+async def test_a_body_that_ends_with_the_connection_is_read_to_its_end() -> None:
+    async def behaviour(server: RawServer, reader: Any, writer: Any) -> None:
+        await server.read_request(reader)
+        writer.write(b'HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{"ok":3}')
+        await writer.drain()
+        writer.close()  # no length, no chunks: the close ends the body
+
+    result, _ = await call_raw(behaviour)
+    assert (result.outcome, result.result) == (OutcomeClass.SUCCESS, {"ok": 3})
