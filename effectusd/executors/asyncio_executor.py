@@ -108,7 +108,7 @@ class _Connection(asyncio.Protocol):
     """One HTTP/1.1 connection: at most one exchange at a time, in order."""
 
     def __init__(self, hold: int) -> None:
-        self.hold = hold  # body bytes held before reading pauses
+        self.hold = hold  # body bytes held; past them the connection is closed, the body over
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.answer: _Answer | None = None
