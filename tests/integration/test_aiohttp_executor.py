@@ -1,7 +1,7 @@
 """The aiohttp transport beyond the shared suite (test_http_executor.py runs every shared case
-against both transports): how it is selected, the aiohttp behaviour its guards exist for, and a
-wire-fault soak that checks, for both transports, that "not sent" is never said about a request
-the server read.
+against every transport): how a transport is selected, the aiohttp behaviour its guards exist
+for, and a wire-fault soak that checks, for every transport, that "not sent" is never said
+about a request the server read.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ async def test_executor_closed_before_any_call_opens_nothing_afterwards() -> Non
         ex._open()
 
 
-# --- wire-fault soak: both transports, many connections, every fault mixed ------------------
+# --- wire-fault soak: every transport, many connections, every fault mixed -----------------
 
 
 class Chaos:

@@ -1,4 +1,4 @@
-"""Answers a hostile or broken destination may send, against both HTTP executors on real
+"""Answers a hostile or broken destination may send, against every HTTP executor on real
 servers on 127.0.0.1: answers the store could not hold, a stray second response on a kept-alive
 connection, compression bombs, and junk in the headers that are kept as evidence. Whatever the
 executor returns must be storable (PostgreSQL jsonb/text, SQLite, RFC 8785) and bounded.
