@@ -26,6 +26,7 @@ from effectusd.core.database_url import (
     parse_database_url,
 )
 from effectusd.core.errors import SchemaNotReady
+from effectusd.executors.factory import EXECUTOR_CLASSES
 
 
 class ProcessCount(click.ParamType[int | None]):
@@ -238,7 +239,7 @@ def _run_processes(
 @click.option("--destination", help="Drive this HTTP endpoint instead of the built-in no-op one.")
 @click.option(
     "--transport",
-    type=click.Choice(["asyncio", "aiohttp", "httpx"]),
+    type=click.Choice(sorted(EXECUTOR_CLASSES)),
     help="HTTP transport to measure (default: the destination default, asyncio).",
 )
 @click.option(

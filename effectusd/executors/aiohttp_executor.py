@@ -210,9 +210,8 @@ class AiohttpExecutor(BaseHttpExecutor[tuple[str, URL, bytes, dict[str, str], An
     def _build(
         self, inv: Invocation, headers: dict[str, str], total: float, wire: _Wire
     ) -> tuple[str, URL, bytes, dict[str, str], Any]:
-        url = URL(
-            self._base_url + request_path(inv.path), encoded=True
-        )  # exactly these bytes, never re-quoted
+        # exactly these bytes, never re-quoted
+        url = URL(self._base_url + request_path(inv.path), encoded=True)
         timeout = self._default_timeout
         if total < self._connect_timeout:
             timeout = aiohttp.ClientTimeout(

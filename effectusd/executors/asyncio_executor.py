@@ -252,12 +252,12 @@ class AsyncioExecutor(BaseHttpExecutor[bytes, _Wire]):
     ) -> None:
         super().__init__(name, config, environ=environ)
         parts = urlsplit(self._base_url)
-        self._https = parts.scheme == "https"
+        https = parts.scheme == "https"
         self._host = parts.hostname or ""
-        self._port = parts.port or (443 if self._https else 80)
+        self._port = parts.port or (443 if https else 80)
         self._prefix = request_path(parts.path)  # the base URL's path, before every call's
         self._tls: ssl.SSLContext | None = None
-        if self._https:
+        if https:
             self._tls = verifying_tls_context(config) if config.verify_tls else _unverified()
         self._keep_alive = config.keep_alive
         # Built once: the request line's tail and every header that is the same for each call.
@@ -270,9 +270,7 @@ class AsyncioExecutor(BaseHttpExecutor[bytes, _Wire]):
         if not self._keep_alive:
             static["Connection"] = "close"
         self._head_tail = "".join(f"{k}: {v}\r\n" for k, v in static.items()).encode()
-        # body bytes held per answer: enough to decode max_response_bytes (compressed data is
-        # not much larger than what it decodes to) and to tell that a body is over it
-        self._hold = 2 * self._max_response_bytes + 1024
+        self._hold = _held(self._max_response_bytes)
         self._idle: list[_Connection] = []
         self._slots = asyncio.Semaphore(self.max_concurrency)
         self._closed = False
@@ -355,9 +353,7 @@ class AsyncioExecutor(BaseHttpExecutor[bytes, _Wire]):
 
     @staticmethod
     async def _next(answer: _Answer) -> None:
-        """Wait for the next thing the connection says of ``answer``."""
-        if answer.error is not None:
-            raise answer.error
+        """Wait for the next thing the connection says of ``answer`` (a failure wakes it too)."""
         await answer.waiter
         answer.waiter = asyncio.get_running_loop().create_future()
         if answer.error is not None:
@@ -365,23 +361,26 @@ class AsyncioExecutor(BaseHttpExecutor[bytes, _Wire]):
 
     async def _read(self, answer: _Answer, limit: int) -> bytes | None:
         """The decoded body, or None once it is known to exceed ``limit`` bytes."""
-        hold = 2 * limit + 1024
-        while not answer.complete:
-            if answer.over or answer.size > hold:
-                return None
+        hold = _held(limit)
+        while not (answer.over or answer.size > hold):
+            if answer.complete:
+                raw = b"".join(answer.body)
+                return _decode(raw, answer.headers.get("Content-Encoding", ""), limit)
             await self._next(answer)
-        if answer.over or answer.size > hold:
-            return None
-        raw = b"".join(answer.body)
-        encodings = answer.headers.get("Content-Encoding", "")
-        return _decode(raw, encodings, limit)
+        return None
+
+
+def _held(limit: int) -> int:
+    """Body bytes held for a decoded limit: enough to decode ``limit`` bytes (compressed data is
+    not much larger than what it decodes to) and to tell that a body is over it."""
+    return 2 * limit + 1024
 
 
 def _decode(raw: bytes, encodings: str, limit: int) -> bytes | None:
     """``raw`` with every listed coding undone, last applied first; None past ``limit``."""
     data = raw
     for coding in reversed([c.strip().lower() for c in encodings.split(",") if c.strip()]):
-        if coding == "gzip" or coding == "x-gzip":
+        if coding in ("gzip", "x-gzip"):
             decoded = _inflate(data, zlib.MAX_WBITS | 16, limit)
         elif coding == "deflate":
             try:

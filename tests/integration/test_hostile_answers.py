@@ -22,6 +22,7 @@ from effectusd.executors.factory import EXECUTOR_CLASSES
 from tests.integration.test_http_executor import (
     Chosen,
     RawServer,
+    answer_with,
     assert_unknown_after_sending,
     call_raw,
     destination,
@@ -47,15 +48,6 @@ def assert_storable(result: Completion) -> str:
     text = canonical_text(record)
     assert "\\u0000" not in text and "\x00" not in text
     return text
-
-
-def answer_with(raw: bytes) -> Any:
-    async def behaviour(server: RawServer, reader: Any, writer: Any) -> None:
-        await server.read_request(reader)
-        writer.write(raw)
-        await writer.drain()
-
-    return behaviour
 
 
 # --- 1. answers the store cannot hold -------------------------------------------------------

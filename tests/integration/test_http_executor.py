@@ -287,6 +287,17 @@ async def call_raw(behaviour: Any, **config: Any) -> tuple[Completion, RawServer
         return await ex.call(invocation()), server
 
 
+def answer_with(raw: bytes) -> Any:
+    """A raw server's behaviour: read the request, write ``raw``."""
+
+    async def behaviour(server: RawServer, reader: Any, writer: Any) -> None:
+        await server.read_request(reader)
+        writer.write(raw)
+        await writer.drain()
+
+    return behaviour
+
+
 def assert_unknown_after_sending(result: Completion) -> None:
     assert result.outcome is OutcomeClass.UNKNOWN, result
     assert result.evidence["sent"] == "maybe_sent"
@@ -976,23 +987,14 @@ async def test_gzip_body_that_decodes_over_the_limit_is_unknown() -> None:
 
 
 async def test_deflate_body_is_decoded_before_parsing() -> None:
-    async def behaviour(server: RawServer, reader: Any, writer: Any) -> None:
-        await server.read_request(reader)
-        writer.write(response("200 OK", zlib.compress(b'{"ok":1}'), "Content-Encoding: deflate"))
-        await writer.drain()
-
-    result, _ = await call_raw(behaviour)
+    raw = response("200 OK", zlib.compress(b'{"ok":1}'), "Content-Encoding: deflate")
+    result, _ = await call_raw(answer_with(raw))
     assert (result.outcome, result.result) == (OutcomeClass.SUCCESS, {"ok": 1})
 
 
 async def test_an_interim_100_continue_is_skipped_for_the_answer_after_it() -> None:
-    async def behaviour(server: RawServer, reader: Any, writer: Any) -> None:
-        await server.read_request(reader)
-        interim = b"HTTP/1.1 100 Continue\r\nX-Effectus-Outcome: permanent_failure\r\n\r\n"
-        writer.write(interim + response("200 OK", b'{"ok":2}'))
-        await writer.drain()
-
-    result, _ = await call_raw(behaviour)
+    interim = b"HTTP/1.1 100 Continue\r\nX-Effectus-Outcome: permanent_failure\r\n\r\n"
+    result, _ = await call_raw(answer_with(interim + response("200 OK", b'{"ok":2}')))
     assert (result.outcome, result.result) == (OutcomeClass.SUCCESS, {"ok": 2})
     assert result.evidence["headers"] == {}  # the interim answer's headers are not the answer's
 
