@@ -30,6 +30,14 @@ class Registry:
             return contract.timeout
         return self.destination_timeouts.get(contract.destination, DEFAULT_TIMEOUT)
 
+    def longest_timeout(self, destination: str) -> timedelta:
+        """The longest call timeout of any verb of ``destination`` (its own default if none
+        says otherwise): no call of it runs longer."""
+        return max(
+            (self.timeout_for(c) for c in self.verbs.values() if c.destination == destination),
+            default=self.destination_timeouts.get(destination, DEFAULT_TIMEOUT),
+        )
+
     def live_limits(self) -> dict[str, tuple[int, int]]:
         """verb -> (call timeout in ms, retry.max_attempts), as the claim applies them."""
         return {

@@ -33,7 +33,7 @@ from effectusd.core.contracts import VerbContract
 from effectusd.core.engine import settle
 from effectusd.core.frozen import frozen
 from effectusd.core.registry import Registry
-from effectusd.core.states import Cause, DispatchState, OutcomeClass, SettledBy
+from effectusd.core.states import Cause, Delivery, DispatchState, OutcomeClass, SettledBy
 from effectusd.core.transition import (
     Completion,
     DispatchFacts,
@@ -71,6 +71,16 @@ def pre_send(
     if not lease_covers_call:
         return Completion.not_sent(call, Cause.LEASE_TOO_SHORT, LEASE_TOO_SHORT)
     return None
+
+
+def may_wait_for_slot(delivery: Delivery, fenced: bool) -> bool:
+    """Whether a next step may be born claimed and written ahead while its destination has no
+    free slot, to wait in the daemon for the next one (docs/design.md section 7, step 5). Only
+    where writing it ahead before its call costs no guard: an unfenced ``at_least_once`` step,
+    which a daemon that dies before calling it leaves as "may have been sent" and its verb
+    retries under the same key. An ``at_most_once`` step so left would block its saga, and a
+    fenced one takes its tokens in a write-ahead of its own, right before its call."""
+    return delivery is Delivery.AT_LEAST_ONCE and not fenced
 
 
 class Verdict(StrEnum):

@@ -4,6 +4,12 @@ A slot is taken when a row is claimed, by the claim loop or by the recorder (whi
 saga's next step where it writes it, see ``RecordSlots``), and given back when the call ends
 or nothing came of the claim. Whoever takes one takes it with no await between the check and
 the take; a claim statement reserves the slots it asks for while it runs.
+
+A next step the recorder claims while its destination is full may instead wait in the daemon
+for that destination's next free slot (``Capacity.may_wait``): only where its destination's
+calls all end well within the lease's margin, so that every waiting claim starts before its
+lease runs short (``wait_limits``), and only a step whose early write-ahead costs no guard
+(``effectusd.core.settlement.may_wait_for_slot``).
 """
 
 from __future__ import annotations
@@ -11,6 +17,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -24,6 +33,10 @@ class Capacity:
     limits: Mapping[str, int]
     total_limit: int
     in_flight: dict[str, int] = field(default_factory=dict)
+    # How many claimed rows may wait for a slot, per destination (none where absent), and
+    # how many do (or are promised a place by a record that has not committed yet).
+    wait_limits: Mapping[str, int] = field(default_factory=dict)
+    waiting: Counter[str] = field(default_factory=Counter)
 
     @property
     def room(self) -> int:
@@ -45,7 +58,19 @@ class Capacity:
         self.in_flight[destination] -= 1
 
     def has_room_for(self, destination: str) -> bool:
-        return destination in self.free()
+        return (
+            self.in_flight.get(destination, 0) < self.limits.get(destination, 0)
+            and self.busy < self.total_limit
+        )
+
+    def may_wait(self, destination: str) -> bool:
+        """A claim may wait for a slot of ``destination``: the destination is at its own
+        limit, so one of its calls ends and frees a slot within its longest timeout, and
+        fewer than its wait limit wait already. Waiting claims take slots before the claim
+        loop does (``Pipeline``), so each is started by one of the calls now in flight."""
+        return self.in_flight.get(destination, 0) >= self.limits.get(
+            destination, 0
+        ) and self.waiting[destination] < self.wait_limits.get(destination, 0)
 
     def reserve(self, wanted: Mapping[str, int]) -> None:
         """Take ``wanted`` slots per destination before a claim is sent, so that nothing
@@ -65,32 +90,85 @@ class Capacity:
         return sum(self.in_flight.values())
 
 
+# At most this many claims per slot wait for a destination's slots (bounds what they hold).
+WAITING_PER_SLOT = 4
+
+
+def wait_limits(
+    limits: Mapping[str, int], longest_call_s: Mapping[str, float], lease_margin_s: float
+) -> dict[str, int]:
+    """How many claims may wait for a slot, per destination. A claim waits only while its
+    destination is full and the claims before it are started first, so with ``k`` claims per
+    slot waiting, the last of them starts within ``k`` of the destination's longest calls
+    after its record began (each slot frees within one call, and is taken by the next waiting
+    claim). Its lease is its call's timeout plus the lease's margin, so ``k`` is as many of
+    the longest calls as fit into the margin with one to spare (for the record's own commit
+    and the slack a call needs), and at most ``WAITING_PER_SLOT``: none where not even one
+    fits."""
+    limited: dict[str, int] = {}
+    for destination, limit in limits.items():
+        longest = longest_call_s[destination]
+        per_slot = WAITING_PER_SLOT if longest <= 0 else int(lease_margin_s // longest) - 1
+        if per_slot > 0:
+            limited[destination] = limit * min(per_slot, WAITING_PER_SLOT)
+    return limited
+
+
 class RecordSlots:
-    """The slots one record of outcomes claims into (across its retries and splits).
+    """The slots one record of outcomes claims into (one transaction of it).
 
     While the recorder decides, ``take`` gives the next dispatch it writes a free slot of
-    its destination's, within that destination's limit and the overall one; False when
-    there is none (or claiming is off), and the row is written queued for the claim loop.
-    A transaction that does not commit gives back what it took (``undo``)."""
+    its destination's, within that destination's limit and the overall one, or, where the
+    row ``may_wait`` and its destination lets it (``Capacity.may_wait``), a place among the
+    claims waiting for that destination's next slot; False when there is neither (or claiming
+    is off), and the row is written queued for the claim loop. A transaction that does not
+    commit gives back what it took (``undo``); one that does hands its claims over
+    (``committed``)."""
 
     def __init__(self, capacity: Capacity, claiming: Callable[[], bool]) -> None:
         self.capacity = capacity
         self.claiming = claiming
-        self.taken: list[str] = []
+        self.taken: Counter[str] = Counter()
+        self.waits: Counter[str] = Counter()
 
-    def take(self, destination: str) -> bool:
-        if not self.claiming() or not self.capacity.has_room_for(destination):
+    def take(self, destination: str, may_wait: bool) -> bool:
+        capacity = self.capacity
+        if not self.claiming():
             return False
-        self.capacity.take(destination)
-        self.taken.append(destination)
-        return True
+        if capacity.has_room_for(destination):
+            capacity.take(destination)
+            self.taken[destination] += 1
+            return True
+        if may_wait and capacity.may_wait(destination):
+            capacity.waiting[destination] += 1
+            self.waits[destination] += 1
+            return True
+        return False
 
     def undo(self) -> None:
         """The transaction that took ``taken`` did not commit: nothing was claimed."""
-        for destination in self.taken:
-            self.capacity.give_back(destination)
-        self.taken = []
+        for destination, slots in self.taken.items():
+            self.capacity.in_flight[destination] -= slots
+        self.capacity.waiting.subtract(self.waits)
+        self.taken, self.waits = Counter(), Counter()
 
-    def committed(self) -> None:
-        """What was taken is now a claim's, given back when its call ends."""
-        self.taken = []
+    def committed(
+        self, claims: Iterable[T], destination: Callable[[T], str]
+    ) -> tuple[list[T], list[T]]:
+        """The transaction committed: its ``claims`` split into those with a slot taken, to
+        be called now (each slot given back when its call ends), and the others, as many per
+        destination as were told to wait, to wait for a slot."""
+        slots, now, waiting = self.taken, [], []
+        for claim in claims:
+            to = destination(claim)
+            if slots[to] > 0:
+                slots[to] -= 1
+                now.append(claim)
+            else:
+                waiting.append(claim)
+        # Every row taken comes back claimed; should one not, its slot or place is freed.
+        for to, unused in slots.items():
+            self.capacity.in_flight[to] -= unused
+        self.capacity.waiting.subtract(self.waits - Counter(map(destination, waiting)))
+        self.taken, self.waits = Counter(), Counter()
+        return now, waiting

@@ -15,7 +15,7 @@ from typing import Any
 from effectusd.backends.errors import DATABASE_ERRORS, LISTEN_LOST, failure_name
 from effectusd.config import Config, ConfigError
 from effectusd.core.replication import REFUSED_SERVERS
-from effectusd.dispatcher.capacity import Capacity
+from effectusd.dispatcher.capacity import Capacity, wait_limits
 from effectusd.dispatcher.heap import settle_heap
 from effectusd.dispatcher.loops import Loop, Round
 from effectusd.dispatcher.metrics import Metrics
@@ -137,9 +137,14 @@ class Daemon:
             name: executor_for(name, destination)
             for name, destination in self.config.destinations.items()
         }
+        limits = {name: d.max_concurrency for name, d in self.config.destinations.items()}
+        longest_call_s = {
+            name: self.registry.longest_timeout(name).total_seconds() for name in limits
+        }
         capacity = Capacity(
-            limits={name: d.max_concurrency for name, d in self.config.destinations.items()},
+            limits=limits,
             total_limit=settings.concurrency,
+            wait_limits=wait_limits(limits, longest_call_s, settings.lease_margin.total_seconds()),
         )
         pipeline = Pipeline(
             store,

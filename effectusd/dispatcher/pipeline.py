@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
@@ -69,6 +70,10 @@ class Pipeline:
         )
         self.calls: set[asyncio.Task[None]] = set()
         self.claiming = True  # the recorder claims where a slot is free; off before a drain
+        # Claims the recorder made while their destination was full, each with the monotonic
+        # time its record began (its lease's start, as we see it): the destination's next
+        # free slot is theirs before the claim loop's (Capacity.may_wait).
+        self.waiting: dict[str, deque[tuple[Claim, float]]] = {}
 
     # -- 1. claim ------------------------------------------------------------------------
     async def claim_once(self) -> int:
@@ -84,6 +89,7 @@ class Pipeline:
             claims = await self.store.claim(free, room, write_ahead=True)
         finally:
             self.capacity.keep(free, (claim.destination for claim in claims))
+            self._start_waiting()  # slots the claim did not use
         if not claims:
             return 0
         self._start(claims, started)
@@ -170,7 +176,7 @@ class Pipeline:
             )
             self.metrics.write_ahead_failures.inc(len(sendable))
             for claim in sendable:
-                self.capacity.give_back(claim.destination)
+                self._give_back(claim.destination)
             self.wake.set()
             self.spans.abandoned(sendable, "write-ahead failed; left to the lease's reclaim")
             return []
@@ -183,7 +189,7 @@ class Pipeline:
         marked = {w.claim.dispatch_id for w in ready} | {c.dispatch_id for c in not_sent}
         for claim in sendable:
             if claim.dispatch_id not in marked:  # lease lost before the write-ahead: not ours
-                self.capacity.give_back(claim.destination)
+                self._give_back(claim.destination)
                 self.wake.set()
                 self.spans.abandoned([claim], "lease lost before the write-ahead")
         return ready
@@ -235,9 +241,28 @@ class Pipeline:
         self._finish(claim, completion)
 
     def _finish(self, claim: Claim, completion: Completion) -> None:
-        self.capacity.give_back(claim.destination)
+        self._give_back(claim.destination)
         self.recorder.put(completion)
         self.wake.set()  # a slot is free again
+
+    def _give_back(self, destination: str) -> None:
+        """A slot of ``destination`` is free: a claim waiting for one takes it first."""
+        self.capacity.give_back(destination)
+        if self.waiting:
+            self._start_waiting()
+
+    def _start_waiting(self) -> None:
+        """Start every waiting claim a slot is free for (with no await: nothing else can
+        take the slot between the check and the take)."""
+        capacity = self.capacity
+        for destination, queue in list(self.waiting.items()):
+            while queue and capacity.has_room_for(destination):
+                claim, claimed_at = queue.popleft()
+                capacity.take(destination)
+                capacity.waiting[destination] -= 1
+                self._start([claim], claimed_at)
+            if not queue:
+                del self.waiting[destination]
 
     # -- 5. record (the Recorder's group commit; its port writes and claims) ---------------
     async def _record_claiming(self, batch: Sequence[Completion]) -> RecordReport:
@@ -252,9 +277,13 @@ class Pipeline:
         except BaseException:
             slots.undo()
             raise
-        slots.committed()
-        if report.claimed:
-            self._start(report.claimed, started)
+        now, waiting = slots.committed(report.claimed, _destination)
+        if now:
+            self._start(now, started)
+        for claim in waiting:
+            self.waiting.setdefault(claim.destination, deque()).append((claim, started))
+        if waiting:
+            self._start_waiting()  # a call may have ended while the record committed
         return report
 
     def _recorded(self, batch: Sequence[Completion], report: RecordReport) -> None:
@@ -277,13 +306,17 @@ class Pipeline:
 
     @property
     def idle(self) -> bool:
-        return not self.calls and not self.capacity.busy and self.recorder.idle
+        return not self.calls and not self.capacity.busy and not self.waiting and self.recorder.idle
 
 
 def _lease_covers_call(claim: Claim, claimed_at: float) -> bool:
     """Judged on the local monotonic clock, from before the claim was even sent."""
     lease_ends = claimed_at + claim.lease_seconds
     return time.monotonic() + claim.timeout_ms / 1000 + LEASE_SLACK_S <= lease_ends
+
+
+def _destination(claim: Claim) -> str:
+    return claim.destination
 
 
 def _pair(completions: list[Completion], claims: list[Claim]) -> list[tuple[Completion, Claim]]:

@@ -55,8 +55,9 @@ log = logging.getLogger("effectusd.store")
 class ClaimSlots(Protocol):
     """The daemon's slots, as the recorder claims into them (the dispatcher's RecordSlots)."""
 
-    def take(self, destination: str) -> bool:
-        """Take a slot for a new dispatch to ``destination`` (True), or say there is none."""
+    def take(self, destination: str, may_wait: bool) -> bool:
+        """Take a slot for a new dispatch to ``destination``, or where ``may_wait`` a place
+        among the claims waiting for one (True), or say there is neither."""
 
 
 @dataclass

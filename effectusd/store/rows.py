@@ -13,7 +13,7 @@ from typing import Any
 from effectusd.backends.operation import Operation
 from effectusd.core.canonical import canonical_text
 from effectusd.core.plan import CheckedPlan
-from effectusd.core.settlement import AttemptFacts, LockedDispatch
+from effectusd.core.settlement import AttemptFacts, LockedDispatch, may_wait_for_slot
 from effectusd.core.states import (
     Delivery,
     Direction,
@@ -182,16 +182,20 @@ class TransitionRows:
         for event in carried.events:
             self.events.append(event_params(saga_id, event))
 
-    def claim_new(self, take_slot: Callable[[str], bool]) -> list[dict[str, Any]]:
-        """Move the new dispatches this daemon has a free slot for (``take_slot`` takes one
-        for a destination, or says there is none) out of ``inserts``: they are written
-        claimed (``insert_dispatch_claimed``). Every new dispatch is due now, and was built
-        from the live registry, so its call timeout and retry budget are the ones a claim
-        would apply."""
+    def claim_new(self, take_slot: Callable[[str, bool], bool]) -> list[dict[str, Any]]:
+        """Move the new dispatches this daemon has a slot for (``take_slot`` takes one for a
+        destination, or a place waiting for one where its second argument allows it, or says
+        there is none) out of ``inserts``: they are written claimed
+        (``insert_dispatch_claimed``). Every new dispatch is due now, and was built from the
+        live registry, so its call timeout and retry budget are the ones a claim would
+        apply."""
         claimed: list[dict[str, Any]] = []
         kept: list[dict[str, Any]] = []
         for params in self.inserts:
-            (claimed if take_slot(params["destination"]) else kept).append(params)
+            may_wait = may_wait_for_slot(
+                DELIVERIES[params["delivery"]], params["fencing_resources"] != "[]"
+            )
+            (claimed if take_slot(params["destination"], may_wait) else kept).append(params)
         self.inserts = kept
         return claimed
 

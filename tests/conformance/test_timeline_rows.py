@@ -325,7 +325,7 @@ class EverySlot:
     """A daemon with room for every dispatch: the recorder claims each next step it writes
     (where the store can: PostgreSQL)."""
 
-    def take(self, destination: str) -> bool:
+    def take(self, destination: str, may_wait: bool) -> bool:
         return True
 
 

@@ -5,6 +5,7 @@ the claim statement commits without waiting for its WAL, and only its own transa
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import psycopg
@@ -14,10 +15,15 @@ from psycopg.rows import dict_row
 from effectusd.backends.postgres.runner import sql
 from effectusd.bench.claims import claim_params
 from effectusd.config import parse_config
+from effectusd.core.states import OutcomeClass
 from effectusd.dispatcher import daemon as daemon_module
 from effectusd.dispatcher.capacity import Capacity
+from effectusd.dispatcher.metrics import Metrics
+from effectusd.dispatcher.pipeline import Pipeline
+from effectusd.executors.factory import executor_for
 from effectusd.store.dispatch import DispatchStore
 from effectusd.store.sql import POSTGRES_STATEMENTS as STORE_STATEMENTS
+from tests.conformance.support import StoreUnderTest, completion, send
 from tests.support.destination import running
 from tests.support.harness import client_for, fetch, make_config, run_until_idle, serial_plan
 
@@ -197,3 +203,75 @@ async def test_the_daemon_writes_ahead_only_what_its_claims_did_not(
         {"effect_id": "s2", "sent": True, "fencing_status": "propagated"},
         {"effect_id": "s3", "sent": True, "fencing_status": "not_requested"},
     ]
+
+
+@pytest.mark.parametrize("verb", ["pay_alo", "pay", "fenced"])
+async def test_a_next_step_waits_for_its_full_destinations_slot_only_where_that_costs_no_guard(
+    db: str, verb: str
+) -> None:
+    """The destination has one slot, taken by saga B's call. Saga A's first step succeeds:
+    its next step is an unfenced at_least_once one (pay_alo), so the record claims it into a
+    place waiting for that slot, written ahead, and it is called as soon as B's call ends,
+    before the claim loop could take the slot. An at_most_once step (pay) would block its saga
+    if the daemon died before calling it, and a fenced one takes its tokens right before its
+    call: both are written queued, for the claim loop, as before."""
+    under_test = StoreUnderTest("postgres", db)
+    try:
+        a = under_test.submit(serial_plan("a", [verb, verb]), "x-a")
+        b = under_test.submit(serial_plan("b", ["pay_alo"]), "x-b")
+        daemon = await under_test.dispatch_store()
+        claims = {c.saga_id: c for c in await daemon.claim({"dest": 2}, write_ahead=True)}
+        for claim in claims.values():
+            if not claim.written_ahead:
+                await send(daemon, claim)
+        with running() as dest:
+            config = under_test.config.destinations["dest"]
+            executor = executor_for("dest", config.model_copy(update={"base_url": dest.base_url}))
+            pipeline = Pipeline(
+                daemon,
+                {"dest": executor},
+                under_test.registry,
+                Capacity(limits={"dest": 1}, total_limit=4, wait_limits={"dest": 1}),
+                asyncio.Event(),
+                Metrics(),
+            )
+            try:
+                pipeline.capacity.take("dest")  # B's call is in flight
+                await pipeline.recorder.record([completion(claims[a], OutcomeClass.SUCCESS)])
+                [second] = fetch(
+                    db,
+                    "SELECT o.state, a.sent_at IS NOT NULL AS sent FROM effectus_saga_outbox o "
+                    "LEFT JOIN effectus_saga_attempts a USING (dispatch_id) "
+                    "WHERE o.saga_id = %s AND o.effect_id = 's2'",
+                    a,
+                )
+                waits = verb == "pay_alo"
+                assert second == (
+                    {"state": "in_flight", "sent": True}
+                    if waits
+                    else {"state": "queued", "sent": False}
+                )
+                assert [c.effect_id for c, _ in pipeline.waiting.get("dest", [])] == (
+                    ["s2"] if waits else []
+                )
+                assert pipeline.capacity.in_flight == {"dest": 1} and dest.requests == []
+                assert not pipeline.idle
+
+                # B's call ends: its slot goes to the waiting claim at once, not to a claim
+                pipeline._finish(claims[b], completion(claims[b], OutcomeClass.SUCCESS))
+                assert pipeline.capacity.in_flight == {"dest": 1 if waits else 0}
+                assert pipeline.waiting == {} and pipeline.capacity.waiting["dest"] == 0
+                await asyncio.wait_for(asyncio.gather(*pipeline.calls), timeout=60)
+                assert [r.headers["x-effectus-saga-id"] for r in dest.requests] == (
+                    [a] if waits else []
+                )
+                pipeline.claiming = False
+                while pipeline.recorder.waiting:
+                    await pipeline.recorder.round()
+            finally:
+                await executor.aclose()
+        assert pipeline.capacity.busy == 0 and pipeline.idle
+        assert under_test.view(b)["state"] == "completed"
+        assert under_test.view(a)["state"] == ("completed" if waits else "running")
+    finally:
+        await under_test.close()
