@@ -78,6 +78,7 @@ class BenchResult:
     commits_per_step: float
     completed: int
     transport: str
+    delivery: str  # the bench verb's: at_least_once steps may wait in the daemon for a slot
     bare_calls_per_s: float  # the same executor class, same concurrency and sink, no database
     efficiency: float  # steps_per_s / bare_calls_per_s
     wal_bytes_per_step: float  # whole-cluster WAL: other writers on the server count too
@@ -122,7 +123,9 @@ class BenchResult:
     rss_mb_max: float | None = None
 
 
-def _bench_config(base_url: str, concurrency: int, transport: str | None) -> Config:
+def _bench_config(
+    base_url: str, concurrency: int, transport: str | None, delivery: str = "at_most_once"
+) -> Config:
     sink: dict[str, Any] = {"base_url": base_url, "max_concurrency": concurrency, "timeout": "10s"}
     if transport is not None:
         sink["transport"] = transport
@@ -131,7 +134,7 @@ def _bench_config(base_url: str, concurrency: int, transport: str | None) -> Con
             "dispatcher": {"concurrency": concurrency, "poll_interval": "100ms"},
             "database": {"pool_max_size": 10},
             "destinations": {"sink": sink},
-            "verbs": {"sink.noop": {"destination": "sink", "path": "/noop"}},
+            "verbs": {"sink.noop": {"destination": "sink", "path": "/noop", "delivery": delivery}},
         }
     )
 
@@ -148,14 +151,16 @@ def run_bench(
     backlog: int = 0,
     duration: float = 0.0,
     processes: int = 1,
+    delivery: str = "at_most_once",
 ) -> BenchResult:
     """``transport`` picks the executor class ("asyncio", "aiohttp" or "httpx"); None keeps the
     config's default. ``duration`` > 0 adds the soak, ``backlog`` > 0 the claim latency,
-    ``processes`` > 1 dispatches with that many daemon processes (each with ``concurrency``)."""
+    ``processes`` > 1 dispatches with that many daemon processes (each with ``concurrency``),
+    ``delivery`` is the bench verb's."""
     with ExitStack() as stack:
         if destination is None:
             destination = stack.enter_context(start_sink())
-        config = _bench_config(destination, concurrency, transport)
+        config = _bench_config(destination, concurrency, transport, delivery)
         url = scratch_database(server_url)
         try:
             with connect(url) as conn:
@@ -231,6 +236,7 @@ def _throughput(
         commits_per_step=round(commits / total, 2),
         completed=states.get("completed", 0),
         transport=chosen,
+        delivery=config.verbs["sink.noop"].delivery.value,
         bare_calls_per_s=round(bare, 1),
         efficiency=round(total / seconds / bare, 3),
         wal_bytes_per_step=round(wal_bytes / total, 1),

@@ -243,6 +243,13 @@ def _run_processes(
     help="HTTP transport to measure (default: the destination default, asyncio).",
 )
 @click.option(
+    "--delivery",
+    type=click.Choice(["at_most_once", "at_least_once"]),
+    default="at_most_once",
+    show_default=True,
+    help="The bench verb's delivery (at_least_once steps may wait in the daemon for a slot).",
+)
+@click.option(
     "--backlog",
     default=1_000_000,
     show_default=True,
@@ -282,6 +289,7 @@ def bench(
     concurrency: int,
     destination: str | None,
     transport: str | None,
+    delivery: str,
     backlog: int,
     duration: int,
     processes: int,
@@ -310,5 +318,6 @@ def bench(
         backlog=backlog,
         duration=duration,
         processes=processes,
+        delivery=delivery,
     )
     emit(asdict(result), as_json, lambda _: format_result(result))
