@@ -35,9 +35,10 @@ bench: install
 	$(BIN)/effectusd --config examples/effectusd.toml --database-url $(BENCH_DATABASE_URL) bench
 
 # effectusd beside pgqueuer and DBOS (aiohttp) on the same sink, in one run: the rates and ratios.
+# PEERS_ARGS passes options on, e.g. PEERS_ARGS="--delivery at_least_once --skip-dbos".
 bench-peers: install
 	$(BIN)/pip install --quiet -e '.[peers]'
-	$(BIN)/python -m effectusd.bench.peers --database-url $(BENCH_DATABASE_URL)
+	$(BIN)/python -m effectusd.bench.peers --database-url $(BENCH_DATABASE_URL) $(PEERS_ARGS)
 
 # The daemon's instructions per step under callgrind (needs valgrind; a few minutes): the figure
 # to compare two revisions by when the machine's speed moves (docs/performance.md).

@@ -119,6 +119,7 @@ class Comparison:
     effectusd: dict[int, BenchResult]  # steps per saga → result
     dbos: PeerResult | None = None  # five-step workflows, per step; None with --skip-dbos
     transport: str = DEFAULT_TRANSPORT  # effectusd's HTTP transport (the peers use aiohttp)
+    delivery: str = "at_most_once"  # the delivery of effectusd's bench verb
 
     def ratio(self, steps: int) -> float:
         return round(self.effectusd[steps].steps_per_s / self.pgqueuer_jobs_per_s, 2)
@@ -140,7 +141,8 @@ class Comparison:
         runs = " / ".join(f"{rate:.0f}" for rate in self.pgqueuer_runs)
         lines = [
             f"concurrency {self.concurrency}, one no-op HTTP sink; the peers POST through "
-            f"aiohttp, effectusd through its {self.transport} transport",
+            f"aiohttp, effectusd through its {self.transport} transport, its steps "
+            f"{self.delivery}",
             "per unit (a job, a step): CPU of the queue's process and of its database's "
             "backends, WAL bytes, row versions written; ratio: rate over pgqueuer's",
             f"{'what':<34}{'rate/s':>10}{'ratio':>8}{'CPU µs':>9}{'DB µs':>8}{'WAL B':>8}"
@@ -178,6 +180,7 @@ class Comparison:
         return {
             "concurrency": self.concurrency,
             "transport": self.transport,
+            "delivery": self.delivery,
             "pgqueuer_jobs_per_s": self.pgqueuer_jobs_per_s,
             "pgqueuer_runs": self.pgqueuer_runs,
             "pgqueuer_cpu_us_per_job": self.pgqueuer_cpu_us_per_job,
@@ -201,10 +204,11 @@ def compare(
     dbos_workflows: int = 0,
     progress: Callable[[str], None] = print,
     transport: str = DEFAULT_TRANSPORT,
+    delivery: str = "at_most_once",
 ) -> Comparison:
     """pgqueuer, DBOS (unless ``dbos_workflows`` is 0), effectusd for each step count, pgqueuer
     again: one sink, one concurrency. pgqueuer drains as many jobs as the largest effectusd run
-    has steps."""
+    has steps; effectusd's steps have ``delivery``."""
     jobs = sagas * max(step_counts)
     with start_sink() as sink:
         progress(f"pgqueuer: {jobs} job(s) at concurrency {concurrency}…")
@@ -227,6 +231,7 @@ def compare(
                 destination=sink,
                 progress=progress,
                 transport=transport,
+                delivery=delivery,
             )
         progress(f"pgqueuer again: {jobs} job(s)…")
         after = run_pgqueuer(server_url, sink, jobs, concurrency)
@@ -250,6 +255,7 @@ def compare(
         results,
         dbos,
         transport,
+        delivery,
     )
 
 
@@ -288,6 +294,13 @@ def main(argv: list[str] | None = None) -> int:
         default=400,
         help="five-step DBOS workflows to drain (0 skips DBOS; needs the `peers` extra)",
     )
+    parser.add_argument(
+        "--delivery",
+        choices=["at_most_once", "at_least_once"],
+        default="at_most_once",
+        help="effectusd's steps' delivery (default: at_most_once, the verbs' default; "
+        "at_least_once is that of a job picked again when its worker dies)",
+    )
     parser.add_argument("--skip-dbos", action="store_true", help="the same as --dbos-workflows 0")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
@@ -307,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         dbos_workflows=0 if args.skip_dbos else args.dbos_workflows,
         progress=(lambda _: None) if args.json else _say,
         transport=args.transport,
+        delivery=args.delivery,
     )
     print(json.dumps(result.as_json(), indent=2) if args.json else result.table())
     return 0

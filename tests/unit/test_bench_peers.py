@@ -95,3 +95,10 @@ def test_without_dbos_there_is_no_row_and_no_ratio_to_it() -> None:
     assert not any(line.startswith("DBOS") for line in comparison.table().splitlines())
     assert "DBOS ratio" not in comparison.table()
     assert comparison.as_json()["dbos"] is None
+
+
+def test_the_table_and_the_json_name_the_delivery_effectusds_steps_had() -> None:
+    comparison = replace(_comparison(), delivery="at_least_once")
+    assert "its steps at_least_once" in comparison.table().splitlines()[0]
+    assert comparison.as_json()["delivery"] == "at_least_once"
+    assert "its steps at_most_once" in _comparison().table().splitlines()[0]
