@@ -75,6 +75,11 @@ class Metrics:
         self.in_flight = self._gauge(
             "effectusd_in_flight_calls", "Calls under way.", ("destination",)
         )
+        self.waiting_for_slot = self._gauge(
+            "effectusd_claims_waiting_for_slot",
+            "Next steps claimed while their destination was full, waiting in the daemon.",
+            ("destination",),
+        )
 
     def _declare_guards(self) -> None:
         """The guards at work: expired leases, late answers, fencing."""

@@ -260,6 +260,7 @@ class Pipeline:
                 claim, claimed_at = queue.popleft()
                 capacity.take(destination)
                 capacity.waiting[destination] -= 1
+                self.metrics.child(self.metrics.waiting_for_slot, destination).dec()
                 self._start([claim], claimed_at)
             if not queue:
                 del self.waiting[destination]
@@ -282,6 +283,7 @@ class Pipeline:
             self._start(now, started)
         for claim in waiting:
             self.waiting.setdefault(claim.destination, deque()).append((claim, started))
+            self.metrics.child(self.metrics.waiting_for_slot, claim.destination).inc()
         if waiting:
             self._start_waiting()  # a call may have ended while the record committed
         return report

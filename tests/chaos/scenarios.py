@@ -46,6 +46,12 @@ class Scenario:
     # Verbs probe what became of blocked keys (tests/chaos/probes.py); the drive and the
     # settling daemon wait until no blocked dispatch has a probe to come. Mode lookup: always.
     probes: bool = False
+    # The dispatcher's lease margin and each kit destination's max_concurrency (0: 16, or 4
+    # in a failover row). A margin of 3 s fits two of the kit's 1 s calls with one to spare:
+    # next steps then wait in the daemon for a full destination's slot (docs/design.md
+    # section 7, step 5); with 1 s none do.
+    lease_margin: float = 1.0
+    max_concurrency: int = 0
 
 
 @dataclass
@@ -137,6 +143,19 @@ SHORT = [
         external_kills=6,
     ),
     Scenario("commit then stall or reset", stall_after_commit=0.1, reset_after_commit=0.1),
+    # Next steps born claimed while their destination is full wait in the daemon for its
+    # slot, written ahead: daemons dying at every point, with calls in flight and claims
+    # waiting, leave attempts that may have been sent, retried under the same key.
+    Scenario(
+        "next steps waiting for a full destination's slot, kills at every point",
+        daemons=2,
+        faults=tuple(sorted(POINTS)),
+        external_kills=4,
+        stall_after_commit=0.05,
+        reset_after_commit=0.05,
+        lease_margin=3.0,
+        max_concurrency=2,
+    ),
     Scenario("postgres restarted mid-run", sagas=60, daemons=2, restart_postgres=True),
     Scenario("paused daemon wakes after reclaim", sagas=40, daemons=2, pause_daemon=True),
     Scenario(

@@ -48,7 +48,8 @@ def config_text(ports: dict[str, int], scenario: Scenario) -> str:
     if scenario.mode == "lookup":
         return probes.config_text(ports)
     parts = [
-        f'[dispatcher]\nconcurrency = {DAEMON_CONCURRENCY}\nlease_margin = "1s"\n'
+        f"[dispatcher]\nconcurrency = {DAEMON_CONCURRENCY}\n"
+        f'lease_margin = "{scenario.lease_margin}s"\n'
         'poll_interval = "100ms"\n'
         'shutdown_grace = "5s"\n'
     ]
@@ -56,7 +57,7 @@ def config_text(ports: dict[str, int], scenario: Scenario) -> str:
         hostile = name.startswith(HOSTILE)
         parts.append(
             f'[destinations.{name}]\nbase_url = "http://127.0.0.1:{port}"\ntimeout = "1s"\n'
-            f'connect_timeout = "500ms"\nmax_concurrency = {4 if scenario.failover else 16}\n'
+            f'connect_timeout = "500ms"\nmax_concurrency = {_max_concurrency(scenario)}\n'
         )
         if hostile:
             # every HTTP transport meets the hostile behaviours, in turn
@@ -82,6 +83,10 @@ def config_text(ports: dict[str, int], scenario: Scenario) -> str:
                 f'delivery = "at_most_once"\nretry = {retry}\n'
             )
     return "".join(parts)
+
+
+def _max_concurrency(scenario: Scenario) -> int:
+    return scenario.max_concurrency or (4 if scenario.failover else 16)
 
 
 def _step(i: int, destination: str, fail: bool) -> dict[str, Any]:

@@ -254,6 +254,7 @@ async def test_a_next_step_waits_for_its_full_destinations_slot_only_where_that_
                 assert [c.effect_id for c, _ in pipeline.waiting.get("dest", [])] == (
                     ["s2"] if waits else []
                 )
+                assert waiting_gauge(pipeline) == (1 if waits else None)
                 assert pipeline.capacity.in_flight == {"dest": 1} and dest.requests == []
                 assert not pipeline.idle
 
@@ -261,6 +262,7 @@ async def test_a_next_step_waits_for_its_full_destinations_slot_only_where_that_
                 pipeline._finish(claims[b], completion(claims[b], OutcomeClass.SUCCESS))
                 assert pipeline.capacity.in_flight == {"dest": 1 if waits else 0}
                 assert pipeline.waiting == {} and pipeline.capacity.waiting["dest"] == 0
+                assert waiting_gauge(pipeline) == (0 if waits else None)
                 await asyncio.wait_for(asyncio.gather(*pipeline.calls), timeout=60)
                 assert [r.headers["x-effectus-saga-id"] for r in dest.requests] == (
                     [a] if waits else []
@@ -275,3 +277,10 @@ async def test_a_next_step_waits_for_its_full_destinations_slot_only_where_that_
         assert under_test.view(a)["state"] == ("completed" if waits else "running")
     finally:
         await under_test.close()
+
+
+def waiting_gauge(pipeline: Pipeline) -> float | None:
+    """effectusd_claims_waiting_for_slot{destination="dest"} (None: never set)."""
+    return pipeline.metrics.registry.get_sample_value(
+        "effectusd_claims_waiting_for_slot", {"destination": "dest"}
+    )
