@@ -147,10 +147,7 @@ class RecordSlots:
 
     def undo(self) -> None:
         """The transaction that took ``taken`` did not commit: nothing was claimed."""
-        for destination, slots in self.taken.items():
-            self.capacity.in_flight[destination] -= slots
-        self.capacity.waiting.subtract(self.waits)
-        self.taken, self.waits = Counter(), Counter()
+        self._release(Counter())
 
     def committed(
         self, claims: Iterable[T], destination: Callable[[T], str]
@@ -167,8 +164,13 @@ class RecordSlots:
             else:
                 waiting.append(claim)
         # Every row taken comes back claimed; should one not, its slot or place is freed.
-        for to, unused in slots.items():
-            self.capacity.in_flight[to] -= unused
-        self.capacity.waiting.subtract(self.waits - Counter(map(destination, waiting)))
-        self.taken, self.waits = Counter(), Counter()
+        self._release(Counter(map(destination, waiting)))
         return now, waiting
+
+    def _release(self, kept_waiting: Counter[str]) -> None:
+        """Give back the slots left in ``taken`` and the places in ``waits`` beyond
+        ``kept_waiting``, the claims that wait now; the next transaction starts afresh."""
+        for destination, slots in self.taken.items():
+            self.capacity.in_flight[destination] -= slots
+        self.capacity.waiting.subtract(self.waits - kept_waiting)
+        self.taken, self.waits = Counter(), Counter()
