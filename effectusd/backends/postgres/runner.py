@@ -32,7 +32,7 @@ def set_based(
     statements: Statements, name: str, rows: Sequence[Mapping[str, Any]]
 ) -> tuple[psql.SQL, dict[str, str]] | None:
     """``NAME_many.sql``, where there is one, runs a batch as one statement over its rows,
-    sent as one JSON array (``%(rows)s``, read with jsonb_to_recordset): one statement per
+    sent as one JSON array (``%(rows)s``, read with json_to_recordset): one statement per
     batch instead of one per row, which is most of what a group commit costs the daemon. One
     JSON text instead of an array per column, because psycopg inspects every element of a list
     parameter to type it: a quarter of the recorder's time went there. None: run NAME once

@@ -13,7 +13,7 @@
 -- Delivered to no one else: no NOTIFY.
 WITH d AS (
     SELECT *
-    FROM jsonb_to_recordset(%(rows)s::jsonb) AS d(
+    FROM json_to_recordset(%(rows)s::json) AS d(
             saga_id text, effect_id text, direction text, namespace text,
             execution_id text, destination text, verb text, contract_hash text,
             delivery text, method text, path text, args_canonical text, args_hash text,

@@ -13,7 +13,7 @@ SELECT saga_id, effect_id, direction, namespace, execution_id, destination, verb
        contract_hash, delivery, method, path, args_canonical, args_hash, idempotency_key,
        fencing_resources::jsonb, timeout_ms, max_attempts, coalesce(not_before, now()),
        clock_timestamp(), enqueued_by, started_from, enqueued_after
-FROM ROWS FROM (jsonb_to_recordset(%(rows)s::jsonb) AS (
+FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (
         saga_id text, effect_id text, direction text, namespace text,
         execution_id text, destination text, verb text, contract_hash text,
         delivery text, method text, path text, args_canonical text, args_hash text,

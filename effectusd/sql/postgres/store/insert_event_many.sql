@@ -5,7 +5,7 @@ INSERT INTO effectus_saga_events
     (saga_id, effect_id, direction, attempt, kind, from_state, to_state, actor, evidence, detail)
 SELECT saga_id, effect_id, direction, attempt, kind, from_state, to_state, actor, evidence,
        detail::jsonb
-FROM ROWS FROM (jsonb_to_recordset(%(rows)s::jsonb) AS (
+FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (
         saga_id text, effect_id text, direction text, attempt int, kind text,
         from_state text, to_state text, actor text, evidence text, detail text
      )) WITH ORDINALITY

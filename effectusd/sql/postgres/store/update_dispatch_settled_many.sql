@@ -7,7 +7,7 @@ SET state = r.state,
     last_error = r.last_error, result = r.result::jsonb, succeeded_order = r.succeeded_order,
     lease_owner = NULL, lease_token = NULL,
     lease_expires_at = NULL, updated_at = now()
-FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(
+FROM json_to_recordset(%(rows)s::json) AS r(
         dispatch_id bigint, state text, retry_delay_s float8, uncertain_attempt int,
         last_outcome text, last_error text, result text, succeeded_order int
      )

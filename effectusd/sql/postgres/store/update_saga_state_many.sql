@@ -7,7 +7,7 @@ SET state = r.state,
     finished_at = CASE WHEN r.state IN ('completed', 'compensated', 'failed') THEN now() END,
     revision = s.revision + 1,
     updated_at = now()
-FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(
+FROM json_to_recordset(%(rows)s::json) AS r(
         saga_id text, state text, stop_reason text
      )
 WHERE s.saga_id = r.saga_id
