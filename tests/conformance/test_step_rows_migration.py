@@ -151,8 +151,37 @@ SETTLEMENT_KEPT = {
 }
 
 
+# 10022 undone: the hashes text again, each checked by its table as 10013 left them (the
+# outbox's trigger names two of them, so it is made again around the change).
+HEX_DOMAIN_UNDONE = (
+    "DROP TRIGGER effectus_saga_outbox_enqueue_kept ON effectus_saga_outbox",
+    *(
+        f"ALTER TABLE {table} ALTER COLUMN {column} TYPE text,"
+        f" ADD CONSTRAINT {table}_{column}_check"
+        f" CHECK (length({column}) = 64 AND {column} ~ '^[0-9a-f]+$')"
+        for table, column in (
+            ("effectus_saga_outbox", "args_hash"),
+            ("effectus_saga_outbox", "contract_hash"),
+            ("effectus_saga_outbox", "idempotency_key"),
+            ("effectus_saga_instances", "plan_digest"),
+            ("effectus_saga_instances", "facts_hash"),
+            ("effectus_saga_steps", "args_hash"),
+            ("effectus_saga_steps", "contract_hash"),
+        )
+    ),
+    "DROP DOMAIN effectus_hex64",
+    """CREATE TRIGGER effectus_saga_outbox_enqueue_kept
+        AFTER UPDATE OF saga_id, effect_id, direction, idempotency_key, args_hash, created_at,
+            enqueued_by, started_from, enqueued_after
+        ON effectus_saga_outbox
+        FOR EACH ROW WHEN (OLD.enqueued_by IS NOT NULL)
+        EXECUTE FUNCTION effectus_timeline_entry_kept()""",
+)
+
+
 def before_10020(store: StoreUnderTest, views: dict[str, Any]) -> None:
-    """10021 undone (the request ID's unique index back), and each saga completion an attempt
+    """10022 and 10021 undone (the hashes' table checks and the request ID's unique index
+    back), and each saga completion an attempt
     row carries (settled_saga) stored as its event, as the versions before 10020 wrote it
     (with the settlement's time; the last event of its saga), and the column gone.
     ``views``: each such entry given the event's id, as those versions showed it."""
@@ -183,11 +212,13 @@ def before_10020(store: StoreUnderTest, views: dict[str, Any]) -> None:
             " DROP COLUMN settled_saga"
         )
     store.execute(SETTLEMENT_KEPT[store.kind])
-    if not store.sqlite:  # 10021 (on SQLite it changes nothing)
+    if not store.sqlite:  # 10021 and 10022 (on SQLite they change nothing)
         store.execute(
             "ALTER TABLE effectus_saga_attempts"
             " ADD CONSTRAINT effectus_saga_attempts_request_id_key UNIQUE (request_id)"
         )
+        for statement in HEX_DOMAIN_UNDONE:
+            store.execute(statement)
     store.execute("DELETE FROM effectus_schema_migrations WHERE version >= 10020")
 
 
@@ -383,6 +414,7 @@ async def test_sagas_an_older_version_wrote_read_the_same_after_10016_and_go_on(
             10019,
             10020,
             10021,
+            10022,
         ]
 
     for saga_id, view in views.items():
@@ -407,7 +439,7 @@ async def test_sagas_submitted_with_step_rows_read_the_same_after_10018_and_go_o
     sequence = "SELECT seq FROM sqlite_sequence WHERE name = 'effectus_saga_outbox'"
     ids = store.execute(sequence) if store.sqlite else None
     with store.connect() as conn:
-        assert [m.version for m in backends.migrate(conn)] == [10018, 10019, 10020, 10021]
+        assert [m.version for m in backends.migrate(conn)] == [10018, 10019, 10020, 10021, 10022]
 
     assert outbox_foreign_key(store)[0][0] == "effectus_saga_instances"
     # every row kept; the attempts gain 10020's column (their last), NULL on every row
