@@ -159,15 +159,7 @@ HEX_DOMAIN_UNDONE = (
         f"ALTER TABLE {table} ALTER COLUMN {column} TYPE text,"
         f" ADD CONSTRAINT {table}_{column}_check"
         f" CHECK (length({column}) = 64 AND {column} ~ '^[0-9a-f]+$')"
-        for table, column in (
-            ("effectus_saga_outbox", "args_hash"),
-            ("effectus_saga_outbox", "contract_hash"),
-            ("effectus_saga_outbox", "idempotency_key"),
-            ("effectus_saga_instances", "plan_digest"),
-            ("effectus_saga_instances", "facts_hash"),
-            ("effectus_saga_steps", "args_hash"),
-            ("effectus_saga_steps", "contract_hash"),
-        )
+        for table, column in backends.HEX_DOMAIN_COLUMNS
     ),
     "DROP DOMAIN effectus_hex64",
     """CREATE TRIGGER effectus_saga_outbox_enqueue_kept

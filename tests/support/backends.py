@@ -88,3 +88,15 @@ def postgres_sql(name: str) -> Any:
 
 def sqlite_sql(name: str) -> str:
     return SQLITE_MIGRATIONS.statements.text(name)  # type: ignore[no-any-return]
+
+
+# The columns whose 64-hex rule is the domain effectus_hex64's since migration 10022.
+HEX_DOMAIN_COLUMNS = (
+    ("effectus_saga_outbox", "args_hash"),
+    ("effectus_saga_outbox", "contract_hash"),
+    ("effectus_saga_outbox", "idempotency_key"),
+    ("effectus_saga_instances", "plan_digest"),
+    ("effectus_saga_instances", "facts_hash"),
+    ("effectus_saga_steps", "args_hash"),
+    ("effectus_saga_steps", "contract_hash"),
+)
