@@ -1,9 +1,8 @@
 -- settle_attempt for a whole batch in one statement: the rows travel as one JSON array, one
 -- object per attempt (the runner turns the rows of an executemany into it). settled_to,
 -- settled_actor, settled_after, settled_step and settled_saga: the settlement's timeline
--- entries, as in
--- settle_attempt.sql.
-WITH r AS MATERIALIZED (
+-- entries, as in settle_attempt.sql.
+WITH batch AS MATERIALIZED (
     SELECT *
     FROM json_to_recordset(%(rows)s::json) AS r(
             dispatch_id bigint, attempt int, outcome text, settled_by text,
@@ -21,7 +20,7 @@ WITH r AS MATERIALIZED (
 -- first (write_ahead.sql), so the row found is the row updated.
 found AS MATERIALIZED (
     SELECT x.tid, r.*
-    FROM r
+    FROM batch AS r
     CROSS JOIN LATERAL (
         SELECT a.ctid AS tid
         FROM effectus_saga_attempts a
