@@ -5,8 +5,9 @@
 -- step's life (enqueued, claimed, settled) and its three hashes never change after the first.
 -- In a drain's profile of the database's backends (docs/performance.md, round seventeen) the
 -- CHECK constraints took 11% of their CPU, 7% after this (the regular expressions 2.3% and
--- 0.9%: what is left of them is an insert's and the saga id's). The rule, the values it accepts and refuses and the
--- error's kind (check_violation) are the same; the constraint's name is the domain's.
+-- 0.9%: what is left of them is an insert's and the saga id's). The rule, the values it
+-- accepts and refuses and the error's kind (check_violation) are the same; the constraint's
+-- name is the domain's.
 --
 -- No table is rewritten: the domain has no constraint while the columns change to it (text to
 -- a domain over text is binary coercible, so each table keeps its files and indexes), then it
