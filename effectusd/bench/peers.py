@@ -13,6 +13,13 @@ A second peer, DBOS Transact (``effectusd.bench.dbos_peer``), drains durable fiv
 workflows whose steps make the same POST, once, between pgqueuer's first run and effectusd's:
 the nearest thing to a saga's steps among the libraries we know (``--skip-dbos`` leaves it out).
 
+pgqueuer's jobs are all enqueued before its clock starts, where a saga's next step is enqueued
+by the step before it, inside effectusd's drain. So pgqueuer also drains chains of as many
+jobs as the longest plan has steps, once, after its first run: only each chain's first job is
+in the backlog, and each job's handler, its POST answered, enqueues the next link (through
+pgqueuer's own queries, as a user chaining jobs would). It keeps no saga state and writes
+nothing ahead; it is the bare job that also pays for the next one's enqueue.
+
 The peers need the ``peers`` extra (``pip install -e '.[peers]'``): pgqueuer, asyncpg, dbos.
 """
 
@@ -24,7 +31,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
@@ -42,19 +49,31 @@ DEFAULT_TRANSPORT: str = DestinationConfig.model_fields["transport"].default
 ENQUEUE_BATCH = 1_000
 
 
-async def _drain_pgqueuer(url: str, sink: str, jobs: int, concurrency: int) -> PeerResult:
+def _link(link: int) -> str:
+    """The entrypoint of a chain's job with ``link`` jobs left, itself included."""
+    return f"post{link}"
+
+
+async def _drain_pgqueuer(
+    url: str, sink: str, jobs: int, concurrency: int, chain: int = 1
+) -> PeerResult:
+    """``chain`` > 1: the backlog holds ``jobs / chain`` first jobs, and each job enqueues the
+    next of its chain once its POST is answered."""
     import aiohttp
     import asyncpg
     from pgqueuer import AsyncpgDriver, Job, Queries, QueueManager
     from pgqueuer.domain.types import QueueExecutionMode
 
+    if jobs % chain:
+        raise ValueError(f"{jobs} job(s) do not make chains of {chain}")
+    heads = jobs // chain
     setup = await asyncpg.connect(**connection_keywords(url))
     try:
         queries = Queries(AsyncpgDriver(setup))
         await queries.install()
-        for start in range(0, jobs, ENQUEUE_BATCH):
-            size = min(ENQUEUE_BATCH, jobs - start)
-            await queries.enqueue(["post"] * size, [BODY] * size, [0] * size)
+        for start in range(0, heads, ENQUEUE_BATCH):
+            size = min(ENQUEUE_BATCH, heads - start)
+            await queries.enqueue([_link(chain)] * size, [BODY] * size, [0] * size)
     finally:
         await setup.close()
 
@@ -66,16 +85,22 @@ async def _drain_pgqueuer(url: str, sink: str, jobs: int, concurrency: int) -> P
     async with aiohttp.ClientSession(connector=connector) as session:
         manager = QueueManager(Queries(AsyncpgDriver(connection)))
 
-        async def post(job: Job) -> None:
-            nonlocal called
-            async with session.post(
-                f"{sink}/noop", data=job.payload, headers={"Content-Type": "application/json"}
-            ) as reply:
-                await reply.read()
-                reply.raise_for_status()
-            called += 1
+        def link(left: int) -> Callable[[Job], Awaitable[None]]:
+            async def post(job: Job) -> None:
+                nonlocal called
+                async with session.post(
+                    f"{sink}/noop", data=job.payload, headers={"Content-Type": "application/json"}
+                ) as reply:
+                    await reply.read()
+                    reply.raise_for_status()
+                called += 1
+                if left > 1:
+                    await manager.queries.enqueue(_link(left - 1), job.payload)
 
-        manager.entrypoint("post")(post)
+            return post
+
+        for left in range(1, chain + 1):
+            manager.entrypoint(_link(left))(link(left))
         with DatabaseCpu(database_name(url)) as database_cpu:
             started, cpu_started = time.perf_counter(), time.process_time()
             # pgqueuer wants its task cap at least twice the batch it dequeues at once.
@@ -97,12 +122,14 @@ async def _drain_pgqueuer(url: str, sink: str, jobs: int, concurrency: int) -> P
     )
 
 
-def run_pgqueuer(server_url: str, sink: str, jobs: int, concurrency: int) -> PeerResult:
-    """pgqueuer with an aiohttp POST per job, from a backlog of ``jobs``, in a scratch
-    database (dropped afterwards)."""
+def run_pgqueuer(
+    server_url: str, sink: str, jobs: int, concurrency: int, chain: int = 1
+) -> PeerResult:
+    """pgqueuer with an aiohttp POST per job, from a backlog of ``jobs`` (or of the first
+    jobs of chains of ``chain``), in a scratch database (dropped afterwards)."""
     url = scratch_database(server_url)
     try:
-        return asyncio.run(_drain_pgqueuer(url, sink, jobs, concurrency))
+        return asyncio.run(_drain_pgqueuer(url, sink, jobs, concurrency, chain))
     finally:
         drop_database(server_url, url)
 
@@ -118,6 +145,8 @@ class Comparison:
     pgqueuer_rows_written_per_job: float
     effectusd: dict[int, BenchResult]  # steps per saga → result
     dbos: PeerResult | None = None  # five-step workflows, per step; None with --skip-dbos
+    chains: PeerResult | None = None  # pgqueuer's chains of ``chain`` jobs, per job
+    chain: int = 1  # the jobs in a chain: the longest plan's steps
     transport: str = DEFAULT_TRANSPORT  # effectusd's HTTP transport (the peers use aiohttp)
     delivery: str = "at_most_once"  # the delivery of effectusd's bench verb
 
@@ -129,6 +158,12 @@ class Comparison:
         if self.dbos is None:
             return None
         return round(self.effectusd[steps].steps_per_s / self.dbos.units_per_s, 2)
+
+    def chain_ratio(self, steps: int) -> float | None:
+        """effectusd's steps/s over pgqueuer's chained jobs', for plans as long as a chain."""
+        if self.chains is None or steps != self.chain:
+            return None
+        return round(self.effectusd[steps].steps_per_s / self.chains.units_per_s, 2)
 
     @property
     def pgqueuer_efficiency(self) -> float:
@@ -161,13 +196,25 @@ class Comparison:
                 f"{_us(dbos.db_cpu_us_per_unit):>8}{dbos.wal_bytes_per_unit:>8.0f}"
                 f"{dbos.rows_written_per_unit:>6.1f}  {dbos.units} steps, one run"
             )
+        if self.chains is not None:
+            chains = self.chains
+            label = f"pgqueuer, {self.chain}-job chains"
+            lines.append(
+                f"{label:<34}{chains.units_per_s:>10.0f}"
+                f"{chains.units_per_s / self.pgqueuer_jobs_per_s:>8.2f}"
+                f"{chains.cpu_us_per_unit:>9.0f}{_us(chains.db_cpu_us_per_unit):>8}"
+                f"{chains.wal_bytes_per_unit:>8.0f}{chains.rows_written_per_unit:>6.1f}  "
+                f"{chains.units} jobs, one run; each job enqueues the next of its chain"
+            )
         for steps, result in sorted(self.effectusd.items(), reverse=True):
             label = f"effectusd, {steps}-step sagas"
             against = self.dbos_ratio(steps)
+            chained = self.chain_ratio(steps)
             lines.append(
                 f"{label:<34}{result.steps_per_s:>10.0f}{self.ratio(steps):>8.2f}"
                 f"{result.cpu_us_per_step:>9.0f}{_us(result.db_cpu_us_per_step):>8}"
                 f"{result.wal_bytes_per_step:>8.0f}{result.rows_written_per_step:>6.1f}  "
+                + ("" if chained is None else f"chains ratio {chained}, ")
                 + ("" if against is None else f"DBOS ratio {against}, ")
                 + f"efficiency {result.efficiency}, idle p50 "
                 f"{result.idle_enqueue_to_dispatch_p50_ms} ms (p99 "
@@ -189,6 +236,9 @@ class Comparison:
             "pgqueuer_rows_written_per_job": self.pgqueuer_rows_written_per_job,
             "pgqueuer_efficiency": self.pgqueuer_efficiency,
             "dbos": None if self.dbos is None else asdict(self.dbos),
+            "chain": self.chain,
+            "pgqueuer_chains": None if self.chains is None else asdict(self.chains),
+            "ratios_to_chains": {str(steps): self.chain_ratio(steps) for steps in self.effectusd},
             "effectusd": {str(steps): asdict(result) for steps, result in self.effectusd.items()},
             "ratios": {str(steps): self.ratio(steps) for steps in self.effectusd},
             "ratios_to_dbos": {str(steps): self.dbos_ratio(steps) for steps in self.effectusd},
@@ -206,13 +256,19 @@ def compare(
     transport: str = DEFAULT_TRANSPORT,
     delivery: str = "at_most_once",
 ) -> Comparison:
-    """pgqueuer, DBOS (unless ``dbos_workflows`` is 0), effectusd for each step count, pgqueuer
-    again: one sink, one concurrency. pgqueuer drains as many jobs as the largest effectusd run
-    has steps; effectusd's steps have ``delivery``."""
+    """pgqueuer, its chains (as long as the longest plan, if longer than one step), DBOS
+    (unless ``dbos_workflows`` is 0), effectusd for each step count, pgqueuer again: one sink,
+    one concurrency. pgqueuer drains as many jobs as the largest effectusd run has steps;
+    effectusd's steps have ``delivery``."""
     jobs = sagas * max(step_counts)
+    chain = max(step_counts)
     with start_sink() as sink:
         progress(f"pgqueuer: {jobs} job(s) at concurrency {concurrency}…")
         before = run_pgqueuer(server_url, sink, jobs, concurrency)
+        chains = None
+        if chain > 1:
+            progress(f"pgqueuer: {jobs // chain} chain(s) of {chain} job(s)…")
+            chains = run_pgqueuer(server_url, sink, jobs, concurrency, chain)
         dbos = None
         if dbos_workflows:
             from effectusd.bench.dbos_peer import STEPS, run_dbos
@@ -254,6 +310,8 @@ def compare(
         both("rows_written_per_unit", 2),
         results,
         dbos,
+        chains,
+        chain,
         transport,
         delivery,
     )
@@ -270,7 +328,8 @@ def _say(message: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m effectusd.bench.peers",
-        description="effectusd beside pgqueuer and DBOS (aiohttp) on the same sink, in one run.",
+        description="effectusd beside pgqueuer (bare jobs, and chains as long as the longest "
+        "plan) and DBOS (the peers through aiohttp) on the same sink, in one run.",
     )
     parser.add_argument(
         "--transport",
