@@ -49,9 +49,9 @@ DEFAULT_TRANSPORT: str = DestinationConfig.model_fields["transport"].default
 ENQUEUE_BATCH = 1_000
 
 
-def _link(link: int) -> str:
-    """The entrypoint of a chain's job with ``link`` jobs left, itself included."""
-    return f"post{link}"
+def _link(left: int) -> str:
+    """The entrypoint of a chain's job with ``left`` jobs to go, itself included."""
+    return f"post{left}"
 
 
 async def _drain_pgqueuer(
@@ -182,44 +182,58 @@ class Comparison:
             "backends, WAL bytes, row versions written; ratio: rate over pgqueuer's",
             f"{'what':<34}{'rate/s':>10}{'ratio':>8}{'CPU µs':>9}{'DB µs':>8}{'WAL B':>8}"
             f"{'rows':>6}  notes",
-            f"{'pgqueuer + aiohttp POST per job':<34}{self.pgqueuer_jobs_per_s:>10.0f}"
-            f"{1.0:>8.2f}{self.pgqueuer_cpu_us_per_job:>9.0f}"
-            f"{_us(self.pgqueuer_db_cpu_us_per_job):>8}{self.pgqueuer_wal_bytes_per_job:>8.0f}"
-            f"{self.pgqueuer_rows_written_per_job:>6.1f}  runs {runs}, "
-            f"efficiency {self.pgqueuer_efficiency}",
+            _row(
+                "pgqueuer + aiohttp POST per job",
+                self.pgqueuer_jobs_per_s,
+                1.0,
+                self.pgqueuer_cpu_us_per_job,
+                self.pgqueuer_db_cpu_us_per_job,
+                self.pgqueuer_wal_bytes_per_job,
+                self.pgqueuer_rows_written_per_job,
+                f"runs {runs}, efficiency {self.pgqueuer_efficiency}",
+            ),
         ]
-        if self.dbos is not None:
-            dbos = self.dbos
-            lines.append(
-                f"{'DBOS, 5-step workflows (a step)':<34}{dbos.units_per_s:>10.0f}"
-                f"{dbos.units_per_s / self.pgqueuer_jobs_per_s:>8.2f}{dbos.cpu_us_per_unit:>9.0f}"
-                f"{_us(dbos.db_cpu_us_per_unit):>8}{dbos.wal_bytes_per_unit:>8.0f}"
-                f"{dbos.rows_written_per_unit:>6.1f}  {dbos.units} steps, one run"
-            )
-        if self.chains is not None:
-            chains = self.chains
-            label = f"pgqueuer, {self.chain}-job chains"
-            lines.append(
-                f"{label:<34}{chains.units_per_s:>10.0f}"
-                f"{chains.units_per_s / self.pgqueuer_jobs_per_s:>8.2f}"
-                f"{chains.cpu_us_per_unit:>9.0f}{_us(chains.db_cpu_us_per_unit):>8}"
-                f"{chains.wal_bytes_per_unit:>8.0f}{chains.rows_written_per_unit:>6.1f}  "
-                f"{chains.units} jobs, one run; each job enqueues the next of its chain"
-            )
+        peers = (
+            (self.dbos, "DBOS, 5-step workflows (a step)", "steps, one run"),
+            (
+                self.chains,
+                f"pgqueuer, {self.chain}-job chains",
+                "jobs, one run; each job enqueues the next of its chain",
+            ),
+        )
+        for peer, label, note in peers:
+            if peer is not None:
+                lines.append(
+                    _row(
+                        label,
+                        peer.units_per_s,
+                        peer.units_per_s / self.pgqueuer_jobs_per_s,
+                        peer.cpu_us_per_unit,
+                        peer.db_cpu_us_per_unit,
+                        peer.wal_bytes_per_unit,
+                        peer.rows_written_per_unit,
+                        f"{peer.units} {note}",
+                    )
+                )
         for steps, result in sorted(self.effectusd.items(), reverse=True):
-            label = f"effectusd, {steps}-step sagas"
             against = self.dbos_ratio(steps)
             chained = self.chain_ratio(steps)
             lines.append(
-                f"{label:<34}{result.steps_per_s:>10.0f}{self.ratio(steps):>8.2f}"
-                f"{result.cpu_us_per_step:>9.0f}{_us(result.db_cpu_us_per_step):>8}"
-                f"{result.wal_bytes_per_step:>8.0f}{result.rows_written_per_step:>6.1f}  "
-                + ("" if chained is None else f"chains ratio {chained}, ")
-                + ("" if against is None else f"DBOS ratio {against}, ")
-                + f"efficiency {result.efficiency}, idle p50 "
-                f"{result.idle_enqueue_to_dispatch_p50_ms} ms (p99 "
-                f"{result.idle_enqueue_to_dispatch_p99_ms}), "
-                f"{result.commits_per_step} commits/step"
+                _row(
+                    f"effectusd, {steps}-step sagas",
+                    result.steps_per_s,
+                    self.ratio(steps),
+                    result.cpu_us_per_step,
+                    result.db_cpu_us_per_step,
+                    result.wal_bytes_per_step,
+                    result.rows_written_per_step,
+                    ("" if chained is None else f"chains ratio {chained}, ")
+                    + ("" if against is None else f"DBOS ratio {against}, ")
+                    + f"efficiency {result.efficiency}, idle p50 "
+                    f"{result.idle_enqueue_to_dispatch_p50_ms} ms (p99 "
+                    f"{result.idle_enqueue_to_dispatch_p99_ms}), "
+                    f"{result.commits_per_step} commits/step",
+                )
             )
         return "\n".join(lines)
 
@@ -260,8 +274,8 @@ def compare(
     (unless ``dbos_workflows`` is 0), effectusd for each step count, pgqueuer again: one sink,
     one concurrency. pgqueuer drains as many jobs as the largest effectusd run has steps;
     effectusd's steps have ``delivery``."""
-    jobs = sagas * max(step_counts)
     chain = max(step_counts)
+    jobs = sagas * chain
     with start_sink() as sink:
         progress(f"pgqueuer: {jobs} job(s) at concurrency {concurrency}…")
         before = run_pgqueuer(server_url, sink, jobs, concurrency)
@@ -319,6 +333,23 @@ def compare(
 
 def _us(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f}"
+
+
+def _row(
+    label: str,
+    rate: float,
+    ratio: float,
+    cpu_us: float,
+    db_cpu_us: float | None,
+    wal_bytes: float,
+    rows: float,
+    notes: str,
+) -> str:
+    """One line of the table, in its columns."""
+    return (
+        f"{label:<34}{rate:>10.0f}{ratio:>8.2f}{cpu_us:>9.0f}{_us(db_cpu_us):>8}"
+        f"{wal_bytes:>8.0f}{rows:>6.1f}  {notes}"
+    )
 
 
 def _say(message: str) -> None:
