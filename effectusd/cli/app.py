@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from effectusd.backends import Backend, Connection
 from effectusd.backends.errors import UNAVAILABLE
+from effectusd.cli.render import escape_hidden
 from effectusd.client import Client
 from effectusd.config import Config, ConfigError, load_config, not_utf8
 from effectusd.core.canonical import MAX_JSON_DEPTH, parse_json
@@ -89,7 +90,8 @@ def _json_default(value: object) -> Any:
 
 def emit(data: Any, as_json: bool, human: Callable[[Any], str]) -> None:
     if as_json:
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=_json_default))
+        text = json.dumps(data, indent=2, ensure_ascii=False, default=_json_default)
+        click.echo(escape_hidden(text))
     else:
         click.echo(human(data))
 

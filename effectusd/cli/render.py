@@ -7,6 +7,7 @@ line of its own that passes for another entry.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -19,6 +20,18 @@ from effectusd.core.views import (
     TimelineEvent,
     blocking_dispatches,
 )
+
+# What JSON text (written with ensure_ascii off) and printable_lines leave raw but a terminal
+# may act on or draw out of order: DEL, the C1 controls, the bidi marks, embeddings, overrides
+# and isolates, and the line and paragraph separators.
+_HIDDEN = re.compile("[\u007f-\u009f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def escape_hidden(text: str) -> str:
+    """``text`` with each such character written as its ``\\uXXXX`` escape: in JSON text (they
+    occur only inside strings there) the parsed values stay the same; on a terminal each shows
+    as what it is."""
+    return _HIDDEN.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
 def _age(at: datetime | None) -> str:
