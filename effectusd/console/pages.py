@@ -80,13 +80,28 @@ def overview(data: Mapping[str, Any]) -> Html:
     return join(parts)
 
 
+def answer_words(status: int | None, error: str | None) -> str:
+    """An answer's status and error as one phrase (``HTTP 422: no``), the status said once:
+    an error recorded for an answer begins with its status already."""
+    said = f"HTTP {status}" if status is not None else ""
+    if error and said and error.startswith(said) and not error[len(said) :][:1].isdigit():
+        return error
+    return ": ".join(part for part in (said, error) if part)
+
+
 def _blocking_table(blocking: Sequence[Mapping[str, Any]]) -> Html:
     rows = []
     for b in blocking:
         attempts = [
-            f"#{a['attempt']} {a['outcome'] or 'pending'}"
-            + (f" HTTP {a['status_code']}" if a.get("status_code") else "")
-            + (f": {a['error']}" if a.get("error") else "")
+            " ".join(
+                part
+                for part in (
+                    f"#{a['attempt']}",
+                    a["outcome"] or "pending",
+                    answer_words(a.get("status_code"), a.get("error")),
+                )
+                if part
+            )
             for a in b["attempts"]
         ]
         rows.append(
@@ -131,9 +146,7 @@ def blocked_card(
                 ),
                 tag("p", summary["stop_reason"] or ""),
                 _blocking_table(summary["blocking"]),
-                forms_for(saga_id, summary["state"], summary["blocking"], csrf, False, schemas)
-                if csrf is not None
-                else "",
+                forms_for(saga_id, summary, csrf, False, schemas) if csrf is not None else "",
             ]
         ),
         class_="card blocked-saga",
@@ -209,9 +222,9 @@ def _attempts(dispatch: Mapping[str, Any]) -> Html:
     for a in dispatch["attempts"]:
         late = ""
         if a.get("late"):
-            code = f" HTTP {a['late_status_code']}" if a.get("late_status_code") else ""
-            late = f"{a.get('late_outcome') or '?'}{code} at {_when(a.get('late_at'))}"
-            late += f": {a['late_error']}" if a.get("late_error") else ""
+            words = answer_words(a.get("late_status_code"), a.get("late_error"))
+            late = f"{a.get('late_outcome') or '?'} at {_when(a.get('late_at'))}"
+            late += f": {words}" if words else ""
         rows.append(
             (
                 f"#{a['attempt']}",
@@ -253,7 +266,7 @@ def _dispatch(dispatch: Mapping[str, Any]) -> Html:
 
 
 def _step(
-    saga_id: str,
+    view: Mapping[str, Any],
     step: Mapping[str, Any],
     forms: Mapping[tuple[str, str], Mapping[str, Any]],
     csrf: str | None,
@@ -284,7 +297,7 @@ def _step(
         parts.append(_dispatch(dispatch))
         blocking = forms.get((step["effect_id"], dispatch["direction"]))
         if blocking is not None and csrf is not None:
-            parts.append(resolve_form(saga_id, blocking, csrf, schemas))
+            parts.append(resolve_form(view["saga_id"], view["state"], blocking, csrf, schemas))
     return tag("div", join(parts), class_="card step", data_step=step["effect_id"])
 
 
@@ -311,10 +324,12 @@ def saga_detail(
     notice: str = "",
     schemas: Schemas | None = None,
     why_read_only: str = "",
+    actions: Sequence[str] = (),
 ) -> Html:
     """One saga as `sagas show` shows it: its steps and their graph, every dispatch and
-    attempt with its evidence, the Resolve form beside the dispatch it settles, the timeline.
-    ``csrf`` None: a viewer who may not act, shown no form but the reason."""
+    attempt with its evidence, the Resolve form beside the dispatch it settles, the forms of
+    ``actions`` (the service's ``saga_actions``), the timeline. ``csrf`` None: a viewer who
+    may not act, shown no form but the reason."""
     summary = blocked_summary(view)
     facts = view.get("facts")
     head = table(
@@ -336,11 +351,9 @@ def saga_detail(
     }
     actionable = bool(targets) or bool(view.get("next_actions"))
     if csrf is None:
-        actions = read_only(why_read_only) if actionable else ""
+        forms = read_only(why_read_only) if actionable else ""
     else:
-        actions = saga_forms(
-            view["saga_id"], view["state"], csrf, not view.get("cancel_requested_at")
-        )
+        forms = saga_forms(view["saga_id"], actions, csrf, not view.get("cancel_requested_at"))
     return join(
         [
             tag("p", notice, class_="notice") if notice else "",
@@ -348,9 +361,9 @@ def saga_detail(
             head,
             tag("p", f"Cancel requested by {cancel}.") if cancel else "",
             tag("details", join([tag("summary", "facts (the saga's input)"), json_block(facts)])),
-            actions,
+            forms,
             tag("h2", "Steps"),
-            join(_step(view["saga_id"], step, targets, csrf, schemas) for step in view["steps"]),
+            join(_step(view, step, targets, csrf, schemas) for step in view["steps"]),
             tag("h2", "Timeline"),
             _timeline(view),
         ]
