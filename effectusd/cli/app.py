@@ -21,12 +21,12 @@ from pydantic import BaseModel
 
 from effectusd.backends import Backend, Connection
 from effectusd.backends.errors import UNAVAILABLE
-from effectusd.cli.render import escape_hidden
 from effectusd.client import Client
 from effectusd.config import Config, ConfigError, load_config, not_utf8
 from effectusd.core.canonical import MAX_JSON_DEPTH, parse_json
 from effectusd.core.checker import PlanCheckError
 from effectusd.core.database_url import DatabaseURLError
+from effectusd.core.display import escape_hidden
 from effectusd.core.durations import parse_duration
 from effectusd.core.errors import SchemaNotReady
 from effectusd.store.sql import store_backend

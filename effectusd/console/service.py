@@ -5,7 +5,7 @@ effectusd.operator, each run as the one guarded transaction the CLI runs.
 Lists never carry a saga's values: list rows have none, and a blocked saga is summarised
 from its view through the allow-lists below (facts, results, arguments rendered into paths
 and fencing resources, and the raw answers kept as attempt evidence stay out). Only
-``saga()``, one saga's detail, returns the whole view.
+``saga()`` and ``saga_page()``, one saga's detail, return the whole view.
 """
 
 from __future__ import annotations
