@@ -171,6 +171,8 @@ async def test_a_blocked_contract_saga_offers_the_action_its_config_allows(db: s
         drifted = make_config(dest.base_url, {"work": {"version": 2}})
         await run_until_idle(drifted, db)
         assert saga_row(db, saga.saga_id)["state"] == "blocked_contract"
+        blocked_view = client_for(config, db).get(saga.saga_id)
+        assert blocked_view is not None
         pages = {}
         for name, each in (("restored", config), ("drifted", drifted)):
             async with console_running(with_console(each, tokens=TOKENS), db) as base:
@@ -185,5 +187,7 @@ async def test_a_blocked_contract_saga_offers_the_action_its_config_allows(db: s
                     f"/sagas/{saga.saga_id}/adopt-contract", data=fields, headers={"Origin": base}
                 )
     assert [saga_actions(page) for page in pages["drifted"]] == [["adopt-contract"]] * 2
+    # the CLI, which does not read the loaded config here, lists the usual fit first
+    assert [a.split()[1] for a in blocked_view.next_actions] == ["adopt-contract", "retry"]
     assert [saga_actions(page) for page in pages["restored"]] == [["retry"]] * 2
     assert adopted.status_code == 303, adopted.text
