@@ -96,7 +96,7 @@ class DatabaseConfig(BaseModel):
     pool_max_size: int = Field(default=10, ge=1)
     # PostgreSQL with standbys: refuse to run (at start, and on each reconnect) on a server whose
     # standbys commits do not wait for, where a failover may make an at_most_once step be sent
-    # twice (docs/operations.md section 10). Off: the daemon warns instead.
+    # twice (docs/operations.md section 9). Off: the daemon warns instead.
     require_synchronous_replication: bool = False
 
     @field_validator("url")

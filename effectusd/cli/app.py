@@ -26,6 +26,7 @@ from effectusd.config import Config, ConfigError, load_config, not_utf8
 from effectusd.core.canonical import MAX_JSON_DEPTH, parse_json
 from effectusd.core.checker import PlanCheckError
 from effectusd.core.database_url import DatabaseURLError
+from effectusd.core.display import escape_hidden
 from effectusd.core.durations import parse_duration
 from effectusd.core.errors import SchemaNotReady
 from effectusd.store.sql import store_backend
@@ -89,7 +90,8 @@ def _json_default(value: object) -> Any:
 
 def emit(data: Any, as_json: bool, human: Callable[[Any], str]) -> None:
     if as_json:
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=_json_default))
+        text = json.dumps(data, indent=2, ensure_ascii=False, default=_json_default)
+        click.echo(escape_hidden(text))
     else:
         click.echo(human(data))
 

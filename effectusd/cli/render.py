@@ -7,10 +7,20 @@ line of its own that passes for another entry.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 from effectusd.core.canonical import printable_lines
+from effectusd.core.display import (
+    WHOLE,
+    args_check,
+    bounded,
+    destination_reason,
+    escape_hidden,
+    escaped,
+    probe_answers,
+    shown,
+)
 from effectusd.core.views import (
     DispatchView,
     SagaSummary,
@@ -46,7 +56,8 @@ def _evidence(step: StepView, dispatch: DispatchView) -> list[str]:
         f"    destination      {dispatch.destination}  {dispatch.method} {dispatch.path}",
         f"    verb             {dispatch.verb}  contract {dispatch.contract_hash}",
         f"    Idempotency-Key  {dispatch.idempotency_key}",
-        f"    argument hash    {dispatch.args_hash}",
+        f"    argument hash    {dispatch.args_hash}  "
+        f"(stored arguments: {args_check(dispatch.args_canonical, dispatch.args_hash)})",
     ]
     for attempt in dispatch.attempts:
         grants = ", ".join(f"{g.resource}={g.token}" for g in attempt.grants or ()) or "-"
@@ -57,6 +68,9 @@ def _evidence(step: StepView, dispatch: DispatchView) -> list[str]:
         )
         if attempt.error:
             lines.append(f"      error: {attempt.error}")
+        reason = destination_reason(attempt.error, attempt.evidence)
+        if reason is not None:
+            lines.append(f"      destination's reason: {reason}")
         if attempt.late:
             lines.append(f"      late answer: {attempt.late_outcome} at {_when(attempt.late_at)}")
     return lines
@@ -71,15 +85,27 @@ def saga_list(rows: list[SagaSummary]) -> str:
             f"{_short(row.saga_id):14} {row.state:22} {row.plan_id:16} "
             f"{_short(row.execution_id, 24):24} {_age(row.created_at)}"
         )
-    return printable_lines(lines)
+    return terminal_lines(lines)
+
+
+def terminal_lines(lines: Sequence[str]) -> str:
+    """Lines for a terminal: each one line whatever a stored value in it holds, control, bidi
+    and separator characters escaped."""
+    return escape_hidden(printable_lines(lines))
 
 
 def saga_detail(view: SagaView) -> str:
+    """The whole saga for a person: its facts, each step's arguments as sent (checked
+    against their hash), results, attempts with the destination's reasons, probe answers,
+    why it stopped and the timeline; long values cut (the whole: ``--json``)."""
     lines = _saga_header(view)
+    lines += ["", f"facts (the saga's input; long values cut, {WHOLE})"]
+    lines += _facts(view)
     lines += ["", "steps"]
     branches = branch_labels(view.steps)
+    probes = probe_answers(event.model_dump(mode="json") for event in view.timeline)
     for step in view.steps:
-        lines.extend(_step_lines(step, branches.get(step.effect_id, "")))
+        lines.extend(_step_lines(step, branches.get(step.effect_id, ""), probes))
     blocked = blocking_dispatches(view)
     if blocked:
         lines += ["", f"why it stopped: {view.stop_reason or view.state}"]
@@ -90,7 +116,14 @@ def saga_detail(view: SagaView) -> str:
         lines.extend(f"  {action}" for action in view.next_actions)
     lines += ["", "timeline"]
     lines.extend(_event_line(event) for event in view.timeline)
-    return printable_lines(lines)
+    return terminal_lines(lines)
+
+
+def _facts(view: SagaView) -> list[str]:
+    if not view.facts:
+        return ["  (none)"]
+    width = min(max(len(name) for name in view.facts), 24)
+    return [f"  {escaped(name):{width}}  {shown(value)}" for name, value in view.facts.items()]
 
 
 def _saga_header(view: SagaView) -> list[str]:
@@ -123,18 +156,27 @@ def branch_labels(steps: Sequence[StepView]) -> dict[str, str]:
     }
 
 
-def _step_lines(step: StepView, branch: str = "") -> list[str]:
-    """One step, each of its dispatches and each dispatch's attempts, one line apiece."""
+def _step_lines(
+    step: StepView,
+    branch: str = "",
+    probes: Mapping[tuple[str, str], Sequence[str]] | None = None,
+) -> list[str]:
+    """One step, its result, each of its dispatches with the arguments it sends, and each
+    dispatch's attempts and probe answers, one line apiece."""
     lines = [
         f"  {step.sequence}. {step.effect_id:20} {step.state:14} {step.verb}"
         + (f"  ({branch})" if branch else "")
     ]
+    if step.result is not None:
+        lines.append(f"     result  {shown(step.result)}")
     for dispatch in step.dispatches:
         lines.append(
             f"     {dispatch.direction:12} {dispatch.state:18} "
             f"attempt {dispatch.attempt}/{dispatch.max_attempts}  "
             f"key {_short(dispatch.idempotency_key, 16)}  -> {dispatch.destination}"
         )
+        check = args_check(dispatch.args_canonical, dispatch.args_hash)
+        lines.append(f"       args ({check})  {bounded(dispatch.args_canonical)}")
         if dispatch.last_error:
             lines.append(f"       last error: {dispatch.last_error}")
         for attempt in dispatch.attempts:
@@ -147,6 +189,11 @@ def _step_lines(step: StepView, branch: str = "") -> list[str]:
             )
             if attempt.error:
                 lines.append(f"          error: {attempt.error}")
+            reason = destination_reason(attempt.error, attempt.evidence)
+            if reason is not None:
+                lines.append(f"          destination's reason: {reason}")
+        for answer in (probes or {}).get((step.effect_id, dispatch.direction.value), ()):
+            lines.append(f"       {answer}")
     return lines
 
 

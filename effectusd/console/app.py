@@ -123,11 +123,12 @@ class Console:
             return await self._search(request, who)
         match = re.fullmatch(r"/sagas/(.+)", path)
         if match and SAGA_ID.fullmatch(match.group(1)):
-            view = await self.service.saga(match.group(1))
-            if view is not None:
+            found = await self.service.saga_page(match.group(1))
+            if found is not None:
+                view, actions = found
                 did = request.query.get("did", "")
                 notice = f"{did} recorded" if did in ACTIONS else ""
-                body = pages.saga_detail(view, csrf, notice, self.schemas, why)
+                body = pages.saga_detail(view, csrf, notice, self.schemas, why, actions)
                 return self._ok(f"Saga {view['plan_id']} / {view['execution_id']}", body, who)
         return html_response(404, page("Not found", tag("p", "No such page."), who))
 

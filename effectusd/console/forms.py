@@ -12,10 +12,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from effectusd.console.html import Html, hidden, join, options, tag, void
-from effectusd.core.operator_decisions import Resolution
+from effectusd.core.operator_decisions import resolutions
+from effectusd.core.states import Direction, DispatchState, SagaState
 
-DECISIONS = [r.value for r in Resolution]
-RESOLVABLE_COMPENSATION = "failed_permanent"
 # What a placeholder shows for a property of each JSON Schema type.
 EXAMPLE_OF_TYPE: dict[str, Any] = {
     "string": "…",
@@ -71,12 +70,28 @@ def _form(saga_id: str, action: str, csrf: str, fields: Sequence[Any], label: st
     )
 
 
+def decisions(state: str, blocking: Mapping[str, Any]) -> list[str]:
+    """The decisions ``resolve`` accepts for the dispatch ``blocking`` of a saga in ``state``
+    (operator_decisions.resolutions): the Resolve form offers these and no other."""
+    return [
+        decision.value
+        for decision in resolutions(
+            SagaState(state), DispatchState(blocking["state"]), Direction(blocking["direction"])
+        )
+    ]
+
+
 def resolve_form(
-    saga_id: str, blocking: Mapping[str, Any], csrf: str, schemas: Schemas | None = None
+    saga_id: str,
+    state: str,
+    blocking: Mapping[str, Any],
+    csrf: str,
+    schemas: Schemas | None = None,
 ) -> Html:
     effect_id = blocking["effect_id"]
     where = f"{effect_id} ({blocking['direction']})"
-    decision = tag("select", options(DECISIONS, None, blank=None), name="decision")
+    offered = decisions(state, blocking)
+    decision = tag("select", options(offered, None, blank=None), name="decision")
     hint = result_placeholder(effect_id, (schemas or {}).get(blocking.get("verb") or ""))
     result = tag("textarea", "", name="result_json", placeholder=hint)
     fields = [
@@ -89,51 +104,47 @@ def resolve_form(
     return _form(saga_id, "resolve", csrf, fields, f"Resolve {effect_id}")
 
 
-def simple_form(saga_id: str, action: str, csrf: str, evidence_required: bool) -> Html:
-    hints = {
-        "retry": "why it is safe to send again now",
-        "cancel": "why it is canceled",
-        "adopt-contract": "why the changed contract is right for this saga",
-    }
+# Each action on the whole saga: what its evidence box asks, and whether it must be filled.
+SAGA_FORMS = {
+    "retry": ("why it is safe to send again now", False),
+    "cancel": ("why it is canceled", False),
+    "adopt-contract": ("why the changed contract is right for this saga", True),
+}
+
+
+def simple_form(saga_id: str, action: str, csrf: str) -> Html:
+    hint, evidence_required = SAGA_FORMS[action]
     fields = [tag("strong", action.replace("-", " ").capitalize())]
-    fields.append(_evidence(evidence_required, hints[action]))
+    fields.append(_evidence(evidence_required, hint))
     return _form(saga_id, action, csrf, fields, action.replace("-", " ").capitalize())
 
 
 def resolvable(state: str, blocking: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The blocking dispatches an operator settles with Resolve in ``state`` (the same
-    choices `next_actions` lists for the CLI)."""
-    if state == "blocked_unknown":
-        return list(blocking)
-    if state == "blocked_compensation":
-        return [
-            b
-            for b in blocking
-            if b["direction"] == "compensation" and b["state"] == RESOLVABLE_COMPENSATION
-        ]
-    return []
+    """The blocking dispatches an operator settles with Resolve in ``state``: those
+    ``resolve`` accepts a decision for."""
+    return [b for b in blocking if decisions(state, b)]
 
 
-def saga_forms(saga_id: str, state: str, csrf: str, cancelable: bool) -> Html:
-    """The forms for the whole saga (retry, adopt the contract, cancel) that apply."""
-    forms = []
-    if state in ("blocked_fence", "blocked_contract", "blocked_compensation"):
-        forms.append(simple_form(saga_id, "retry", csrf, False))
-    if state == "blocked_contract":
-        forms.append(simple_form(saga_id, "adopt-contract", csrf, True))
-    if state == "running" and cancelable:
-        forms.append(simple_form(saga_id, "cancel", csrf, False))
-    return join(forms)
+def saga_forms(saga_id: str, actions: Sequence[str], csrf: str, cancelable: bool) -> Html:
+    """The forms for the whole saga, in the order of ``actions`` (the service's
+    ``saga_actions``: those the operator layer accepts now, the fitting one first); cancel
+    only while none was requested."""
+    return join(
+        simple_form(saga_id, action, csrf)
+        for action in actions
+        if action in SAGA_FORMS and (action != "cancel" or cancelable)
+    )
 
 
 def forms_for(
     saga_id: str,
-    state: str,
-    blocking: Sequence[Mapping[str, Any]],
+    summary: Mapping[str, Any],
     csrf: str,
     cancelable: bool,
     schemas: Schemas | None = None,
 ) -> Html:
-    """Every form that applies in ``state``: Resolve per resolvable dispatch, then the rest."""
-    resolves = [resolve_form(saga_id, b, csrf, schemas) for b in resolvable(state, blocking)]
-    return join([*resolves, saga_forms(saga_id, state, csrf, cancelable)])
+    """Every form a blocked summary admits: Resolve per resolvable dispatch, then the
+    actions on the whole saga."""
+    state, blocking = summary["state"], summary["blocking"]
+    resolves = [resolve_form(saga_id, state, b, csrf, schemas) for b in resolvable(state, blocking)]
+    return join([*resolves, saga_forms(saga_id, summary.get("actions", ()), csrf, cancelable)])

@@ -4,7 +4,6 @@ by being built here as ``Html``; templates substitute plain strings escaped."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from html import escape
@@ -69,10 +68,6 @@ def state(value: str | None) -> Html:
     if value in ("completed", "compensated"):
         css = "done"
     return tag("span", value or "-", class_=f"state {css}".strip())
-
-
-def json_block(value: Any) -> Html:
-    return tag("pre", json.dumps(value, indent=2, ensure_ascii=False, default=str), class_="mono")
 
 
 def options(values: Sequence[str], selected: str | None, blank: str | None = "") -> Html:

@@ -15,7 +15,6 @@ from effectusd.console.forms import Schemas, forms_for, resolvable, resolve_form
 from effectusd.console.html import (
     Html,
     join,
-    json_block,
     options,
     render,
     state,
@@ -23,6 +22,16 @@ from effectusd.console.html import (
     tag,
 )
 from effectusd.console.service import Filters, blocked_summary
+from effectusd.core.display import (
+    WHOLE,
+    args_check,
+    args_hash_ok,
+    bounded,
+    destination_reason,
+    escaped,
+    probe_answers,
+    shown,
+)
 from effectusd.core.states import SagaState
 
 
@@ -80,13 +89,28 @@ def overview(data: Mapping[str, Any]) -> Html:
     return join(parts)
 
 
+def answer_words(status: int | None, error: str | None) -> str:
+    """An answer's status and error as one phrase (``HTTP 422: no``), the status said once:
+    an error recorded for an answer begins with its status already."""
+    said = f"HTTP {status}" if status is not None else ""
+    if error and said and error.startswith(said) and not error[len(said) :][:1].isdigit():
+        return error
+    return ": ".join(part for part in (said, error) if part)
+
+
 def _blocking_table(blocking: Sequence[Mapping[str, Any]]) -> Html:
     rows = []
     for b in blocking:
         attempts = [
-            f"#{a['attempt']} {a['outcome'] or 'pending'}"
-            + (f" HTTP {a['status_code']}" if a.get("status_code") else "")
-            + (f": {a['error']}" if a.get("error") else "")
+            " ".join(
+                part
+                for part in (
+                    f"#{a['attempt']}",
+                    a["outcome"] or "pending",
+                    answer_words(a.get("status_code"), a.get("error")),
+                )
+                if part
+            )
             for a in b["attempts"]
         ]
         rows.append(
@@ -131,9 +155,7 @@ def blocked_card(
                 ),
                 tag("p", summary["stop_reason"] or ""),
                 _blocking_table(summary["blocking"]),
-                forms_for(saga_id, summary["state"], summary["blocking"], csrf, False, schemas)
-                if csrf is not None
-                else "",
+                forms_for(saga_id, summary, csrf, False, schemas) if csrf is not None else "",
             ]
         ),
         class_="card blocked-saga",
@@ -209,16 +231,16 @@ def _attempts(dispatch: Mapping[str, Any]) -> Html:
     for a in dispatch["attempts"]:
         late = ""
         if a.get("late"):
-            code = f" HTTP {a['late_status_code']}" if a.get("late_status_code") else ""
-            late = f"{a.get('late_outcome') or '?'}{code} at {_when(a.get('late_at'))}"
-            late += f": {a['late_error']}" if a.get("late_error") else ""
+            words = answer_words(a.get("late_status_code"), a.get("late_error"))
+            late = f"{a.get('late_outcome') or '?'} at {_when(a.get('late_at'))}"
+            late += f": {words}" if words else ""
         rows.append(
             (
                 f"#{a['attempt']}",
                 a.get("outcome") or "in progress",
                 a.get("settled_by") or "-",
                 a["status_code"] if a.get("status_code") is not None else "-",
-                a.get("error") or "-",
+                _error(a),
                 a.get("fencing_status") or "-",
                 _when(a.get("sent_at")),
                 _when(a.get("completed_at")),
@@ -228,7 +250,31 @@ def _attempts(dispatch: Mapping[str, Any]) -> Html:
     return table(ATTEMPT_HEADINGS, rows)
 
 
-def _dispatch(dispatch: Mapping[str, Any]) -> Html:
+def _error(attempt: Mapping[str, Any]) -> str:
+    """An attempt's error, and the destination's reason when the error does not say it."""
+    error = attempt.get("error")
+    reason = destination_reason(error, attempt.get("evidence"))
+    said = f"destination's reason: {reason}" if reason else ""
+    return " · ".join(part for part in (error, said) if part) or "-"
+
+
+def _arguments(dispatch: Mapping[str, Any]) -> Html:
+    """The arguments as sent (the stored bytes), checked against their hash."""
+    args, digest = dispatch.get("args_canonical"), dispatch.get("args_hash")
+    check = args_check(args, digest)
+    label = tag("strong", f"Arguments as sent ({check}): ")
+    text = tag("span", bounded(args) if args is not None else "-", class_="mono args")
+    return tag("p", join([label, text]), class_=None if args_hash_ok(args, digest) else "error")
+
+
+def _probes(answers: Sequence[str]) -> Html:
+    if not answers:
+        return Html("")
+    lines = [tag("div", line, class_="mono") for line in answers]
+    return tag("div", join([tag("strong", "Probe answers"), *lines]), class_="probes")
+
+
+def _dispatch(dispatch: Mapping[str, Any], probes: Sequence[str] = ()) -> Html:
     facts = table(
         ["direction", "state", "attempts", "destination", "call", "idempotency key", "next at"],
         [
@@ -249,18 +295,19 @@ def _dispatch(dispatch: Mapping[str, Any]) -> Html:
     )
     error = dispatch.get("last_error")
     last = tag("p", join(["Last error: ", tag("span", error, class_="mono")])) if error else ""
-    return join([facts, last, _attempts(dispatch)])
+    return join([facts, _arguments(dispatch), last, _attempts(dispatch), _probes(probes)])
 
 
 def _step(
-    saga_id: str,
+    view: Mapping[str, Any],
     step: Mapping[str, Any],
     forms: Mapping[tuple[str, str], Mapping[str, Any]],
     csrf: str | None,
     schemas: Schemas | None,
+    probes: Mapping[tuple[str, str], Sequence[str]],
 ) -> Html:
-    """One step: where it sits in the plan, each dispatch's evidence, and beside a blocking
-    dispatch the form that resolves it."""
+    """One step: where it sits in the plan, its result, each dispatch's arguments, evidence
+    and probe answers, and beside a blocking dispatch the form that resolves it."""
     after = step.get("after") or []
     where = f"after {', '.join(after)}" if after else "runs first (waits for no step)"
     result = step.get("result")
@@ -276,15 +323,17 @@ def _step(
             ),
         ),
         tag("p", where, class_="after"),
-        tag("details", join([tag("summary", "result"), json_block(result)]))
+        tag("details", join([tag("summary", "result"), tag("pre", shown(result), class_="mono")]))
         if result is not None
         else "",
     ]
     for dispatch in step["dispatches"]:
-        parts.append(_dispatch(dispatch))
+        parts.append(
+            _dispatch(dispatch, probes.get((step["effect_id"], dispatch["direction"]), ()))
+        )
         blocking = forms.get((step["effect_id"], dispatch["direction"]))
         if blocking is not None and csrf is not None:
-            parts.append(resolve_form(saga_id, blocking, csrf, schemas))
+            parts.append(resolve_form(view["saga_id"], view["state"], blocking, csrf, schemas))
     return tag("div", join(parts), class_="card step", data_step=step["effect_id"])
 
 
@@ -311,12 +360,15 @@ def saga_detail(
     notice: str = "",
     schemas: Schemas | None = None,
     why_read_only: str = "",
+    actions: Sequence[str] = (),
 ) -> Html:
     """One saga as `sagas show` shows it: its steps and their graph, every dispatch and
-    attempt with its evidence, the Resolve form beside the dispatch it settles, the timeline.
-    ``csrf`` None: a viewer who may not act, shown no form but the reason."""
+    attempt with its evidence, the Resolve form beside the dispatch it settles, the forms of
+    ``actions`` (the service's ``saga_actions``), the timeline. ``csrf`` None: a viewer who
+    may not act, shown no form but the reason."""
     summary = blocked_summary(view)
-    facts = view.get("facts")
+    facts = view.get("facts") or {}
+    probes = probe_answers(view["timeline"])
     head = table(
         ["state", "plan", "execution id", "namespace", "age", "stop reason"],
         [
@@ -336,22 +388,35 @@ def saga_detail(
     }
     actionable = bool(targets) or bool(view.get("next_actions"))
     if csrf is None:
-        actions = read_only(why_read_only) if actionable else ""
+        forms = read_only(why_read_only) if actionable else ""
     else:
-        actions = saga_forms(
-            view["saga_id"], view["state"], csrf, not view.get("cancel_requested_at")
-        )
+        forms = saga_forms(view["saga_id"], actions, csrf, not view.get("cancel_requested_at"))
     return join(
         [
             tag("p", notice, class_="notice") if notice else "",
             tag("p", view["saga_id"], class_="mono saga-id"),
             head,
             tag("p", f"Cancel requested by {cancel}.") if cancel else "",
-            tag("details", join([tag("summary", "facts (the saga's input)"), json_block(facts)])),
-            actions,
+            tag("details", join([tag("summary", "facts (the saga's input)"), _facts(facts)])),
+            forms,
             tag("h2", "Steps"),
-            join(_step(view["saga_id"], step, targets, csrf, schemas) for step in view["steps"]),
+            join(_step(view, step, targets, csrf, schemas, probes) for step in view["steps"]),
             tag("h2", "Timeline"),
             _timeline(view),
+        ]
+    )
+
+
+def _facts(facts: Mapping[str, Any]) -> Html:
+    """Each fact on one line, long values cut (the whole: the JSON view)."""
+    if not facts:
+        return tag("p", "None.")
+    rows = [
+        (tag("span", escaped(name), class_="mono"), shown(value)) for name, value in facts.items()
+    ]
+    return join(
+        [
+            table(["fact", "value"], rows),
+            tag("p", f"Long values are cut; {WHOLE} or GET /api/sagas/ID."),
         ]
     )

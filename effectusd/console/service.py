@@ -5,7 +5,7 @@ effectusd.operator, each run as the one guarded transaction the CLI runs.
 Lists never carry a saga's values: list rows have none, and a blocked saga is summarised
 from its view through the allow-lists below (facts, results, arguments rendered into paths
 and fencing resources, and the raw answers kept as attempt evidence stay out). Only
-``saga()``, one saga's detail, returns the whole view.
+``saga()`` and ``saga_page()``, one saga's detail, return the whole view.
 """
 
 from __future__ import annotations
@@ -21,8 +21,11 @@ from effectusd.backends import Backend
 from effectusd.backends.operation import Operation
 from effectusd.config import Config
 from effectusd.core import operator_decisions as decide
+from effectusd.core.adoption import drifted_verbs
 from effectusd.core.canonical import JsonValue
 from effectusd.core.durations import parse_duration
+from effectusd.core.plan import CheckedPlan
+from effectusd.core.registry import Registry
 from effectusd.core.states import Direction, SagaState
 from effectusd.core.views import SagaView, blocking_dispatches, jsonable
 from effectusd.operator import adopt_contract, cancel, resolve, retry
@@ -34,6 +37,12 @@ MAX_LIST = 1_000
 FINISHED_WINDOW = timedelta(hours=1)
 BLOCKED_STATES = tuple(state.value for state in SagaState if state.is_blocked)
 ACTIONS = ("resolve", "retry", "cancel", "adopt-contract")
+# The console's name of each action on a whole saga (its path, its form).
+SAGA_ACTIONS = {
+    decide.Action.RETRY: "retry",
+    decide.Action.CANCEL: "cancel",
+    decide.Action.ADOPT_CONTRACT: "adopt-contract",
+}
 
 SUMMARY_SAGA = (
     "saga_id",
@@ -187,8 +196,43 @@ class Filters:
         )
 
 
-def _blocked_queue(namespace: str, limit: int) -> Operation[list[dict[str, Any]]]:
-    """Blocked sagas, longest blocked first, each summarised, in one read transaction."""
+def saga_actions(view: SagaView, registry: Registry) -> Operation[list[str]]:
+    """The actions on the whole saga the operator layer accepts now, the one that fits
+    first (operator_decisions.offered_actions); for blocked_contract that depends on the
+    loaded contracts against the saga's pinned plan."""
+    contract: tuple[decide.Action, ...] = ()
+    if view.state is SagaState.BLOCKED_CONTRACT:
+        plan = yield from operations.saga_plan(view.saga_id)
+        if plan is not None:
+            contract = _contract_actions(view, plan, registry)
+    return [SAGA_ACTIONS[action] for action in decide.offered_actions(view.state, contract)]
+
+
+def _contract_actions(
+    view: SagaView, plan: CheckedPlan, registry: Registry
+) -> tuple[decide.Action, ...]:
+    blocked = [dispatch.verb for _, dispatch in blocking_dispatches(view)]
+    verbs = {step.verb for step in plan.steps}
+    verbs |= {step.compensate.verb for step in plan.steps if step.compensate is not None}
+    return decide.contract_actions(
+        blocked[0] if blocked else None,
+        drifted_verbs(plan, registry.verbs),
+        sorted(verb for verb in verbs if verb not in registry.verbs),
+    )
+
+
+def _saga_page(saga_id: str, registry: Registry) -> Operation[tuple[SagaView, list[str]] | None]:
+    view = yield from operations.load_saga(saga_id)
+    if view is None:
+        return None
+    return view, (yield from saga_actions(view, registry))
+
+
+def _blocked_queue(
+    namespace: str, limit: int, registry: Registry
+) -> Operation[list[dict[str, Any]]]:
+    """Blocked sagas, longest blocked first, each summarised with the actions on the whole
+    saga it admits now, in one read transaction."""
     rows = []
     for state in BLOCKED_STATES:
         rows += yield from operations.list_sagas(state=state, namespace=namespace, limit=limit)
@@ -197,7 +241,9 @@ def _blocked_queue(namespace: str, limit: int) -> Operation[list[dict[str, Any]]
     for row in rows[:limit]:
         view = yield from operations.load_saga(row["saga_id"])
         if view is not None:  # pruned meanwhile
-            summaries.append(blocked_summary(view))
+            summary = blocked_summary(view)
+            summary["actions"] = yield from saga_actions(view, registry)
+            summaries.append(summary)
     return summaries
 
 
@@ -238,8 +284,15 @@ class ConsoleService:
         view = await self.backend.runner.run_async(operations.load_saga(saga_id))
         return None if view is None else as_dict(view)
 
+    async def saga_page(self, saga_id: str) -> tuple[dict[str, Any], list[str]] | None:
+        """One saga's view with the actions on the whole saga it admits now."""
+        found = await self.backend.runner.run_async(_saga_page(saga_id, self.registry))
+        return None if found is None else (as_dict(found[0]), found[1])
+
     async def blocked(self, limit: int = 100) -> list[dict[str, Any]]:
-        return await self.backend.runner.run_async(_blocked_queue(self.config.namespace, limit))
+        return await self.backend.runner.run_async(
+            _blocked_queue(self.config.namespace, limit, self.registry)
+        )
 
     async def overview(self) -> dict[str, Any]:
         return await self.backend.runner.run_async(_overview_reads())

@@ -66,7 +66,7 @@ def check(plan: PlanSpec | Mapping[str, Any], verbs: Mapping[str, VerbContract])
         spec, original = _parse_structure(plan, issues)
     if spec is None:
         raise PlanCheckError(issues)
-    checked = _check_semantics(spec, verbs, issues, original)
+    checked = _check_semantics(spec, verbs, issues, original, _step_ids(plan, spec, original))
     if issues or checked is None:
         raise PlanCheckError(issues)
     return checked
@@ -174,17 +174,34 @@ class _Scope:
     runs_before: Mapping[str, frozenset[str]] | None
 
 
+def _step_ids(
+    plan: PlanSpec | Mapping[str, Any], spec: PlanSpec, original: list[int] | None
+) -> list[tuple[int, str]]:
+    """Every step's id with its index in the plan, a malformed step's too (when its id is
+    text), so that a repeated or invalid id is reported with that step's other problems."""
+    if original is None or not isinstance(plan, Mapping):
+        return [(index, step.id) for index, step in enumerate(spec.steps)]
+    raw_steps = plan.get("steps")
+    return [
+        (index, raw["id"])
+        for index, raw in enumerate(raw_steps if isinstance(raw_steps, list) else ())
+        if isinstance(raw, Mapping) and isinstance(raw.get("id"), str)
+    ]
+
+
 def _check_semantics(
     spec: PlanSpec,
     verbs: Mapping[str, VerbContract],
     issues: list[CheckIssue],
-    original: list[int] | None = None,
+    original: list[int] | None,
+    ids: list[tuple[int, str]],
 ) -> CheckedPlan | None:
     """Semantic checks. ``original`` is set when malformed steps were left out: it maps each
-    kept step to its index in the plan, and references to unknown steps are then not trusted."""
+    kept step to its index in the plan, and references to unknown steps are then not trusted.
+    ``ids``: every step's id by its index in the plan (``_step_ids``), malformed steps' too."""
     index_of = original or list(range(len(spec.steps)))
     _check_names(spec, issues)
-    positions = _step_positions(spec, index_of, issues)
+    positions = _step_positions(ids, index_of, issues)
     sequential = all(step.after is None for step in spec.steps)
     if not sequential:
         issues.extend(after_issues(spec.steps, index_of, positions, original is None))
@@ -215,22 +232,26 @@ def _check_names(spec: PlanSpec, issues: list[CheckIssue]) -> None:
 
 
 def _step_positions(
-    spec: PlanSpec, index_of: list[int], issues: list[CheckIssue]
+    ids: list[tuple[int, str]], index_of: list[int], issues: list[CheckIssue]
 ) -> dict[str, int]:
-    """Where each step id stands; an invalid or repeated id is an issue and gets no place."""
-    positions: dict[str, int] = {}
-    for index, step in enumerate(spec.steps):
-        where = f"steps[{index_of[index]}].id"
-        if not IDENTIFIER.fullmatch(step.id):
-            issues.append(CheckIssue(where, f"step id {step.id!r} {_IDENTIFIER_RULE}"))
-        elif step.id in positions:
-            first = index_of[positions[step.id]]
+    """Where each step id stands in ``spec.steps`` (``index_of`` maps there from the plan);
+    an invalid or repeated id is an issue and gets no place. ``ids`` holds malformed steps
+    too, so an id repeated by a step left out is reported at once, and claims no place."""
+    first: dict[str, int] = {}
+    for plan_index, step_id in ids:
+        where = f"steps[{plan_index}].id"
+        if not IDENTIFIER.fullmatch(step_id):
+            issues.append(CheckIssue(where, f"step id {step_id!r} {_IDENTIFIER_RULE}"))
+        elif step_id in first:
             issues.append(
-                CheckIssue(where, f"duplicate step id {step.id!r} (first at steps[{first}])")
+                CheckIssue(
+                    where, f"duplicate step id {step_id!r} (first at steps[{first[step_id]}])"
+                )
             )
         else:
-            positions[step.id] = index
-    return positions
+            first[step_id] = plan_index
+    kept = {plan_index: index for index, plan_index in enumerate(index_of)}
+    return {step_id: kept[at] for step_id, at in first.items() if at in kept}
 
 
 def _check_step(step: StepSpec, index: int, where: str, scope: _Scope) -> CheckedStep | None:

@@ -8,7 +8,7 @@ learns what the winner left behind.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from enum import StrEnum
 
 from effectusd.core.canonical import JsonValue, json_problems, parse_json, unprintable_problem
@@ -73,6 +73,64 @@ def allowed_actions(state: SagaState) -> frozenset[Action]:
     if state in TERMINAL_SAGA_STATES:
         return frozenset({Action.PRUNE})
     return frozenset()  # compensating: compensation is already under way
+
+
+def contract_actions(
+    blocked_verb: str | None, drifted: Collection[str], unconfigured: Collection[str]
+) -> tuple[Action, ...]:
+    """What unblocks a blocked_contract saga now, the one that fits first, and nothing the
+    action would refuse: adopt-contract when a loaded contract differs from what the saga
+    pinned (the change was meant; retry is refused while it stands), retry when the pinned
+    contracts are loaded again. ``blocked_verb``: the verb of its blocked_contract dispatch,
+    None when it blocked before building one; ``drifted``: its configured verbs whose loaded
+    contract is not the pinned one; ``unconfigured``: its verbs the config does not have
+    (neither action applies until they are restored)."""
+    actions = []
+    if drifted and (blocked_verb is None or blocked_verb in drifted):
+        actions.append(Action.ADOPT_CONTRACT)
+    if blocked_verb is None:
+        sendable = not drifted and not unconfigured
+    else:
+        sendable = blocked_verb not in drifted and blocked_verb not in unconfigured
+    if sendable:
+        actions.append(Action.RETRY)
+    return tuple(actions)
+
+
+def offered_actions(state: SagaState, contract: Sequence[Action] = ()) -> tuple[Action, ...]:
+    """The actions on the whole saga to offer an operator, the one that fits first: retry
+    or cancel where the state admits them, and for blocked_contract ``contract``
+    (``contract_actions``, which reads the loaded config). Resolve is offered per dispatch
+    (``resolutions``); prune is not an action on one saga."""
+    if state is SagaState.BLOCKED_CONTRACT:
+        return tuple(contract)
+    return tuple(a for a in (Action.RETRY, Action.CANCEL) if a in allowed_actions(state))
+
+
+def resolutions(
+    state: SagaState, dispatch_state: DispatchState, direction: Direction
+) -> tuple[Resolution, ...]:
+    """The resolutions ``resolve`` accepts for a dispatch of a saga in ``state`` (none: it
+    does not settle that dispatch): every one for the dispatch whose outcome is unknown; for
+    the compensation whose permanent failure blocked the saga, undone by hand (committed) or
+    sent again, since declaring it failed again would change nothing. The Resolve form
+    offers these and no other."""
+    if Action.RESOLVE not in allowed_actions(state):
+        return ()
+    if state is SagaState.BLOCKED_COMPENSATION:
+        settled = (
+            direction is Direction.COMPENSATION and dispatch_state is DispatchState.FAILED_PERMANENT
+        )
+    else:
+        settled = dispatch_state is DispatchState.BLOCKED_UNKNOWN
+    return _admitted(dispatch_state) if settled else ()
+
+
+def _admitted(target: DispatchState) -> tuple[Resolution, ...]:
+    """The resolutions a dispatch ``resolve`` settles admits, by its state."""
+    if target is DispatchState.FAILED_PERMANENT:
+        return (Resolution.COMMITTED, Resolution.RETRY)
+    return tuple(Resolution)
 
 
 def _what_next(state: SagaState) -> str:
@@ -240,7 +298,7 @@ def _failed_compensation(
 def resolution_refusal(saga_id: str, target: DispatchFacts, decision: Resolution) -> Refused | None:
     """A compensation that failed permanently is settled as undone by hand or sent again;
     declaring it failed again would change nothing."""
-    if target.state is DispatchState.FAILED_PERMANENT and decision is Resolution.FAIL:
+    if decision not in _admitted(target.state):
         return Refused(
             RefusalKind.CONFLICT,
             f"{target.effect_id}/{target.direction.value} of saga {saga_id} already failed "

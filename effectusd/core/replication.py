@@ -1,5 +1,5 @@
 """What a PostgreSQL server's replication settings mean for the daemon's guarantees
-(docs/operations.md section 10): read by the backend at start and on every new connection,
+(docs/operations.md section 9): read by the backend at start and on every new connection,
 decided here, reported on ``/readyz`` and in the log.
 
 A write-ahead ("may have been sent") and a fencing grant are commits. With a synchronous
@@ -40,7 +40,7 @@ GUARDED_COMMIT = "remote_write"  # the least the daemon's guarded writes ask for
 ASYNCHRONOUS_WARNING = (
     "the database has standbys but commits do not wait for any (synchronous_standby_names is "
     "empty): a failover may lose the last write-aheads, and an at_most_once step may then be "
-    "sent twice; fencing tokens stay monotonic (docs/operations.md section 10)"
+    "sent twice; fencing tokens stay monotonic (docs/operations.md section 9)"
 )
 
 
@@ -97,7 +97,7 @@ def check_server(server: ServerReplication, *, require_synchronous: bool) -> Non
         raise SynchronousReplicationRequired(
             "database.require_synchronous_replication: the server has standbys but commits do "
             "not wait for any (set synchronous_standby_names on the server, or turn the "
-            "option off to run with the risk stated in docs/operations.md section 10)"
+            "option off to run with the risk stated in docs/operations.md section 9)"
         )
 
 

@@ -111,6 +111,8 @@ class DispatchView(_View):
     method: str
     path: str
     args_hash: str
+    # The arguments as sent: the stored canonical bytes the argument hash was taken of.
+    args_canonical: str
     fencing_resources: list[str]
     grants: list[Grant] | None
     next_attempt_at: Timestamp
@@ -302,10 +304,10 @@ def next_actions(view: SagaView) -> list[str]:
                 f"{where} --not-committed --fail {evidence}",
             ]
         return actions
-    if state is SagaState.BLOCKED_CONTRACT:  # restore the pinned contract, or adopt the loaded one
+    if state is SagaState.BLOCKED_CONTRACT:  # adopt the loaded contract, or restore the pinned
         return [
-            f"effectusd retry {saga} {evidence}",
             f"effectusd adopt-contract {saga} {evidence}",
+            f"effectusd retry {saga} {evidence}",
         ]
     if state in (SagaState.BLOCKED_FENCE, SagaState.BLOCKED_COMPENSATION):
         actions = [f"effectusd retry {saga} {evidence}"]

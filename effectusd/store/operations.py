@@ -176,13 +176,23 @@ def load_saga(saga_id: str) -> Operation[SagaView | None]:
     return build_saga_view(saga[0], steps, dispatches, attempts, timeline(events))
 
 
+def saga_plan(saga_id: str) -> Operation[CheckedPlan | None]:
+    """The checked plan ``saga_id`` pinned; None when there is no such saga."""
+    saga = yield ("select_saga", {"saga_id": saga_id})
+    return _checked_plan(saga[0]["plan"]) if saga else None
+
+
+def _checked_plan(plan: Any) -> CheckedPlan:
+    """A saga row's plan column (a document, or its JSON text) as its checked plan."""
+    return CheckedPlan.model_validate(json.loads(plan) if isinstance(plan, str) else plan)
+
+
 def plan_step_rows(plan: Any, step_rows: Rows, dispatches: Rows) -> Rows:
     """The saga's steps as the views show them, as its pinned ``plan`` lists them: each
     with its state, result and order of success (``effectusd.store.rows.plan_steps``), its
     resolved arguments' hash (its forward dispatch's) and ``after``, the ids of the steps it
     runs after, made explicit (a step without `after` runs after the one before it)."""
-    document = json.loads(plan) if isinstance(plan, str) else plan
-    checked = CheckedPlan.model_validate(document)
+    checked = _checked_plan(plan)
     facts = plan_steps(checked, step_rows)
     deps = dependencies(checked.steps)
     args = {d["effect_id"]: d["args_hash"] for d in dispatches if d["direction"] == "forward"}

@@ -70,6 +70,7 @@ DISPATCH = {
     "method": str,
     "path": str,
     "args_hash": str,
+    "args_canonical": str,
     "fencing_resources": list,
     "grants": (list, OPT),
     "next_attempt_at": TS,

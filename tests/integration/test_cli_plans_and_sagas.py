@@ -496,3 +496,32 @@ def test_unreachable_database_exits_1_with_a_clear_message(command: list[str]) -
     assert "port 1" in result.stderr
     assert "Traceback" not in result.output
     assert isinstance(result.exception, SystemExit)
+
+
+HIDDEN_CHARACTERS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+C1_CONTROLS = "".join(chr(code) for code in range(0x80, 0xA0))
+
+
+def test_sagas_show_json_escapes_bidi_and_c1_characters_and_parses_to_the_same_facts(
+    db: str,
+) -> None:
+    order = f"o-1{HIDDEN_CHARACTERS}{C1_CONTROLS}end"
+    facts = {**FACTS, "order": order}
+    submitted = run(
+        "submit",
+        str(EXAMPLE_PLAN),
+        "--execution-id",
+        "order-bidi",
+        "--facts",
+        json.dumps(facts),
+        database_url=db,
+    )
+    assert submitted.exit_code == 0, submitted.output
+    listed = json.loads(run("sagas", "list", "--json", database_url=db).stdout)
+
+    result = run("sagas", "show", listed[0]["saga_id"], "--json", database_url=db)
+
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["facts"] == facts
+    assert [c for c in HIDDEN_CHARACTERS + C1_CONTROLS if c in result.stdout] == []
+    assert "\\u202e" in result.stdout and "\\u0085" in result.stdout

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import httpx
 import jsonschema
@@ -120,3 +122,72 @@ def test_list_filters_by_age(db: str) -> None:
     assert bad.exit_code == 2 and "--older-than" in bad.output
     bare = CliRunner().invoke(main, [*args, "--older-than", "30"])  # 30 what?
     assert bare.exit_code == 2 and "needs a unit: ms, s, m, h or d" in bare.output
+
+
+def charged_then_refused(request: Request) -> Response:
+    if request.effect == "s1":
+        return Response(200, {"charge": "c-77"})
+    return out_of_stock(request)
+
+
+EVIDENCE_PLAN = {
+    "plan_id": "evidence",
+    "facts": {"n": "string", "note": "string"},
+    "steps": [
+        {
+            "id": "s1",
+            "verb": "pay",
+            "args": {"n": {"$fact": "n"}, "note": {"$fact": "note"}},
+            "compensate": "none",
+        },
+        {"id": "s2", "verb": "ship", "args": {"n": 2}, "compensate": "none"},
+    ],
+}
+LONG_NOTE = "abc\u202edef\u0085" + "y" * 400
+
+
+async def _shown(db: str, config: Any, saga: str) -> tuple[str, str]:
+    """What `sagas show` prints and what the console's saga page shows (to a read token)."""
+    text = CliRunner().invoke(main, ["--database-url", db, "sagas", "show", saga]).output
+    async with console_running(with_console(config, tokens=TOKENS), db) as base:
+        async with httpx.AsyncClient(base_url=base) as http:
+            await login(http, READ_TOKEN)
+            page = (await http.get(f"/sagas/{saga}")).text
+    return text, html.unescape(re.sub(r"<[^>]+>", "", page))  # the page's text, without tags
+
+
+async def test_show_gives_the_facts_the_arguments_as_sent_and_the_results(db: str) -> None:
+    with running(charged_then_refused) as dest:
+        config = make_config(dest.base_url, {"pay": {}, "ship": {}})
+        facts = {"n": "n-5", "note": LONG_NOTE}
+        saga = client_for(config, db).submit(EVIDENCE_PLAN, execution_id="e-1", facts=facts)
+        await run_until_idle(config, db)
+        text, page = await _shown(db, config, saga.saga_id)
+    args = '{"n":"n-5","note":"abc\\u202edef\\u0085yyy'
+    for shown in (text, page):
+        assert '"n-5"' in shown  # the fact
+        assert f"args (sha256 ok)  {args}" in shown or f"(sha256 ok): {args}" in shown
+        assert '{"charge":"c-77"}' in shown  # s1's result
+        assert "HTTP 409: out of stock" in shown  # the destination's reason on the attempt
+        assert "characters; the whole: sagas show --json)" in shown
+        assert "y" * 400 not in shown  # a long value is cut
+        assert "\u202e" not in shown and "\u0085" not in shown
+    assert "facts (the saga's input" in text and "result  {" in text
+
+
+async def test_show_flags_arguments_whose_bytes_do_not_match_their_hash(db: str) -> None:
+    with running(charged_then_refused) as dest:
+        config = make_config(dest.base_url, {"pay": {}, "ship": {}})
+        facts = {"n": "n-5", "note": "short"}
+        saga = client_for(config, db).submit(EVIDENCE_PLAN, execution_id="e-2", facts=facts)
+        await run_until_idle(config, db)
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE effectus_saga_outbox SET args_canonical = %s "
+                "WHERE saga_id = %s AND effect_id = 's1'",
+                ('{"n":"n-6","note":"short"}', saga.saga_id),
+            )
+        text, page = await _shown(db, config, saga.saga_id)
+    for shown in (text, page):
+        assert "SHA-256 MISMATCH" in shown and "not the arguments its key was made for" in shown
+        assert "sha256 ok" in shown  # s2's are intact

@@ -497,3 +497,37 @@ def test_verify_accepts_a_document_round_trip(
     reloaded = CheckedPlan.model_validate(copy.deepcopy(checked.document()))
     assert reloaded == checked
     assert verify_checked(reloaded, core_verbs) == []
+
+
+@pytest.mark.parametrize(
+    ("break_it", "other_path", "other_message"),
+    [
+        (_set("steps", 1, "args", value=5), "steps[1].args", "valid dictionary"),
+        (_delete("steps", 1, "compensate"), "steps[1].compensate", "missing"),
+        (_set("steps", 1, "verb", value="unship"), "steps[1].verb", "unknown verb"),
+    ],
+)
+def test_a_duplicate_step_id_is_reported_with_that_steps_other_problems(
+    checkout_plan: Plan,
+    core_verbs: dict[str, VerbContract],
+    break_it: Callable[[Plan], None],
+    other_path: str,
+    other_message: str,
+) -> None:
+    checkout_plan["steps"][1]["id"] = "charge"
+    break_it(checkout_plan)
+    issues = _issues(checkout_plan, core_verbs)
+    assert _has(issues, "steps[1].id", "duplicate step id 'charge' (first at steps[0])")
+    assert _has(issues, other_path, other_message)
+
+
+def test_an_id_repeated_by_a_malformed_first_step_is_reported_once(
+    checkout_plan: Plan, core_verbs: dict[str, VerbContract]
+) -> None:
+    checkout_plan["steps"][0]["args"] = []
+    checkout_plan["steps"][1]["id"] = "charge"
+    issues = _issues(checkout_plan, core_verbs)
+    duplicates = [issue for issue in issues if "duplicate step id" in issue.message]
+    assert [str(issue) for issue in duplicates] == [
+        "steps[1].id: duplicate step id 'charge' (first at steps[0])"
+    ]

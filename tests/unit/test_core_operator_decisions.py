@@ -20,12 +20,15 @@ from effectusd.core.operator_decisions import (
     cancel_effect,
     cancel_reason,
     committed_result,
+    contract_actions,
     contract_refusal,
     fresh_budget,
+    offered_actions,
     optional_evidence,
     required_evidence,
     resolution,
     resolution_refusal,
+    resolutions,
     resolve_target,
     resumed_state,
     resumed_stop_reason,
@@ -250,6 +253,65 @@ def test_a_failed_compensation_is_settled_committed_or_sent_again_not_failed_aga
     assert "already failed permanently" in refusal.message
     unknown = dispatch(5, "s1", DispatchState.BLOCKED_UNKNOWN, C, uncertain=1)
     assert resolution_refusal(SAGA, unknown, Resolution.FAIL) is None
+
+
+@pytest.mark.parametrize("state", list(SagaState))
+def test_every_resolution_offered_is_one_resolve_accepts_and_no_other(state: SagaState) -> None:
+    """The Resolve form offers ``resolutions``: for every saga and dispatch state, each one
+    offered is accepted by resolve's own checks, and every other refused."""
+    for dispatch_state in DispatchState:
+        for direction in Direction:
+            target = dispatch(1, "s1", dispatch_state, direction, uncertain=1)
+            offered = resolutions(state, dispatch_state, direction)
+            try:
+                chosen = resolve_target(SAGA, state, "s1", direction, [target], ["s1"])
+            except Refused:
+                assert offered == (), (dispatch_state, direction)
+                continue
+            assert chosen is target and offered, (dispatch_state, direction)
+            for decision in Resolution:
+                refused = resolution_refusal(SAGA, chosen, decision) is not None
+                assert refused == (decision not in offered), (dispatch_state, decision)
+
+
+def test_a_failed_compensation_is_offered_committed_and_retry_only() -> None:
+    assert resolutions(SagaState.BLOCKED_COMPENSATION, DispatchState.FAILED_PERMANENT, C) == (
+        Resolution.COMMITTED,
+        Resolution.RETRY,
+    )
+    assert resolutions(SagaState.BLOCKED_UNKNOWN, DispatchState.BLOCKED_UNKNOWN, F) == tuple(
+        Resolution
+    )
+
+
+CONTRACT_ACTIONS = [
+    # blocked dispatch's verb, drifted verbs, unconfigured verbs -> offered, in order
+    ("work", ["work"], [], (Action.ADOPT_CONTRACT,)),  # the change was meant
+    ("work", [], [], (Action.RETRY,)),  # the pinned contract is loaded again
+    ("work", ["other"], [], (Action.RETRY,)),  # another verb drifted: adopting it fixes nothing
+    ("work", [], ["work"], ()),  # its verb is gone from the config: restore it first
+    (None, ["other"], [], (Action.ADOPT_CONTRACT,)),  # blocked at enqueue on a drifted verb
+    (None, [], [], (Action.RETRY,)),
+    (None, [], ["other"], ()),
+]
+
+
+@pytest.mark.parametrize(("verb", "drifted", "unconfigured", "expected"), CONTRACT_ACTIONS)
+def test_contract_actions_put_the_one_that_fits_first_and_offer_none_refused(
+    verb: str | None, drifted: list[str], unconfigured: list[str], expected: tuple[Action, ...]
+) -> None:
+    assert contract_actions(verb, drifted, unconfigured) == expected
+
+
+@pytest.mark.parametrize("state", list(SagaState))
+def test_offered_actions_are_actions_the_state_allows(state: SagaState) -> None:
+    contract = (Action.ADOPT_CONTRACT, Action.RETRY)
+    offered = offered_actions(state, contract)
+    if state is SagaState.BLOCKED_CONTRACT:
+        assert offered == contract
+    else:
+        assert set(offered) <= allowed_actions(state) - {Action.RESOLVE, Action.PRUNE}
+        assert (Action.RETRY in offered) == (saga_refusal(SAGA, state, Action.RETRY) is None)
 
 
 # -- retry ----------------------------------------------------------------------------------

@@ -136,6 +136,21 @@ def test_every_docs_section_reference_names_an_existing_numbered_section() -> No
     assert any("docs/design.md section" in p.read_text(encoding="utf-8") for p in sources)
 
 
+def numbering_gaps(path: Path) -> list[str]:
+    """Where a document's numbered sections (## N. Title) do not run 1, 2, 3, … in order."""
+    text = path.read_text(encoding="utf-8")
+    numbers = [int(m.group(1)) for line in markdown_lines(text) if (m := NUMBERED.match(line))]
+    return [
+        f"{path.name}: section {number} where {expected} is due"
+        for expected, number in enumerate(numbers, start=1)
+        if number != expected
+    ][:1]
+
+
+def test_every_doc_numbers_its_sections_from_one_without_a_gap() -> None:
+    assert [gap for doc in docs() for gap in numbering_gaps(doc)] == []
+
+
 def test_the_development_layout_matches_the_tree() -> None:
     assert layout_problems(ROOT / "README.md", ROOT) == []
 
@@ -170,6 +185,9 @@ def test_the_checkers_find_broken_links_references_and_layouts(tmp_path: Path) -
         "layout names effectusd/cli/, which does not exist",
         "layout does not name effectusd/store/",
     ]
+    (tmp_path / "docs" / "gaps.md").write_text("# G\n\n## 1. A\n\n## 2. B\n\n## 4. D\n")
+    assert numbering_gaps(tmp_path / "docs" / "gaps.md") == ["gaps.md: section 4 where 3 is due"]
+    assert numbering_gaps(tmp_path / "docs" / "design.md") == []
 
 
 def test_every_test_the_docs_name_exists() -> None:

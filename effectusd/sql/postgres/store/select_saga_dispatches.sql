@@ -2,7 +2,8 @@
 -- attempt row; on PostgreSQL it rewrites the outbox row only when that row changes, so an
 -- unfenced dispatch's own grants column stays NULL). None while no attempt was sent.
 SELECT o.dispatch_id, o.effect_id, o.direction, o.destination, o.verb, o.contract_hash,
-       o.delivery, o.method, o.path, o.args_hash, o.idempotency_key, o.fencing_resources,
+       o.delivery, o.method, o.path, o.args_hash, o.args_canonical, o.idempotency_key,
+       o.fencing_resources,
        o.state, o.attempt, o.max_attempts, o.lease_owner, o.lease_expires_at, o.next_attempt_at,
        (SELECT a.grants FROM effectus_saga_attempts a
         WHERE a.dispatch_id = o.dispatch_id AND a.sent_at IS NOT NULL
