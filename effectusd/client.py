@@ -197,9 +197,13 @@ class _ClientBase:
         plan_id: str | None,
         limit: int,
         older_than: timedelta | None,
+        states: Collection[SagaState | str] | None,
     ) -> Operation[list[SagaSummary]]:
         chosen = None if state is None else SagaState(state).value
-        rows = yield from operations.list_sagas(chosen, plan_id, self.namespace, limit, older_than)
+        among = None if states is None else {SagaState(one).value for one in states}
+        rows = yield from operations.list_sagas(
+            chosen, plan_id, self.namespace, limit, older_than, states=among
+        )
         return summarize(rows)
 
 
@@ -277,9 +281,12 @@ class Client(_ClientBase):
         plan_id: str | None = None,
         limit: int = 100,
         older_than: timedelta | None = None,
+        *,
+        states: Collection[SagaState | str] | None = None,
     ) -> list[SagaSummary]:
-        """Sagas newest first; ``older_than`` keeps those created before now minus it."""
-        return self._run(self._list(state, plan_id, limit, older_than))
+        """Sagas newest first; ``older_than`` keeps those created before now minus it,
+        ``states`` those in any of them (``BLOCKED_SAGA_STATES``: every blocked saga)."""
+        return self._run(self._list(state, plan_id, limit, older_than, states))
 
     def wait(self, saga_id: str, timeout: float = 30.0, *, until: Until = None) -> SagaView:
         """The saga's view once ``until`` holds (default: terminal or blocked). Wakes on the
@@ -384,8 +391,11 @@ class AsyncClient(_ClientBase):
         plan_id: str | None = None,
         limit: int = 100,
         older_than: timedelta | None = None,
+        *,
+        states: Collection[SagaState | str] | None = None,
     ) -> list[SagaSummary]:
-        return await self._run(self._list(state, plan_id, limit, older_than))
+        """``Client.list``, asynchronously."""
+        return await self._run(self._list(state, plan_id, limit, older_than, states))
 
     async def wait(self, saga_id: str, timeout: float = 30.0, *, until: Until = None) -> SagaView:
         """``Client.wait``, asynchronously."""

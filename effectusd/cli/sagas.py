@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -21,7 +21,7 @@ from effectusd.cli.app import (
 from effectusd.cli.naming import MORE_OF_THE_ID, fail_ambiguous, saga_id_argument
 from effectusd.core.errors import AmbiguousSaga
 from effectusd.core.identity import SAGA_ID_CHARS
-from effectusd.core.states import SagaState
+from effectusd.core.states import BLOCKED_SAGA_STATES, SagaState
 from effectusd.store import operations
 
 
@@ -30,8 +30,26 @@ def sagas() -> None:
     """Inspect sagas."""
 
 
+class _StateChoice(click.Choice):  # type: ignore[type-arg]
+    """--state: one saga state; "blocked" is every blocked state, which --blocked lists."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "blocked":
+            self.fail(
+                "'blocked' is not one state: --blocked lists every blocked state ("
+                + ", ".join(sorted(BLOCKED_SAGA_STATES))
+                + ")",
+                param,
+                ctx,
+            )
+        return super().convert(value, param, ctx)
+
+
 @sagas.command("list")
-@click.option("--state", type=click.Choice([s.value for s in SagaState]), help="Only this state.")
+@click.option("--state", type=_StateChoice([s.value for s in SagaState]), help="Only this state.")
+@click.option(
+    "--blocked", is_flag=True, help="Only blocked sagas, in any blocked_* state (not with --state)."
+)
 @click.option("--plan", "plan_id", help="Only this plan id.")
 @click.option(
     "--older-than", type=Duration(), help="Only sagas created longer ago than this (e.g. 1h, 7d)."
@@ -42,13 +60,22 @@ def sagas() -> None:
 def sagas_list(
     obj: Context,
     state: str | None,
+    blocked: bool,
     plan_id: str | None,
     older_than: timedelta | None,
     limit: int,
     as_json: bool,
 ) -> None:
     """List sagas, newest first."""
-    rows = obj.client().list(state=state, plan_id=plan_id, limit=limit, older_than=older_than)
+    if blocked and state is not None:
+        raise click.UsageError("--blocked and --state: give one of them")
+    rows = obj.client().list(
+        state=state,
+        plan_id=plan_id,
+        limit=limit,
+        older_than=older_than,
+        states=BLOCKED_SAGA_STATES if blocked else None,
+    )
     emit(rows, as_json, render.saga_list)
 
 

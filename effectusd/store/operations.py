@@ -8,7 +8,7 @@ async APIs, and every store, on one piece of logic.
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Collection, Generator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -276,13 +276,17 @@ def list_sagas(
     *,
     execution_id: str | None = None,
     destination: str | None = None,
+    states: Collection[str] | None = None,
 ) -> Operation[Rows]:
-    """Sagas newest first, by any of: state, plan, namespace, execution id, a destination one
-    of their dispatches goes to, created longer ago than ``older_than``. Never their values."""
+    """Sagas newest first, by any of: state (or any of ``states``), plan, namespace,
+    execution id, a destination one of their dispatches goes to, created longer ago than
+    ``older_than``. Never their values."""
+    if state is not None:  # both: the sagas in ``state`` if it is one of ``states``
+        states = [state] if states is None else [s for s in states if s == state]
     rows = yield (
         "list_sagas",
         {
-            "state": state,
+            "states": None if states is None else sorted(states),
             "plan_id": plan_id,
             "namespace": namespace,
             "execution_id": execution_id,
