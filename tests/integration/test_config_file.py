@@ -10,9 +10,17 @@ from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from effectusd.config import Config, ConfigError, FencingConfig, load_config
+from effectusd.config import (
+    Config,
+    ConfigError,
+    ConsoleConfig,
+    DestinationConfig,
+    DispatcherConfig,
+    FencingConfig,
+    load_config,
+)
 
 VALID_TOML = """
 [destinations.payments]
@@ -346,3 +354,25 @@ def test_a_duration_with_its_unit_loads(tmp_path: Path, key: tuple[str, ...], va
         node = node[part] if isinstance(node, dict) else getattr(node, part)
 
     assert node == timedelta(seconds=2)
+
+
+@pytest.mark.parametrize(
+    ("model", "fields", "field"),
+    [
+        (DispatcherConfig, {}, "lease_margin"),
+        (DispatcherConfig, {}, "poll_interval"),
+        (DestinationConfig, {"base_url": "http://127.0.0.1:9"}, "timeout"),
+        (ConsoleConfig, {}, "session_ttl"),
+    ],
+)
+@pytest.mark.parametrize("value", [2000, 2.5, "2000"])
+def test_a_config_built_in_python_refuses_a_bare_number_naming_the_field(
+    model: type[BaseModel], fields: dict[str, Any], field: str, value: object
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        model(**fields, **{field: value})
+
+    [error] = refused.value.errors()
+    assert error["loc"] == (field,) and "a duration needs a unit" in error["msg"]
+    built = model(**fields, **{field: timedelta(milliseconds=2000)})
+    assert getattr(built, field) == timedelta(seconds=2)
