@@ -48,11 +48,12 @@ actor_option = click.option(
 
 
 def _operator_action(
-    obj: Context, saga: str, build: Callable[[Any, str], Any], as_json: bool
+    obj: Context, saga: str, build: Callable[[Any], Callable[[str], Any]], as_json: bool
 ) -> None:
-    """Run one operator operation (``build(registry, saga_id)``) on the saga ``saga`` names
-    (its id or the unique start of it, found in the same transaction) and report it: the
-    report, like the timeline, carries the full id."""
+    """Run one operator operation on the saga ``saga`` names (its id or the unique start of
+    it, found in the same transaction) and report it: the report, like the timeline, carries
+    the full id. ``build(registry)`` checks the command's input before anything is read and
+    gives the operation for a saga id."""
     from effectusd.core.operator_decisions import RefusalKind, Refused
     from effectusd.operator import on_saga
 
@@ -62,8 +63,7 @@ def _operator_action(
         RefusalKind.INVALID: EXIT_INVALID,
     }
     try:
-        registry = obj.config.registry()
-        operation = on_saga(saga, lambda saga_id: build(registry, saga_id))
+        operation = on_saga(saga, build(obj.config.registry()))
         with obj.connect() as conn:
             report = obj.backend.runner.run(conn, operation)
     except Refused as exc:
@@ -91,17 +91,12 @@ def _saga_action(
     from effectusd.core.operator_decisions import optional_evidence
 
     action = getattr(operator, name)
-    _operator_action(
-        obj,
-        saga_id,
-        lambda registry, full_id: action(
-            full_id,
-            registry=registry,
-            actor=actor or default_actor(),
-            evidence=optional_evidence(evidence),
-        ),
-        as_json,
-    )
+
+    def build(registry: Any) -> Callable[[str], Any]:
+        who, text = actor or default_actor(), optional_evidence(evidence)
+        return lambda full_id: action(full_id, registry=registry, actor=who, evidence=text)
+
+    _operator_action(obj, saga_id, build, as_json)
 
 
 @main.command()
@@ -156,18 +151,21 @@ def resolve(
     from effectusd.core import operator_decisions as decide
     from effectusd.core.states import Direction
 
-    def build(registry: Any, full_id: str) -> Any:
+    def build(registry: Any) -> Callable[[str], Any]:
         where = Direction(direction) if direction else None
-        return operator.resolve(
+        how = decide.resolution(
+            committed, not_committed, send_again, give_up, result_json is not None
+        )
+        text = decide.required_evidence(evidence)
+        result = decide.committed_result(result_json, where)
+        return lambda full_id: operator.resolve(
             full_id,
             effect_id,
-            decide.resolution(
-                committed, not_committed, send_again, give_up, result_json is not None
-            ),
+            how,
             registry=registry,
             actor=actor or default_actor(),
-            evidence=decide.required_evidence(evidence),
-            result=decide.committed_result(result_json, where),
+            evidence=text,
+            result=result,
             direction=where,
         )
 
@@ -243,17 +241,14 @@ def adopt_contract(
         fail("give SAGA_ID or --verb (one of them)", EXIT_INVALID)
     who = actor or default_actor()
     if saga_id is not None:
-        _operator_action(
-            obj,
-            saga_id,
-            lambda registry, full_id: operator.adopt_contract(
-                full_id,
-                registry=registry,
-                actor=who,
-                evidence=decide.required_evidence(evidence),
-            ),
-            as_json,
-        )
+
+        def build(registry: Any) -> Callable[[str], Any]:
+            text = decide.required_evidence(evidence)
+            return lambda full_id: operator.adopt_contract(
+                full_id, registry=registry, actor=who, evidence=text
+            )
+
+        _operator_action(obj, saga_id, build, as_json)
         return
     assert verb is not None
     registry = obj.config.registry()

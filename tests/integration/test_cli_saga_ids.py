@@ -214,3 +214,21 @@ def test_a_prefix_no_saga_id_starts_with_exits_5_and_one_not_hex_exits_2(
     assert f"no saga id starts with {other}" in missing.stderr
     assert not_hex.exit_code == 2 and "SAGA_ID" in not_hex.stderr
     assert written(store_url) == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["resolve", "ffff", "s1", "--committed"],  # no --evidence
+        ["resolve", "ffff", "s1", "--not-committed"],  # neither --retry nor --fail
+        ["adopt-contract", "ffff"],  # no --evidence
+    ],
+)
+def test_a_commands_own_input_is_checked_before_the_saga_is_looked_for(
+    store_url: str, tmp_path: Path, args: list[str]
+) -> None:
+    config = make_config("http://127.0.0.1:9", {"do": {}})
+
+    result = cli(config_file(tmp_path, config), store_url, *args)
+
+    assert result.exit_code == 3, result.output
