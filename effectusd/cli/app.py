@@ -2,8 +2,9 @@
 
 Exit codes scripts can rely on: 0 success; 1 operational failure (database unreachable, …);
 2 usage error (click's own, and our checks of option values); 3 invalid input (plan, facts or
-config, including the database URL); 4 conflict (the state or an existing saga does not allow
-it); 5 not found; 6 the schema needs `effectusd migrate` (pending migrations, or none at all).
+config, including the database URL, and a duration without its unit, option or key alike);
+4 conflict (the state or an existing saga does not allow it); 5 not found; 6 the schema needs
+`effectusd migrate` (pending migrations, or none at all).
 """
 
 from __future__ import annotations
