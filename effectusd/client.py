@@ -13,7 +13,6 @@ A client works on connections of its own (opened from the database URL), on the 
 from __future__ import annotations
 
 import getpass
-import re
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -36,13 +35,11 @@ from effectusd.backends.operation import Operation
 from effectusd.config import Config, load_config
 from effectusd.core.canonical import JsonValue
 from effectusd.core.errors import (
-    AmbiguousSaga,
     SagaNotFound,
     WaitTimeout,
     WaitUnreachable,
     WrongConnection,
 )
-from effectusd.core.identity import saga_id as derive_saga_id
 from effectusd.core.plan import CheckedPlan, PlanSpec
 from effectusd.core.states import SagaState
 from effectusd.core.submission import ensure_checked, prepare_submission
@@ -56,7 +53,6 @@ PlanInput = CheckedPlan | PlanSpec | Mapping[str, Any]
 # terminal (completed, compensated, failed) or blocked (it waits for an operator).
 Until = Callable[[SagaView], bool] | Collection[SagaState | str] | None
 T = TypeVar("T")
-SAGA_ID = re.compile(r"[0-9a-f]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -116,38 +112,13 @@ def never_reached(states: frozenset[SagaState] | None, view: SagaView) -> WaitUn
     )
 
 
-def locate(
-    namespace: str, saga_id: str | None, execution_id: str | None, plan_id: str | None
-) -> Operation[str | None]:
-    """The one saga id the arguments name (it may not exist), None if none can match;
-    AmbiguousSaga if a prefix, or an execution id without its plan, names several."""
-    if (saga_id is None) == (execution_id is None):
-        raise TypeError("name the saga by saga_id (or a unique prefix) or by execution_id")
-    if saga_id is not None:
-        wanted = saga_id.strip().lower()
-        if not SAGA_ID.fullmatch(wanted):
-            return None  # not hex: no saga has it
-        if len(wanted) == 64:
-            return wanted
-        rows = yield from operations.find_sagas(prefix=wanted)
-        what = f"saga id prefix {wanted}"
-    elif plan_id is not None:
-        assert execution_id is not None
-        return derive_saga_id(namespace, execution_id, plan_id)
-    else:
-        rows = yield from operations.find_sagas(namespace=namespace, execution_id=execution_id)
-        what = f"execution id {execution_id!r} (give its plan_id)"
-    if len(rows) > 1:
-        ids = [str(row["saga_id"]) for row in rows]
-        raise AmbiguousSaga(f"{what} names more than one saga: {', '.join(ids)}", ids)
-    return str(rows[0]["saga_id"]) if rows else None
-
-
 def lookup(
     namespace: str, saga_id: str | None, execution_id: str | None, plan_id: str | None
 ) -> Operation[SagaView | None]:
-    """``locate`` and load in one go (one connection, one transaction)."""
-    found = yield from locate(namespace, saga_id, execution_id, plan_id)
+    """``operations.locate_saga`` and load in one go (one connection, one transaction)."""
+    found = yield from operations.locate_saga(
+        saga_id, namespace=namespace, execution_id=execution_id, plan_id=plan_id
+    )
     if found is None:
         return None
     return (yield from operations.load_saga(found))
@@ -226,9 +197,13 @@ class _ClientBase:
         plan_id: str | None,
         limit: int,
         older_than: timedelta | None,
+        states: Collection[SagaState | str] | None,
     ) -> Operation[list[SagaSummary]]:
         chosen = None if state is None else SagaState(state).value
-        rows = yield from operations.list_sagas(chosen, plan_id, self.namespace, limit, older_than)
+        among = None if states is None else {SagaState(one).value for one in states}
+        rows = yield from operations.list_sagas(
+            chosen, plan_id, self.namespace, limit, older_than, states=among
+        )
         return summarize(rows)
 
 
@@ -306,9 +281,12 @@ class Client(_ClientBase):
         plan_id: str | None = None,
         limit: int = 100,
         older_than: timedelta | None = None,
+        *,
+        states: Collection[SagaState | str] | None = None,
     ) -> list[SagaSummary]:
-        """Sagas newest first; ``older_than`` keeps those created before now minus it."""
-        return self._run(self._list(state, plan_id, limit, older_than))
+        """Sagas newest first; ``older_than`` keeps those created before now minus it,
+        ``states`` those in any of them (``BLOCKED_SAGA_STATES``: every blocked saga)."""
+        return self._run(self._list(state, plan_id, limit, older_than, states))
 
     def wait(self, saga_id: str, timeout: float = 30.0, *, until: Until = None) -> SagaView:
         """The saga's view once ``until`` holds (default: terminal or blocked). Wakes on the
@@ -413,8 +391,11 @@ class AsyncClient(_ClientBase):
         plan_id: str | None = None,
         limit: int = 100,
         older_than: timedelta | None = None,
+        *,
+        states: Collection[SagaState | str] | None = None,
     ) -> list[SagaSummary]:
-        return await self._run(self._list(state, plan_id, limit, older_than))
+        """``Client.list``, asynchronously."""
+        return await self._run(self._list(state, plan_id, limit, older_than, states))
 
     async def wait(self, saga_id: str, timeout: float = 30.0, *, until: Until = None) -> SagaView:
         """``Client.wait``, asynchronously."""

@@ -18,7 +18,6 @@ from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -28,14 +27,12 @@ from pydantic import (
 
 from effectusd.core.contracts import VerbContract
 from effectusd.core.database_url import parse_database_url
-from effectusd.core.durations import parse_duration
+from effectusd.core.durations import Duration
 from effectusd.core.errors import EffectusError
 from effectusd.core.probes import DEFAULT_CLOCK_SKEW
 from effectusd.core.registry import DEFAULT_FENCE_WAIT_LIMIT, Registry
 from effectusd.core.states import OutcomeClass
 from effectusd.core.wire import has_control, is_reserved_header, is_token
-
-Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "cookie2", "set-cookie"})
 # Headers that frame the message or manage the connection: the transport writes them for the

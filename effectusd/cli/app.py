@@ -2,8 +2,9 @@
 
 Exit codes scripts can rely on: 0 success; 1 operational failure (database unreachable, …);
 2 usage error (click's own, and our checks of option values); 3 invalid input (plan, facts or
-config, including the database URL); 4 conflict (the state or an existing saga does not allow
-it); 5 not found; 6 the schema needs `effectusd migrate` (pending migrations, or none at all).
+config, including the database URL, and a duration without its unit, option or key alike);
+4 conflict (the state or an existing saga does not allow it); 5 not found; 6 the schema needs
+`effectusd migrate` (pending migrations, or none at all).
 """
 
 from __future__ import annotations
@@ -132,15 +133,25 @@ else:  # click before 8.2 has no type parameters at run time
     _ParamType = click.ParamType
 
 
+class InvalidValue(click.BadParameter):
+    """An option value that is not what the option takes: invalid input (exit 3), as the same
+    value in the config file is, rather than a usage error."""
+
+    exit_code = EXIT_INVALID
+
+
 class Duration(_ParamType):
-    """A duration option (30d, 12h, 90m, 45s, 500ms). A bare number is refused as a usage
-    error (exit 2): `--older-than 30` meant days more often than seconds. ``never=True``
-    also takes "never" (None)."""
+    """A duration option (30d, 12h, 90m, 45s, 500ms), read as the config reads one: a bare
+    number is refused (exit 3, the option named, both readings offered): `--older-than 30`
+    meant days more often than seconds. ``never=True`` also takes "never" (None);
+    ``at_most`` refuses a longer one."""
 
     name = "duration"
 
-    def __init__(self, *, never: bool = False) -> None:
+    def __init__(self, *, never: bool = False, at_most: str | None = None) -> None:
         self.never = never
+        self.at_most = at_most
+        self.limit = None if at_most is None else parse_duration(at_most)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if value is None or isinstance(value, timedelta):
@@ -148,14 +159,13 @@ class Duration(_ParamType):
         text = str(value).strip()
         if self.never and text == "never":
             return None
-        if text.rstrip("0123456789. ") == "":
-            self.fail("needs a unit: ms, s, m, h or d (for example 30d)", param, ctx)
         try:
-            return parse_duration(text)
-        except ValueError:
-            self.fail(
-                "expected a number with a unit: ms, s, m, h or d (for example 30d)", param, ctx
-            )
+            duration = parse_duration(text)
+        except ValueError as exc:
+            raise InvalidValue(str(exc), ctx=ctx, param=param) from None
+        if self.limit is not None and duration > self.limit:
+            raise InvalidValue(f"longer than the limit of {self.at_most}", ctx=ctx, param=param)
+        return duration
 
 
 class EffectusGroup(click.Group):

@@ -6,6 +6,7 @@ import errno
 import os
 import sys
 from collections.abc import Sequence
+from datetime import timedelta
 
 import click
 
@@ -14,6 +15,7 @@ from effectusd.cli.app import (
     EXIT_CONFLICT,
     EXIT_INVALID,
     Context,
+    Duration,
     emit,
     fail,
     json_option,
@@ -261,13 +263,13 @@ def _run_processes(
 )
 @click.option(
     "--duration",
-    default=0,
+    default="0s",
     show_default=True,
-    type=click.IntRange(0, 7 * 86400),
-    metavar="SECONDS",
+    type=Duration(at_most="7d"),
     help=(
-        "Also soak: keep submitting sagas at the measured pace for this long while sampling "
-        "the daemon's RSS every few seconds (start, end, max; steps/s over the soak)."
+        "Also soak: keep submitting sagas at the measured pace for this long (with a unit: "
+        "10m, 1h) while sampling the daemon's RSS every few seconds (start, end, max; steps/s "
+        "over the soak)."
     ),
 )
 @click.option(
@@ -291,7 +293,7 @@ def bench(
     transport: str | None,
     delivery: str,
     backlog: int,
-    duration: int,
+    duration: timedelta,
     processes: int,
     as_json: bool,
 ) -> None:
@@ -316,7 +318,7 @@ def bench(
         progress,
         transport,
         backlog=backlog,
-        duration=duration,
+        duration=duration.total_seconds(),
         processes=processes,
         delivery=delivery,
     )

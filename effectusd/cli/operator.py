@@ -17,6 +17,8 @@ from effectusd.cli.app import (
     json_option,
     main,
 )
+from effectusd.cli.naming import fail_ambiguous, saga_id_argument
+from effectusd.core.errors import AmbiguousSaga
 
 # -- operator actions: resolve, retry, cancel (prune: cli/prune.py) -----------------------
 # Each of resolve/retry/cancel is one transaction that locks the saga row, then its dispatch
@@ -45,9 +47,15 @@ actor_option = click.option(
 )
 
 
-def _operator_action(obj: Context, build: Callable[..., Any], as_json: bool) -> None:
-    """Run one operator operation (built by ``build(registry)``) and report it."""
+def _operator_action(
+    obj: Context, saga: str, build: Callable[[Any], Callable[[str], Any]], as_json: bool
+) -> None:
+    """Run one operator operation on the saga ``saga`` names (its id or the unique start of
+    it, found in the same transaction) and report it: the report, like the timeline, carries
+    the full id. ``build(registry)`` checks the command's input before anything is read and
+    gives the operation for a saga id."""
     from effectusd.core.operator_decisions import RefusalKind, Refused
+    from effectusd.operator import on_saga
 
     codes = {
         RefusalKind.CONFLICT: EXIT_CONFLICT,
@@ -55,13 +63,17 @@ def _operator_action(obj: Context, build: Callable[..., Any], as_json: bool) -> 
         RefusalKind.INVALID: EXIT_INVALID,
     }
     try:
-        operation = build(obj.config.registry())
+        operation = on_saga(saga, build(obj.config.registry()))
         with obj.connect() as conn:
             report = obj.backend.runner.run(conn, operation)
     except Refused as exc:
         if as_json:
             emit({"ok": False, "refused": exc.kind.value, "error": exc.message}, True, str)
         fail(exc.message, codes[exc.kind])
+    except AmbiguousSaga as exc:
+        if as_json:
+            emit({"ok": False, "refused": "ambiguous", "error": str(exc)}, True, str)
+        fail_ambiguous(exc)
     emit(report.as_dict(), as_json, lambda _: report.summary())
 
 
@@ -79,20 +91,16 @@ def _saga_action(
     from effectusd.core.operator_decisions import optional_evidence
 
     action = getattr(operator, name)
-    _operator_action(
-        obj,
-        lambda registry: action(
-            saga_id,
-            registry=registry,
-            actor=actor or default_actor(),
-            evidence=optional_evidence(evidence),
-        ),
-        as_json,
-    )
+
+    def build(registry: Any) -> Callable[[str], Any]:
+        who, text = actor or default_actor(), optional_evidence(evidence)
+        return lambda full_id: action(full_id, registry=registry, actor=who, evidence=text)
+
+    _operator_action(obj, saga_id, build, as_json)
 
 
 @main.command()
-@click.argument("saga_id")
+@saga_id_argument()
 @click.argument("effect_id")
 @click.option(
     "--committed", is_flag=True, help="The destination has the effect: settle as success."
@@ -143,26 +151,29 @@ def resolve(
     from effectusd.core import operator_decisions as decide
     from effectusd.core.states import Direction
 
-    def build(registry: Any) -> Any:
+    def build(registry: Any) -> Callable[[str], Any]:
         where = Direction(direction) if direction else None
-        return operator.resolve(
-            saga_id,
+        how = decide.resolution(
+            committed, not_committed, send_again, give_up, result_json is not None
+        )
+        text = decide.required_evidence(evidence)
+        result = decide.committed_result(result_json, where)
+        return lambda full_id: operator.resolve(
+            full_id,
             effect_id,
-            decide.resolution(
-                committed, not_committed, send_again, give_up, result_json is not None
-            ),
+            how,
             registry=registry,
             actor=actor or default_actor(),
-            evidence=decide.required_evidence(evidence),
-            result=decide.committed_result(result_json, where),
+            evidence=text,
+            result=result,
             direction=where,
         )
 
-    _operator_action(obj, build, as_json)
+    _operator_action(obj, saga_id, build, as_json)
 
 
 @main.command("retry")
-@click.argument("saga_id")
+@saga_id_argument()
 @evidence_option("Why it is safe to send again now (goes on the timeline).")
 @actor_option
 @json_option
@@ -179,7 +190,7 @@ def retry_command(
 
 
 @main.command()
-@click.argument("saga_id")
+@saga_id_argument()
 @evidence_option("Why it is canceled (goes on the timeline).")
 @actor_option
 @json_option
@@ -196,7 +207,7 @@ def cancel(
 
 
 @main.command("adopt-contract")
-@click.argument("saga_id", required=False)
+@saga_id_argument(required=False)
 @click.option("--verb", help="Every saga blocked_contract on this verb (instead of SAGA_ID).")
 @evidence_option("Why the changed contract is right for these sagas (required).")
 @actor_option
@@ -230,16 +241,14 @@ def adopt_contract(
         fail("give SAGA_ID or --verb (one of them)", EXIT_INVALID)
     who = actor or default_actor()
     if saga_id is not None:
-        _operator_action(
-            obj,
-            lambda registry: operator.adopt_contract(
-                saga_id,
-                registry=registry,
-                actor=who,
-                evidence=decide.required_evidence(evidence),
-            ),
-            as_json,
-        )
+
+        def build(registry: Any) -> Callable[[str], Any]:
+            text = decide.required_evidence(evidence)
+            return lambda full_id: operator.adopt_contract(
+                full_id, registry=registry, actor=who, evidence=text
+            )
+
+        _operator_action(obj, saga_id, build, as_json)
         return
     assert verb is not None
     registry = obj.config.registry()

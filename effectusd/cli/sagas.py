@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -12,7 +11,6 @@ from effectusd.backends import Connection
 from effectusd.cli import render
 from effectusd.cli.app import (
     EXIT_NOT_FOUND,
-    EXIT_USAGE,
     Context,
     Duration,
     emit,
@@ -20,12 +18,11 @@ from effectusd.cli.app import (
     json_option,
     main,
 )
-from effectusd.core.identity import saga_id as derive_saga_id
-from effectusd.core.states import SagaState
+from effectusd.cli.naming import MORE_OF_THE_ID, fail_ambiguous, saga_id_argument
+from effectusd.core.errors import AmbiguousSaga
+from effectusd.core.identity import SAGA_ID_CHARS
+from effectusd.core.states import BLOCKED_SAGA_STATES, SagaState
 from effectusd.store import operations
-
-SAGA_ID_LENGTH = 64
-HEX = re.compile(r"[0-9a-f]+")
 
 
 @main.group()
@@ -33,8 +30,26 @@ def sagas() -> None:
     """Inspect sagas."""
 
 
+class _StateChoice(click.Choice):  # type: ignore[type-arg]
+    """--state: one saga state; "blocked" is every blocked state, which --blocked lists."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "blocked":
+            self.fail(
+                "'blocked' is not one state: --blocked lists every blocked state ("
+                + ", ".join(sorted(BLOCKED_SAGA_STATES))
+                + ")",
+                param,
+                ctx,
+            )
+        return super().convert(value, param, ctx)
+
+
 @sagas.command("list")
-@click.option("--state", type=click.Choice([s.value for s in SagaState]), help="Only this state.")
+@click.option("--state", type=_StateChoice([s.value for s in SagaState]), help="Only this state.")
+@click.option(
+    "--blocked", is_flag=True, help="Only blocked sagas, in any blocked_* state (not with --state)."
+)
 @click.option("--plan", "plan_id", help="Only this plan id.")
 @click.option(
     "--older-than", type=Duration(), help="Only sagas created longer ago than this (e.g. 1h, 7d)."
@@ -45,18 +60,27 @@ def sagas() -> None:
 def sagas_list(
     obj: Context,
     state: str | None,
+    blocked: bool,
     plan_id: str | None,
     older_than: timedelta | None,
     limit: int,
     as_json: bool,
 ) -> None:
     """List sagas, newest first."""
-    rows = obj.client().list(state=state, plan_id=plan_id, limit=limit, older_than=older_than)
+    if blocked and state is not None:
+        raise click.UsageError("--blocked and --state: give one of them")
+    rows = obj.client().list(
+        state=state,
+        plan_id=plan_id,
+        limit=limit,
+        older_than=older_than,
+        states=BLOCKED_SAGA_STATES if blocked else None,
+    )
     emit(rows, as_json, render.saga_list)
 
 
 @sagas.command("show")
-@click.argument("saga_id", required=False)
+@saga_id_argument(required=False)
 @click.option(
     "--execution-id",
     help="Name the saga by its execution id instead (in the configured namespace).",
@@ -82,7 +106,7 @@ def sagas_show(
         raise click.UsageError("--plan goes with --execution-id")
     with obj.connect() as conn:
         found, missing = _find(obj, conn, saga_id, execution_id, plan_id)
-        view = obj.backend.runner.run(conn, operations.load_saga(found))
+        view = None if found is None else obj.backend.runner.run(conn, operations.load_saga(found))
         if view is None:
             _not_found(obj, conn, found, missing)
     emit(view, as_json, render.saga_detail)
@@ -94,51 +118,31 @@ def _find(
     saga_id: str | None,
     execution_id: str | None,
     plan_id: str | None,
-) -> tuple[str, str]:
+) -> tuple[str | None, str]:
     """The one saga id the arguments name (it may not exist: a full id, or an execution id
-    with its plan) and what to say if it does not; exits 5 if nothing matches, 2 if several."""
+    with its plan), None if none can match, and what to say if it does not; exits 2 if
+    several match."""
+    namespace = obj.config.namespace
     if saga_id is not None:
-        prefix = saga_id.strip().rstrip("….").lower()
-        if not HEX.fullmatch(prefix) or len(prefix) > SAGA_ID_LENGTH:
-            raise click.BadParameter(
-                "a saga id or a prefix of one (hex digits)", param_hint="SAGA_ID"
-            )
-        if len(prefix) == SAGA_ID_LENGTH:
-            return prefix, f"saga {prefix} not found"
-        rows = obj.backend.runner.run(conn, operations.find_sagas(prefix=prefix))
-        missing = f"no saga id starts with {prefix}"
-        several = f"saga id prefix {prefix}"
+        whole = len(saga_id) == SAGA_ID_CHARS
+        missing = f"saga {saga_id} not found" if whole else f"no saga id starts with {saga_id}"
     else:
-        assert execution_id is not None
-        namespace = obj.config.namespace
         plan = f" and plan {plan_id!r}" if plan_id else ""
         missing = f"no saga with execution id {execution_id!r}{plan} in namespace {namespace!r}"
-        if plan_id is not None:
-            return derive_saga_id(namespace, execution_id, plan_id), missing
-        rows = obj.backend.runner.run(
-            conn, operations.find_sagas(namespace=namespace, execution_id=execution_id)
-        )
-        several = f"execution id {execution_id!r}"
-    if not rows:
-        fail(missing, EXIT_NOT_FOUND)
-    if len(rows) > 1:
-        more = " (and more)" if len(rows) >= operations.FIND_LIMIT else ""
-        fail(
-            f"{several} is ambiguous: {len(rows)} sagas match{more}; name one (give more of "
-            "the saga id, or add --plan PLAN_ID to --execution-id):\n"
-            + "\n".join(_line(row) for row in rows),
-            EXIT_USAGE,
-        )
-    return str(rows[0]["saga_id"]), missing
+    operation = operations.locate_saga(
+        saga_id, namespace=namespace, execution_id=execution_id, plan_id=plan_id
+    )
+    try:
+        return obj.backend.runner.run(conn, operation), missing
+    except AmbiguousSaga as exc:
+        fail_ambiguous(exc, MORE_OF_THE_ID if saga_id else "add --plan PLAN_ID to --execution-id")
 
 
-def _line(row: dict[str, Any]) -> str:
-    return f"  {row['saga_id']}  {row['state']:22} {row['plan_id']}/{row['execution_id']}"
-
-
-def _not_found(obj: Context, conn: Connection, saga_id: str, missing: str) -> NoReturn:
+def _not_found(obj: Context, conn: Connection, saga_id: str | None, missing: str) -> NoReturn:
     """Exit 5; for a pruned saga, say when it finished and when it was pruned."""
-    for row in obj.backend.runner.run(conn, operations.saga_identity(saga_id)):
+    identity = operations.saga_identity
+    rows = [] if saga_id is None else obj.backend.runner.run(conn, identity(saga_id))
+    for row in rows:
         if row["pruned_at"] is not None:
             finished = row["finished_at"].isoformat() if row["finished_at"] else "-"
             fail(

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import timedelta
 from functools import cached_property
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import jsonschema
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from effectusd.core.canonical import (
     MAX_FENCING_RESOURCE_CHARS,
@@ -25,7 +25,7 @@ from effectusd.core.canonical import (
     json_problems,
 )
 from effectusd.core.derived import DerivedOnce
-from effectusd.core.durations import parse_duration, to_milliseconds
+from effectusd.core.durations import Duration, to_milliseconds
 from effectusd.core.probes import ProbeConfig
 from effectusd.core.states import Delivery
 from effectusd.core.templates import (
@@ -35,8 +35,6 @@ from effectusd.core.templates import (
     encode_path_segment,
     parse_template,
 )
-
-Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 
 class RetryPolicy(BaseModel):

@@ -7,7 +7,8 @@ handling must see them exactly as it would without effectusd.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from effectusd.core.views import SagaView
@@ -35,11 +36,19 @@ class SagaNotFound(EffectusError, LookupError):
 
 class AmbiguousSaga(EffectusError, LookupError):
     """A saga-id prefix (or an execution id without its plan) names more than one saga;
-    ``matches`` holds some of their ids: give more of the id, or the plan id."""
+    ``matches`` holds some of their ids, ``candidates`` their rows (saga_id, state, plan_id,
+    execution_id): give more of the id, or the plan id."""
 
-    def __init__(self, message: str, matches: list[str]) -> None:
-        super().__init__(message)
-        self.matches = matches
+    def __init__(self, name: str, candidates: Sequence[Mapping[str, Any]], *, more: bool) -> None:
+        self.name = name
+        self.candidates = list(candidates)
+        self.matches = [str(row["saga_id"]) for row in self.candidates]
+        self.more = more
+        also = " (and more)" if more else ""
+        super().__init__(
+            f"{name} is ambiguous: {len(self.matches)} sagas match{also}: "
+            + ", ".join(self.matches)
+        )
 
 
 class WaitTimeout(EffectusError, TimeoutError):

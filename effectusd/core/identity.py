@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 from effectusd.core.canonical import canonical_hash, sha256_hex
 from effectusd.core.states import Direction
 
 SAGA_TAG = "effectusd/saga/v1"
 KEY_TAG = "effectusd/key/v1"
+SAGA_ID_CHARS = 64  # a SHA-256 in lowercase hex
+_SAGA_ID_PREFIX = re.compile(rf"[0-9a-f]{{1,{SAGA_ID_CHARS}}}")
 
 
 def tagged_hash(tag: str, *components: str) -> str:
@@ -27,6 +30,14 @@ def saga_id(namespace: str, execution_id: str, plan_id: str) -> str:
     return tagged_hash(SAGA_TAG, namespace, execution_id, plan_id)
 
 
+def saga_id_prefix(text: str) -> str | None:
+    """A saga id, or the start of one, as a person writes it (any case, spaces around, the
+    "…" `sagas list` prints after a shortened id) in the form ids are stored; None when no
+    saga id can start so (not hex digits, or longer than an id)."""
+    wanted = text.strip().rstrip("…. ").lower()
+    return wanted if _SAGA_ID_PREFIX.fullmatch(wanted) else None
+
+
 def idempotency_key(namespace: str, saga: str, effect_id: str, direction: Direction) -> str:
     """The same for every attempt of one dispatch: the attempt is never an input."""
     way = direction if type(direction) is Direction else Direction(direction)
@@ -42,5 +53,6 @@ __all__ = [
     "canonical_hash",
     "idempotency_key",
     "saga_id",
+    "saga_id_prefix",
     "tagged_hash",
 ]

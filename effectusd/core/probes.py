@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import cached_property
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from effectusd.core.canonical import MAX_PATH_CHARS, JsonValue
 from effectusd.core.document_checks import schema_issues
-from effectusd.core.durations import parse_duration
+from effectusd.core.durations import Duration
 from effectusd.core.expressions import ResolutionError, json_pointer
 from effectusd.core.templates import (
     FENCING_SCOPES,
@@ -28,8 +28,6 @@ from effectusd.core.templates import (
     encode_path_segment,
     parse_template,
 )
-
-_Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 PROBE_ACTOR = "probe"
 KEY_PLACEHOLDER = "{key}"
@@ -48,8 +46,8 @@ class ProbeConfig(BaseModel):
     committed: tuple[int, ...] = (200,)
     not_committed: tuple[int, ...] = (404,)
     result: str | None = None  # a JSON Pointer into a committed answer's body
-    after: _Duration = timedelta(seconds=30)
-    every: _Duration = timedelta(minutes=1)
+    after: Duration = timedelta(seconds=30)
+    every: Duration = timedelta(minutes=1)
     max_probes: int = Field(default=20, ge=1, le=10_000)
 
     @field_validator("path")

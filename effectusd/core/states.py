@@ -40,6 +40,8 @@ class SagaState(State):
 
 
 TERMINAL_SAGA_STATES = frozenset({SagaState.COMPLETED, SagaState.COMPENSATED, SagaState.FAILED})
+# Every state a saga waits in for a person: each blocked_* member, one added later included.
+BLOCKED_SAGA_STATES = frozenset(state for state in SagaState if state.is_blocked)
 
 
 class StepState(State):

@@ -1,4 +1,5 @@
-"""The saga an operator action holds locked, and how its transition is written.
+"""The saga an operator action holds locked (named by the start of its id, as a person
+names it), and how its transition is written.
 
 Lock order is the recorder's: the saga row (FOR NO KEY UPDATE, see lock_sagas.sql), then
 its dispatch rows in dispatch_id order. Two operators racing on one saga serialise on the saga
@@ -7,14 +8,16 @@ row; the second then reads what the first committed and is refused by name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from effectusd.backends.operation import Operation
 from effectusd.core.engine import resumed_stop_reason
 from effectusd.core.operator_decisions import RefusalKind, Refused
 from effectusd.core.states import OutcomeClass, SagaState, SettledBy
 from effectusd.core.transition import Completion, DispatchFacts, SagaFacts, Transition
+from effectusd.store.operations import locate_saga
 from effectusd.store.rows import (
     TransitionRows,
     dispatch_facts,
@@ -22,6 +25,8 @@ from effectusd.store.rows import (
     saga_facts,
     write_rows,
 )
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -38,6 +43,17 @@ class Locked:
     @property
     def state(self) -> SagaState:
         return self.saga.state
+
+
+def on_saga(name: str, action: Callable[[str], Operation[T]]) -> Operation[T]:
+    """``action`` on the saga ``name`` names: its full id or the unique start of one (as
+    `sagas list` prints it), found in the action's own transaction, so that what the action
+    writes on the timeline and reports carries the full id. Refused (not found) when no saga
+    id starts so; AmbiguousSaga (from ``locate_saga``) when several do."""
+    saga_id = yield from locate_saga(name)
+    if saga_id is None:
+        raise Refused(RefusalKind.NOT_FOUND, f"no saga id starts with {name}")
+    return (yield from action(saga_id))
 
 
 def lock_saga(saga_id: str) -> Operation[Locked]:

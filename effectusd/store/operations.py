@@ -8,14 +8,17 @@ async APIs, and every store, on one piece of logic.
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Collection, Generator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from effectusd.backends.operation import Operation, Query, Rows
 from effectusd.core.canonical import canonical_text
+from effectusd.core.errors import AmbiguousSaga
 from effectusd.core.graph import dependencies
+from effectusd.core.identity import SAGA_ID_CHARS, saga_id_prefix
+from effectusd.core.identity import saga_id as derive_saga_id
 from effectusd.core.plan import CheckedPlan
 from effectusd.core.submission import (
     SubmitConflict,
@@ -236,6 +239,39 @@ def find_sagas(
     return (yield ("find_sagas_by_execution", params))
 
 
+def locate_saga(
+    saga_id: str | None,
+    *,
+    namespace: str = "",
+    execution_id: str | None = None,
+    plan_id: str | None = None,
+) -> Operation[str | None]:
+    """The one saga id the arguments name, or None when no saga can have it. ``saga_id`` is a
+    full id or the unique start of one as a person writes it (``saga_id_prefix``: the
+    shortened id `sagas list` prints); else ``execution_id`` in ``namespace``, with its
+    ``plan_id`` unless only one plan ran under it. A full id, or an execution id with its
+    plan, is returned without reading (the saga may not exist). AmbiguousSaga when a prefix,
+    or an execution id without its plan, names several: one resolution for the client, the
+    command line and the operator commands."""
+    if (saga_id is None) == (execution_id is None):
+        raise TypeError("name the saga by saga_id (or a unique prefix) or by execution_id")
+    if saga_id is not None:
+        wanted = saga_id_prefix(saga_id)
+        if wanted is None or len(wanted) == SAGA_ID_CHARS:
+            return wanted
+        rows = yield from find_sagas(prefix=wanted)
+        name = f"saga id prefix {wanted}"
+    else:
+        assert execution_id is not None
+        if plan_id is not None:
+            return derive_saga_id(namespace, execution_id, plan_id)
+        rows = yield from find_sagas(namespace=namespace, execution_id=execution_id)
+        name = f"execution id {execution_id!r}"
+    if len(rows) > 1:
+        raise AmbiguousSaga(name, rows, more=len(rows) >= FIND_LIMIT)
+    return str(rows[0]["saga_id"]) if rows else None
+
+
 def saga_identity(saga_id: str) -> Operation[Rows]:
     """The saga's identity row, or its tombstone's (pruned_at set), or nothing."""
     return (yield ("select_saga_identity", {"saga_id": saga_id}))
@@ -250,13 +286,17 @@ def list_sagas(
     *,
     execution_id: str | None = None,
     destination: str | None = None,
+    states: Collection[str] | None = None,
 ) -> Operation[Rows]:
-    """Sagas newest first, by any of: state, plan, namespace, execution id, a destination one
-    of their dispatches goes to, created longer ago than ``older_than``. Never their values."""
+    """Sagas newest first, by any of: state (or any of ``states``), plan, namespace,
+    execution id, a destination one of their dispatches goes to, created longer ago than
+    ``older_than``. Never their values."""
+    if state is not None:  # both: the sagas in ``state`` if it is one of ``states``
+        states = [state] if states is None else [s for s in states if s == state]
     rows = yield (
         "list_sagas",
         {
-            "state": state,
+            "states": None if states is None else sorted(states),
             "plan_id": plan_id,
             "namespace": namespace,
             "execution_id": execution_id,

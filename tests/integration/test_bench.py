@@ -97,7 +97,7 @@ def test_a_claim_that_claims_nothing_is_refused_as_a_measurement(db: str) -> Non
 def test_bench_reports_claim_latency_and_the_soak(database_url: str) -> None:
     result = bench(
         "--database-url", ADMIN_URL, "bench", "--sagas", "20", "--steps", "2",
-        "--concurrency", "4", "--backlog", "300", "--duration", "3", "--json",
+        "--concurrency", "4", "--backlog", "300", "--duration", "3s", "--json",
     )  # fmt: skip
 
     assert result.returncode == 0, result.stderr

@@ -106,15 +106,15 @@ def test_a_refused_config_file_exits_3_naming_the_file_and_the_key(
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "number"),
     [
-        ["prune", "--older-than", "30"],
-        ["prune", "--older-than", "30d", "--keep-tombstones", "90"],
-        ["sagas", "list", "--older-than", "30"],
+        (["prune", "--older-than", "30"], "30"),
+        (["prune", "--older-than", "30d", "--keep-tombstones", "90"], "90"),
+        (["sagas", "list", "--older-than", " 30 "], "30"),
     ],
 )
-def test_a_duration_without_a_unit_is_a_usage_error_naming_the_option_and_the_units(
-    db: str, args: list[str]
+def test_a_duration_option_without_a_unit_exits_3_naming_the_option_and_the_fix(
+    db: str, args: list[str], number: str
 ) -> None:
     assert submit(db, "order-7").exit_code == 0
     finish(db, VECTOR_SAGA_ID, days_ago=60)
@@ -122,10 +122,58 @@ def test_a_duration_without_a_unit_is_a_usage_error_naming_the_option_and_the_un
 
     result = run(*args, database_url=db)
 
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 3, result.output
     option = args[-2]
-    assert f"'{option}'" in result.stderr and "needs a unit: ms, s, m, h or d" in result.stderr
+    assert f"Invalid value for '{option}': a duration needs a unit: " in result.stderr
+    assert f'write "{number}s" or "{number}ms" (ms, s, m, h, d)' in result.stderr
     assert snapshot(db) == before  # not 30 seconds: nothing was pruned
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["bench", "--duration", "600"],
+        ["bench", "--duration", "soon"],
+        ["bench", "--duration", "8d"],
+        ["prune", "--older-than", "soon"],
+    ],
+)
+def test_a_duration_option_that_is_not_one_exits_3_before_the_command_runs(
+    args: list[str],
+) -> None:
+    result = run(*args, database_url="sqlite:///never-opened.db")
+
+    assert result.exit_code == 3, result.output
+    assert f"Invalid value for '{args[-2]}'" in result.stderr
+    assert not Path("never-opened.db").exists()
+
+
+@pytest.mark.parametrize("value", ["2000", '"2000"'])
+@pytest.mark.parametrize("command", [["sagas", "list"], ["run", "--until-idle"]])
+def test_a_config_duration_without_a_unit_exits_3_naming_the_key_and_the_fix(
+    db: str, tmp_path: Path, value: str, command: list[str]
+) -> None:
+    # lease_margin = 2000 was 2000 seconds, 33 minutes: a file from before says how to mend it.
+    config = tmp_path / "effectusd.toml"
+    config.write_text(f"[dispatcher]\nlease_margin = {value}\n")
+
+    result = run(*command, database_url=db, config=config)
+
+    assert result.exit_code == 3, result.output
+    assert result.stderr == (
+        f"error: {config}: dispatcher.lease_margin: a duration needs a unit: "
+        'write "2000s" or "2000ms" (ms, s, m, h, d)\n'
+    )
+
+
+@pytest.mark.parametrize("value", ["2000ms", "2s"])
+def test_a_config_duration_with_its_unit_is_taken(db: str, tmp_path: Path, value: str) -> None:
+    config = tmp_path / "effectusd.toml"
+    config.write_text(f'[dispatcher]\nlease_margin = "{value}"\n')
+
+    result = run("run", "--until-idle", database_url=db, config=config)
+
+    assert result.exit_code == 0, result.output
 
 
 # --- pruning and tombstones -------------------------------------------------------------------

@@ -6,10 +6,21 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 from pathlib import Path
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import pytest
+from pydantic import BaseModel, ValidationError
 
-from effectusd.config import ConfigError, FencingConfig, load_config
+from effectusd.config import (
+    Config,
+    ConfigError,
+    ConsoleConfig,
+    DestinationConfig,
+    DispatcherConfig,
+    FencingConfig,
+    load_config,
+)
 
 VALID_TOML = """
 [destinations.payments]
@@ -246,3 +257,122 @@ def test_the_registry_holds_the_configs_verbs_destination_timeouts_and_fence_wai
     assert registry.timeout_for(registry.verbs["payments.charge"]) == timedelta(seconds=7)
     assert registry.timeout_for(registry.verbs["payments.refund"]) == timedelta(seconds=2)
     assert registry.fence_wait_limit == config.fence_wait_limit() == timedelta(minutes=5)
+
+
+# --- durations: a unit always -----------------------------------------------------------------
+
+VERB = 'verbs."payments.charge"'
+# The table keys that name a destination and a verb in the files these tests write.
+NAMES = {"destinations": "payments", "verbs": "payments.charge"}
+
+
+def _types(annotation: Any) -> list[Any]:
+    """The types an annotation allows, through Annotated and unions."""
+    if get_origin(annotation) is Annotated:
+        return _types(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, UnionType):
+        return [kind for arg in get_args(annotation) for kind in _types(arg)]
+    return [annotation]
+
+
+def duration_keys(annotation: Any, where: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every key under ``annotation`` (a model, and the models and tables inside it) that
+    holds a timedelta: a key added later is tested below without anyone listing it."""
+    keys = []
+    for kind in _types(annotation):
+        if kind is timedelta:
+            keys.append(where)
+        elif get_origin(kind) is dict:
+            keys += duration_keys(get_args(kind)[1], (*where, NAMES.get(where[-1], "x")))
+        elif isinstance(kind, type) and issubclass(kind, BaseModel):
+            for name, field in kind.model_fields.items():
+                keys += duration_keys(field.annotation, (*where, name))
+    return keys
+
+
+DURATION_KEYS = duration_keys(Config)
+
+
+def test_the_duration_keys_tested_are_every_one_the_file_has() -> None:
+    assert {
+        ("dispatcher", "lease_margin"),
+        ("dispatcher", "poll_interval"),
+        ("dispatcher", "shutdown_grace"),
+        ("fencing", "wait_limit"),
+        ("observability", "unhealthy_after"),
+        ("console", "session_ttl"),
+        ("destinations", "payments", "timeout"),
+        ("destinations", "payments", "connect_timeout"),
+        ("destinations", "payments", "clock_skew"),
+        ("verbs", "payments.charge", "timeout"),
+        ("verbs", "payments.charge", "retry", "initial_backoff"),
+        ("verbs", "payments.charge", "retry", "max_backoff"),
+        ("verbs", "payments.charge", "probe", "after"),
+        ("verbs", "payments.charge", "probe", "every"),
+    } <= set(DURATION_KEYS)
+
+
+def config_setting(key: tuple[str, ...], value: str) -> str:
+    """A valid file with one destination and one verb (and its probe), setting ``key``."""
+    tables = {
+        "[destinations.payments]": ['base_url = "http://127.0.0.1:9"'],
+        f"[{VERB}]": ['destination = "payments"', 'path = "/charges"'],
+        f"[{VERB}.probe]": ['path = "/charges/{key}"'],
+    }
+    *where, name = key
+    header = ".".join(f'"{part}"' if "." in part else part for part in where)
+    tables.setdefault(f"[{header}]", []).append(f"{name} = {value}")
+    return "\n".join(f"{table}\n" + "\n".join(lines) for table, lines in tables.items()) + "\n"
+
+
+@pytest.mark.parametrize("key", DURATION_KEYS, ids=".".join)
+@pytest.mark.parametrize("value", ["2000", '"2000"', '" 2000 "'])
+def test_a_duration_without_a_unit_is_refused_naming_the_key_and_showing_the_fix(
+    tmp_path: Path, key: tuple[str, ...], value: str
+) -> None:
+    # A bare number was seconds: lease_margin = 2000 meant 33 minutes, not 2 seconds.
+    path = tmp_path / "effectusd.toml"
+    path.write_text(config_setting(key, value))
+
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+
+    assert str(refused.value) == (
+        f'{path}: {".".join(key)}: a duration needs a unit: write "2000s" or "2000ms" '
+        "(ms, s, m, h, d)"
+    )
+
+
+@pytest.mark.parametrize("key", DURATION_KEYS, ids=".".join)
+@pytest.mark.parametrize("value", ['"2000ms"', '"2s"'])
+def test_a_duration_with_its_unit_loads(tmp_path: Path, key: tuple[str, ...], value: str) -> None:
+    path = tmp_path / "effectusd.toml"
+    path.write_text(config_setting(key, value))
+
+    node: object = load_config(path)
+    for part in key:
+        node = node[part] if isinstance(node, dict) else getattr(node, part)
+
+    assert node == timedelta(seconds=2)
+
+
+@pytest.mark.parametrize(
+    ("model", "fields", "field"),
+    [
+        (DispatcherConfig, {}, "lease_margin"),
+        (DispatcherConfig, {}, "poll_interval"),
+        (DestinationConfig, {"base_url": "http://127.0.0.1:9"}, "timeout"),
+        (ConsoleConfig, {}, "session_ttl"),
+    ],
+)
+@pytest.mark.parametrize("value", [2000, 2.5, "2000"])
+def test_a_config_built_in_python_refuses_a_bare_number_naming_the_field(
+    model: type[BaseModel], fields: dict[str, Any], field: str, value: object
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        model(**fields, **{field: value})
+
+    [error] = refused.value.errors()
+    assert error["loc"] == (field,) and "a duration needs a unit" in error["msg"]
+    built = model(**fields, **{field: timedelta(milliseconds=2000)})
+    assert getattr(built, field) == timedelta(seconds=2)

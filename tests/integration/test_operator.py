@@ -666,4 +666,4 @@ async def test_prune_deletes_only_finished_sagas_older_than_the_cutoff(
     again = cli_json(live, db, "prune", "--older-than", "7d")
     assert (again["count"], again["batches"]) == (0, 0)
     bad = cli(live, db, "prune", "--older-than", "soon")
-    assert bad.exit_code == 2 and "--older-than" in bad.stderr
+    assert bad.exit_code == 3 and "--older-than" in bad.stderr

@@ -899,7 +899,7 @@ def test_write_ahead_marks_only_attempts_whose_lease_is_still_ours(
 def test_null_parameters_mean_what_they_mean_on_postgresql(conn: sqlite3.Connection) -> None:
     saga_id, dispatch_id = seed_saga(conn)
     everything = {
-        "state": None,
+        "states": None,
         "plan_id": None,
         "namespace": None,
         "execution_id": None,
@@ -909,7 +909,7 @@ def test_null_parameters_mean_what_they_mean_on_postgresql(conn: sqlite3.Connect
 
     assert len(q(conn, "list_sagas", {**everything, "older_than_s": None})) == 1
     assert q(conn, "list_sagas", {**everything, "older_than_s": 3600.0}) == []
-    assert q(conn, "list_sagas", {**everything, "older_than_s": None, "state": "failed"}) == []
+    assert q(conn, "list_sagas", {**everything, "older_than_s": None, "states": ["failed"]}) == []
 
     claim(conn, "payments")
     (next_before,) = conn.execute(

@@ -94,11 +94,11 @@ def test_a_saga_pinned_by_an_older_release_still_matches_an_unchanged_contract()
 @pytest.mark.parametrize(
     "changes",
     [
-        {"timeout": 0.5},
         {"timeout": "0.5s"},
+        {"timeout": "500ms"},
         {"timeout": timedelta(milliseconds=500)},
-        {"retry": _retry(initial_backoff=1, max_backoff="60s", multiplier=2.0)},
-        {"retry": RetryPolicy(initial_backoff="1000ms", max_backoff=60, multiplier=2)},
+        {"retry": _retry(initial_backoff="1s", max_backoff="60s", multiplier=2.0)},
+        {"retry": RetryPolicy(initial_backoff="1000ms", max_backoff="1m", multiplier=2)},
         {"args_schema": {"properties": {"amount": {"type": "integer"}}, "type": "object"}},
         {"fencing": ["order:{args.order}"]},
     ],

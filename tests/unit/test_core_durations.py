@@ -1,4 +1,4 @@
-"""Human durations used in config and on the CLI."""
+"""Human durations used in config and on the CLI: a unit always, a bare number never."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ from datetime import timedelta
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
 
+from effectusd.core.contracts import RetryPolicy
 from effectusd.core.durations import parse_duration, to_milliseconds
+from effectusd.core.probes import ProbeConfig
 
 UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -41,19 +44,51 @@ def test_minutes_are_not_mistaken_for_milliseconds() -> None:
     assert parse_duration("5ms") == timedelta(milliseconds=5)
 
 
+def test_timedeltas_pass_through() -> None:
+    assert parse_duration(timedelta(hours=1)) == timedelta(hours=1)
+
+
 @pytest.mark.parametrize(
-    ("value", "expected"),
+    ("value", "number"),
     [
-        (30, timedelta(seconds=30)),
-        (0.5, timedelta(milliseconds=500)),
-        (0, timedelta(0)),
-        (timedelta(hours=1), timedelta(hours=1)),
+        (2000, "2000"),
+        ("2000", "2000"),
+        (" 2000 ", "2000"),
+        (0, "0"),
+        ("0", "0"),
+        (0.5, "0.5"),
+        ("1.5", "1.5"),
     ],
 )
-def test_bare_numbers_are_seconds_and_timedeltas_pass_through(
-    value: float | timedelta, expected: timedelta
+def test_a_bare_number_is_refused_showing_both_readings(value: object, number: str) -> None:
+    with pytest.raises(ValueError) as excinfo:
+        parse_duration(value)  # type: ignore[arg-type]
+    assert str(excinfo.value) == (
+        f'a duration needs a unit: write "{number}s" or "{number}ms" (ms, s, m, h, d)'
+    )
+
+
+@given(st.integers(0, 10**9))
+def test_no_whole_number_is_a_duration_as_a_number_or_as_digits(number: int) -> None:
+    for value in (number, str(number)):
+        with pytest.raises(ValueError, match="a duration needs a unit"):
+            parse_duration(value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("model", "field"),
+    [(RetryPolicy, "initial_backoff"), (RetryPolicy, "max_backoff"), (ProbeConfig, "every")],
+)
+@pytest.mark.parametrize("value", [30, 0.5, "30"])
+def test_a_model_built_in_python_refuses_a_bare_number_naming_the_field(
+    model: type[BaseModel], field: str, value: object
 ) -> None:
-    assert parse_duration(value) == expected
+    fields: dict[str, object] = {"path": "/keys/{key}"} if model is ProbeConfig else {}
+    with pytest.raises(ValidationError) as excinfo:
+        model(**fields, **{field: value})
+    (error,) = excinfo.value.errors()
+    assert error["loc"] == (field,) and "a duration needs a unit" in error["msg"]
+    assert model(**fields, **{field: timedelta(seconds=30)})  # a timedelta is taken as it is
 
 
 @pytest.mark.parametrize("text", ["5x", "", "ms", "-1s", "1S", "1 sec", "s5"])

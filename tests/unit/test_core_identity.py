@@ -16,6 +16,7 @@ from effectusd.core.identity import (
     argument_hash,
     idempotency_key,
     saga_id,
+    saga_id_prefix,
     tagged_hash,
 )
 from effectusd.core.states import Direction
@@ -163,3 +164,22 @@ def test_effect_id_changes_the_idempotency_key(effect: str) -> None:
     assert idempotency_key("default", VECTOR_SAGA_ID, effect, Direction.FORWARD) != (
         VECTOR_FORWARD_KEY
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "prefix"),
+    [
+        ("c0ae75b9ed3c…", "c0ae75b9ed3c"),  # as `sagas list` prints it
+        ("c0ae75b9ed3c...", "c0ae75b9ed3c"),
+        ("  C0AE75B9  ", "c0ae75b9"),
+        ("0", "0"),
+        ("a" * 64, "a" * 64),
+        ("a" * 65, None),  # longer than any id
+        ("order-7", None),
+        ("", None),
+        ("…", None),
+        ("c0 ae", None),
+    ],
+)
+def test_a_saga_id_prefix_is_read_as_a_person_writes_it(text: str, prefix: str | None) -> None:
+    assert saga_id_prefix(text) == prefix

@@ -1,6 +1,6 @@
 SELECT saga_id, execution_id, plan_id, state, stop_reason, created_at, updated_at
 FROM effectus_saga_instances s
-WHERE (%(state)s::text IS NULL OR state = %(state)s)
+WHERE (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
   AND (%(plan_id)s::text IS NULL OR plan_id = %(plan_id)s)
   AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
   AND (%(execution_id)s::text IS NULL OR execution_id = %(execution_id)s)

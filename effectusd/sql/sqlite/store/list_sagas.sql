@@ -1,6 +1,6 @@
 SELECT saga_id, execution_id, plan_id, state, stop_reason, created_at, updated_at
 FROM effectus_saga_instances s
-WHERE (:state IS NULL OR state = :state)
+WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
   AND (:plan_id IS NULL OR plan_id = :plan_id)
   AND (:namespace IS NULL OR namespace = :namespace)
   AND (:execution_id IS NULL OR execution_id = :execution_id)
