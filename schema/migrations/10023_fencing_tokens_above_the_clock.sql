@@ -7,10 +7,13 @@
 -- a store that granted a resource no faster than once a tick; a faster one's lead over the
 -- clock is cleared once the clock has passed it. Within a store the counter still rises by
 -- one from its last token whatever the clock does, and the trigger refusing a decrease stays.
+-- A resource's tokens keep the highest timeline they reached, so a dump of a server that
+-- failed over, restored into a new cluster (timeline 1), goes on above it too.
 -- The ticks fill the 36 bits under the timeline until 2047-10-11; past that they carry into
 -- the timeline's bits, and a timeline's grants are still 2^36 above an earlier timeline's at
--- the same clock. A floor is one function of a timeline and a time, so a grant that must
--- clear several servers' tokens can take the highest of their timelines.
+-- the same clock. The next token is one function of the last, a timeline and a time
+-- (effectus_fence_next), so a grant that must clear several servers' tokens can take the
+-- highest of their timelines.
 -- Written to be applied again over itself (DROP … IF EXISTS, CREATE OR REPLACE).
 DROP FUNCTION IF EXISTS effectus_fence_floor();
 
@@ -36,16 +39,39 @@ BEGIN
 END;
 $$;
 
+-- The token a grant after p_last hands out on a server on timeline p_timeline at p_at. A
+-- resource's tokens keep the highest timeline they reached: the timeline of p_last, read as
+-- its distance from the clock's floor to the nearest 2^36 (a counter carried by a dump into a
+-- server on a lower timeline goes on above the grants the dump missed), if it is above
+-- p_timeline.
+CREATE OR REPLACE FUNCTION effectus_fence_next(
+    p_last bigint, p_timeline bigint, p_at timestamptz
+) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT greatest(
+        p_last,
+        effectus_fence_floor(
+            greatest(
+                p_timeline,
+                (p_last - effectus_fence_floor(1, p_at) + 34359738368) / 68719476736 + 1
+            ),
+            p_at
+        )
+    ) + 1
+$$;
+
 CREATE OR REPLACE FUNCTION effectus_acquire_fence(
     p_resource text, p_dispatch_id bigint, p_lease_token uuid, p_expires_at timestamptz
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
+    last bigint;
     granted bigint;
 BEGIN
     INSERT INTO effectus_fencing_counters (resource, last_token)
     VALUES (p_resource, 0) ON CONFLICT (resource) DO NOTHING;
-    PERFORM 1 FROM effectus_fencing_counters WHERE resource = p_resource FOR UPDATE;
+    SELECT last_token INTO last FROM effectus_fencing_counters
+    WHERE resource = p_resource FOR UPDATE;
     IF EXISTS (
         SELECT 1 FROM effectus_fencing_leases
         WHERE resource = p_resource AND expires_at > clock_timestamp()
@@ -55,13 +81,9 @@ BEGIN
     END IF;
     -- clock_timestamp(), not now(): the clock when the token is taken, not when the
     -- transaction began
-    UPDATE effectus_fencing_counters
-    SET last_token = greatest(
-            last_token, effectus_fence_floor(effectus_fence_timeline(), clock_timestamp())
-        ) + 1,
-        updated_at = now()
-    WHERE resource = p_resource
-    RETURNING last_token INTO granted;
+    granted := effectus_fence_next(last, effectus_fence_timeline(), clock_timestamp());
+    UPDATE effectus_fencing_counters SET last_token = granted, updated_at = now()
+    WHERE resource = p_resource;
     IF granted > 9007199254740991 THEN
         RAISE EXCEPTION 'fencing token for % would pass 2^53 - 1', p_resource;
     END IF;
@@ -77,3 +99,12 @@ BEGIN
     RETURN granted;
 END;
 $$;
+
+-- How far each resource's last token is ahead of the clock, in ticks (positive: granted more
+-- often than once a tick; a new store or a restored backup is safe for it once that many ticks
+-- have passed), against the nearest timeline's base. docs/operations.md section 4.
+CREATE OR REPLACE VIEW effectus_fencing_leads (resource, ticks_ahead) AS
+SELECT resource,
+       (last_token - effectus_fence_floor(1, clock_timestamp()) + 34359738368) % 68719476736
+           - 34359738368
+FROM effectus_fencing_counters;

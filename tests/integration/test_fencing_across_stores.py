@@ -94,14 +94,17 @@ def test_a_first_grant_is_one_above_the_database_clocks_floor_on_timeline_one(
     assert token < TOKEN_SPAN  # timeline 1: the timeline's bits are clear
 
 
+def pg_value(db: str, expression: str, *params: object) -> int:
+    with psycopg.connect(db) as conn:
+        row = conn.execute(f"SELECT {expression}", params).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 @postgres
 def test_the_floor_is_the_timelines_base_plus_the_ticks_since_2026(db: str) -> None:
     def floor(timeline: int, at: str) -> int:
-        with psycopg.connect(db) as conn:
-            row = conn.execute(
-                "SELECT effectus_fence_floor(%s::bigint, %s::timestamptz)", (timeline, at)
-            )
-            return int(row.fetchone()[0])  # type: ignore[index]
+        return pg_value(db, "effectus_fence_floor(%s::bigint, %s::timestamptz)", timeline, at)
 
     assert floor(1, "2026-01-01 00:00:01.509+00") == 150  # whole 10 ms ticks
     assert floor(3, "2026-01-01 00:00:01.509+00") == 2 * TOKEN_SPAN + 150
@@ -109,6 +112,23 @@ def test_the_floor_is_the_timelines_base_plus_the_ticks_since_2026(db: str) -> N
     assert floor(1, "2047-10-11 15:26:07.36+00") == TOKEN_SPAN  # the ticks fill 36 bits
     with pytest.raises(psycopg.errors.RaiseException, match="that fencing tokens can carry"):
         floor(131073, "2026-06-01 00:00:00+00")
+
+
+@postgres
+def test_the_next_token_after_the_last_on_a_timeline_at_a_time(db: str) -> None:
+    def after(last: int, timeline: int, at: str) -> int:
+        query = "effectus_fence_next(%s::bigint, %s::bigint, %s::timestamptz)"
+        return pg_value(db, query, last, timeline, at)
+
+    noon = 155 * 24 * 360000 + 12 * 360000  # 2026-06-05 12:00 UTC in ticks
+    assert after(0, 1, "2026-06-05 12:00:00+00") == noon + 1  # a new resource: the clock
+    assert after(0, 3, "2026-06-05 12:00:00+00") == 2 * TOKEN_SPAN + noon + 1
+    # the clock set back an hour after the last grant: one above the last
+    assert after(noon + 360000, 1, "2026-06-05 12:00:00+00") == noon + 360001
+    # a last token of timeline 3 (a dump of that server), granted a minute ago: timeline 3 on
+    assert after(2 * TOKEN_SPAN + noon - 6000, 1, "2026-06-05 12:00:00+00") == (
+        2 * TOKEN_SPAN + noon + 1
+    )
 
 
 # -- across stores and backups -------------------------------------------------------------
@@ -140,6 +160,19 @@ def test_an_older_copy_restored_grants_above_what_the_original_granted_after_it(
         for url in (copy, original):
             if url is not None and not backends.is_sqlite(url):
                 drop_database(url)
+
+
+def test_a_dump_of_a_server_on_a_higher_timeline_goes_on_above_the_grants_it_missed(
+    store_url: str,
+) -> None:
+    """A resource's tokens keep the highest timeline they reached: a counter a server on
+    timeline 3 left in a dump, restored into a store on timeline 1 (a new cluster, a file)."""
+    grant(store_url)
+    dumped = 2 * TOKEN_SPAN + ticks(database_clock(store_url))
+    set_counter(store_url, dumped)
+    missed = dumped + 3  # the old server's grants after the dump, lost with it
+    wait_for_clock_past(store_url, missed - 2 * TOKEN_SPAN)
+    assert missed < grant(store_url) < 3 * TOKEN_SPAN
 
 
 # -- a clock set back ----------------------------------------------------------------------
@@ -251,3 +284,18 @@ async def test_a_watermarking_service_takes_every_fenced_call_after_a_backup_is_
                 drop_database(url)
     assert [v.state for v in before + lost + restored] == ["completed"] * 5
     assert watermark(tmp_path / "shop.db") > mark
+
+
+def test_a_resource_ahead_of_the_clock_shows_its_lead_in_ticks(store_url: str) -> None:
+    grant(store_url, "account:b")
+    grant(store_url, "account:a")
+    ahead = 2 * TOKEN_SPAN + ticks(database_clock(store_url)) + 500  # on timeline 3's base
+    set_counter(store_url, ahead)
+    before = database_clock(store_url)
+    with backends.connection(store_url) as conn:
+        leads = dict(conn.execute("SELECT resource, ticks_ahead FROM effectus_fencing_leads"))
+    after = database_clock(store_url)
+    # one tick of slack each way: SQLite's clock is a floating-point Julian day
+    lead = ahead - 2 * TOKEN_SPAN
+    assert lead - ticks(after) - 1 <= leads["account:a"] <= lead - ticks(before) + 1
+    assert leads["account:b"] <= 1  # granted once, at the clock
