@@ -1,10 +1,13 @@
 """Fencing kept by the store itself (PostgreSQL or SQLite): durable_monotonic.
 
 Tokens live in effectus_fencing_counters and only ever increase (a trigger refuses anything
-else), across restarts and across every daemon sharing the database. On PostgreSQL they also
-rise across a failover to a standby that missed the last grants: each token carries the
-server's timeline (migration 10014; docs/design.md section 8). On SQLite that is every process
-on the one host that opens the file; nothing beyond that host can share it.
+else), across restarts and across every daemon sharing the database. Every grant is also at
+least the database clock's floor (migration 10023), so a new store, or an older backup of this
+one restored, grants above what the earlier store or the original granted, with nothing to
+detect and no step by a person. On PostgreSQL they also rise across a failover to a standby
+that missed the last grants: each token carries the server's timeline in its high bits
+(migration 10014). On SQLite that is every process on the one host that opens the file. The
+layout and its limits: docs/design.md section 8.
 """
 
 from __future__ import annotations

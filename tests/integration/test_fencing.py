@@ -29,6 +29,7 @@ from tests.support.harness import (
     serial_plan,
     write_config_file,
 )
+from tests.support.tokens import TOKEN_SPAN, database_clock, ticks
 
 pytestmark = pytest.mark.postgres
 
@@ -172,12 +173,13 @@ async def test_grants_are_sent_and_shown_as_propagated_when_the_destination_is_s
         config = make_config(dest.base_url, verbs)
         client = client_for(config, db)
         saga = client.submit(fenced_plan("acc-3", 7), execution_id="p-1").saga_id
+        floor = ticks(database_clock(db))
         await run_until_idle(config, db)
         [request] = dest.requests
-        assert parse_json(request.headers["x-effectus-fencing-grants"]) == [
-            {"resource": "account:acc-3", "token": 1},
-            {"resource": "order:7", "token": 1},
-        ]
+        grants = parse_json(request.headers["x-effectus-fencing-grants"])
+        assert [g["resource"] for g in grants] == ["account:acc-3", "order:7"]
+        # each resource's first token: above the database clock's floor, on timeline 1
+        assert all(floor < g["token"] < TOKEN_SPAN for g in grants)
         view = client.get(saga)
         assert view is not None
         assert view.steps[0].dispatches[0].attempts[0].fencing_status == "propagated"

@@ -618,31 +618,35 @@ def test_a_fencing_counter_cannot_decrease(conn: sqlite3.Connection) -> None:
 def test_fencing_tokens_rise_with_each_grant_and_a_live_lease_is_respected(
     conn: sqlite3.Connection,
 ) -> None:
-    assert acquire(conn, "account:1", 1, "lease-a", later(60)) == 1
+    first = acquire(conn, "account:1", 1, "lease-a", later(60))
+    assert first is not None
     # another holder, while the lease is live: busy, and nothing changes
     assert acquire(conn, "account:1", 2, "lease-b", later(60)) is None
     assert acquire(conn, "account:1", 1, "lease-other", later(60)) is None
-    assert last_token(conn, "account:1") == 1
+    assert last_token(conn, "account:1") == first
     # the same holder again: a new, higher token
-    assert acquire(conn, "account:1", 1, "lease-a", later(-1)) == 2
-    # that lease has expired: another holder takes it over, with the next token
-    assert acquire(conn, "account:1", 2, "lease-b", later(60)) == 3
+    second = acquire(conn, "account:1", 1, "lease-a", later(-1))
+    assert second is not None and second > first
+    # that lease has expired: another holder takes it over, with a higher token still
+    third = acquire(conn, "account:1", 2, "lease-b", later(60))
+    assert third is not None and third > second
     holder = conn.execute(
         "SELECT holder_dispatch_id, holder_lease_token, token FROM effectus_fencing_leases"
     ).fetchall()
-    assert holder == [(2, "lease-b", 3)]
-    assert last_token(conn, "account:1") == 3
+    assert holder == [(2, "lease-b", third)]
+    assert last_token(conn, "account:1") == third
     # other resources count on their own
-    assert acquire(conn, "account:2", 2, "lease-b", later(60)) == 1
+    other = acquire(conn, "account:2", 2, "lease-b", later(60))
+    assert (last_token(conn, "account:1"), last_token(conn, "account:2")) == (third, other)
 
 
 def test_a_fencing_token_is_handed_out_once(conn: sqlite3.Connection) -> None:
-    for expected in (1, 2, 3):
-        assert acquire(conn, "account:1", 1, "lease-a", later(60)) == expected
+    tokens = [acquire(conn, "account:1", 1, "lease-a", later(60)) for _ in range(3)]
+    assert tokens == sorted({t for t in tokens if t is not None})  # three, each larger
     q(conn, "release_fences", {"dispatch_ids": [1], "lease_tokens": ["lease-a"]})
     assert count(conn, "effectus_fencing_leases") == 0
 
-    for token in (3, 2):  # the last one handed out, and an older one
+    for token in (tokens[2], tokens[1]):  # the last one handed out, and an older one
         with pytest.raises(sqlite3.IntegrityError, match="already handed out"):
             conn.execute(
                 "INSERT INTO effectus_fencing_leases "
@@ -650,10 +654,13 @@ def test_a_fencing_token_is_handed_out_once(conn: sqlite3.Connection) -> None:
                 "VALUES ('account:1', 9, 'lease-z', ?, 0)",
                 (token,),
             )
-    assert acquire(conn, "account:1", 9, "lease-z", later(60)) == 4
+    fourth = acquire(conn, "account:1", 9, "lease-z", later(60))
+    assert fourth is not None and fourth > tokens[2]
     with pytest.raises(sqlite3.IntegrityError, match="already handed out"):
-        conn.execute("UPDATE effectus_fencing_leases SET token = 4 WHERE resource = 'account:1'")
-    assert last_token(conn, "account:1") == 4
+        conn.execute(
+            "UPDATE effectus_fencing_leases SET token = ? WHERE resource = 'account:1'", (fourth,)
+        )
+    assert last_token(conn, "account:1") == fourth
 
 
 def test_release_gives_back_only_the_named_holders(conn: sqlite3.Connection) -> None:
@@ -675,16 +682,17 @@ def test_release_gives_back_only_the_named_holders(conn: sqlite3.Connection) -> 
 def test_fencing_tokens_survive_closing_and_reopening_the_file(
     conn: sqlite3.Connection, path: Path
 ) -> None:
-    assert acquire(conn, "account:1", 1, "lease-a", later(60)) == 1
-    assert acquire(conn, "account:1", 1, "lease-a", later(60)) == 2
+    acquire(conn, "account:1", 1, "lease-a", later(60))
+    before = acquire(conn, "account:1", 1, "lease-a", later(60))
     q(conn, "release_fences", {"dispatch_ids": [1], "lease_tokens": ["lease-a"]})
     conn.close()
 
     reopened = connect(path)
     try:
-        assert acquire(reopened, "account:1", 2, "lease-b", later(60)) == 3
+        after = acquire(reopened, "account:1", 2, "lease-b", later(60))
     finally:
         reopened.close()
+    assert before is not None and after is not None and after > before
 
 
 # --- the timeline --------------------------------------------------------------------------

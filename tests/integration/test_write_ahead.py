@@ -45,25 +45,31 @@ async def test_a_dispatch_shows_the_grants_of_its_latest_sent_attempt(
     assert dispatch_in(store.view(plain), "s1")["grants"] is None  # nothing sent yet
     assert dispatch_in(store.view(fenced), "s1")["grants"] is None
 
-    for claim in claims.values():
-        await send(daemon, claim)
+    sent = {saga: await send(daemon, claim) for saga, claim in claims.items()}
+    ahead = sent[fenced]
     assert dispatch_in(store.view(plain), "s1")["grants"] == []
     first = dispatch_in(store.view(fenced), "s1")
-    assert first["grants"] == first["attempts"][0]["grants"] == [{"resource": "res:1", "token": 1}]
+    [(_, token)] = ahead.grants
+    assert (
+        first["grants"] == first["attempts"][0]["grants"] == [{"resource": "res:1", "token": token}]
+    )
 
-    # attempt 2 is sent with the next token, and the dispatch shows that one
+    # attempt 2 is sent with a larger token, and the dispatch shows that one
     await daemon.record([completion(claims[fenced], OutcomeClass.RETRYABLE)])
     store.make_due()
     second = await claim_one(daemon)
-    assert (await send(daemon, second)).grants == (("res:1", 2),)
+    [(_, larger)] = (await send(daemon, second)).grants
+    assert larger > token
     dispatch = dispatch_in(store.view(fenced), "s1")
     assert dispatch["grants"] == dispatch["attempts"][1]["grants"]
-    assert dispatch["grants"] == [{"resource": "res:1", "token": 2}]
+    assert dispatch["grants"] == [{"resource": "res:1", "token": larger}]
     # and attempt 3, claimed but not sent, changes nothing of that
     await daemon.record([completion(second, OutcomeClass.RETRYABLE)])
     store.make_due()
     await claim_one(daemon)
-    assert dispatch_in(store.view(fenced), "s1")["grants"] == [{"resource": "res:1", "token": 2}]
+    assert dispatch_in(store.view(fenced), "s1")["grants"] == [
+        {"resource": "res:1", "token": larger}
+    ]
 
 
 async def test_a_write_ahead_that_goes_through_ends_the_fence_wait(store: StoreUnderTest) -> None:
@@ -138,9 +144,9 @@ async def test_a_fenced_write_ahead_stores_its_grants_on_the_outbox_row(
     claim = await claim_one(daemon)
     claimed = row_version(pg, saga)
 
-    await send(daemon, claim)
+    [(_, token)] = (await send(daemon, claim)).grants
     written = row_version(pg, saga)
-    assert written[0] != claimed[0] and written[3] == [{"resource": "res:1", "token": 1}]
+    assert written[0] != claimed[0] and written[3] == [{"resource": "res:1", "token": token}]
 
 
 @pytest.mark.postgres
