@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from effectusd.console.html import Html, hidden, join, options, tag, void
-from effectusd.core.operator_decisions import Resolution
+from effectusd.core.operator_decisions import Action, Resolution, allowed_actions, cancel_offered
+from effectusd.core.states import Direction, SagaState
 
 DECISIONS = [r.value for r in Resolution]
 RESOLVABLE_COMPENSATION = "failed_permanent"
@@ -114,14 +115,23 @@ def resolvable(state: str, blocking: Sequence[Mapping[str, Any]]) -> list[Mappin
     return []
 
 
-def saga_forms(saga_id: str, state: str, csrf: str, cancelable: bool) -> Html:
-    """The forms for the whole saga (retry, adopt the contract, cancel) that apply."""
+def saga_forms(
+    saga_id: str,
+    state: str,
+    csrf: str,
+    cancel_requested: bool,
+    blocking: Sequence[Mapping[str, Any]] = (),
+) -> Html:
+    """The forms for the whole saga (retry, adopt the contract, cancel) that apply: what the
+    operator decisions allow in ``state`` (``blocking``: the dispatches that block it)."""
+    saga_state = SagaState(state)
     forms = []
-    if state in ("blocked_fence", "blocked_contract", "blocked_compensation"):
+    if Action.RETRY in allowed_actions(saga_state):
         forms.append(simple_form(saga_id, "retry", csrf, False))
-    if state == "blocked_contract":
+    if saga_state is SagaState.BLOCKED_CONTRACT:
         forms.append(simple_form(saga_id, "adopt-contract", csrf, True))
-    if state == "running" and cancelable:
+    directions = [Direction(b["direction"]) for b in blocking]
+    if cancel_offered(saga_state, cancel_requested, directions):
         forms.append(simple_form(saga_id, "cancel", csrf, False))
     return join(forms)
 
@@ -131,9 +141,9 @@ def forms_for(
     state: str,
     blocking: Sequence[Mapping[str, Any]],
     csrf: str,
-    cancelable: bool,
+    cancel_requested: bool,
     schemas: Schemas | None = None,
 ) -> Html:
     """Every form that applies in ``state``: Resolve per resolvable dispatch, then the rest."""
     resolves = [resolve_form(saga_id, b, csrf, schemas) for b in resolvable(state, blocking)]
-    return join([*resolves, saga_forms(saga_id, state, csrf, cancelable)])
+    return join([*resolves, saga_forms(saga_id, state, csrf, cancel_requested, blocking)])

@@ -339,7 +339,11 @@ def saga_detail(
         actions = read_only(why_read_only) if actionable else ""
     else:
         actions = saga_forms(
-            view["saga_id"], view["state"], csrf, not view.get("cancel_requested_at")
+            view["saga_id"],
+            view["state"],
+            csrf,
+            bool(view.get("cancel_requested_at")),
+            summary["blocking"],
         )
     return join(
         [
