@@ -227,10 +227,11 @@ async def waited(client: AsyncClient, saga_id: str, *states: str) -> SagaView:
     return await client.wait(saga_id, timeout=WAIT_S, until=states)
 
 
-def retry_cli(config: Path, store_url: str, saga_id: str) -> None:
+def operator(config: Path, store_url: str, *args: str) -> None:
+    """An operator command (`effectusd retry`, `cancel`) as a person runs it."""
     env = {"EFFECTUSD_CONFIG": None, "EFFECTUSD_DATABASE_URL": None}
-    args = ["--config", str(config), "--database-url", store_url, "retry", saga_id]
-    result = CliRunner().invoke(main, [*args, "--evidence", "token rotated"], env=env)
+    command = ["--config", str(config), "--database-url", store_url, *args]
+    result = CliRunner().invoke(main, command, env=env)
     assert result.exit_code == 0, result.output
 
 
@@ -297,7 +298,7 @@ async def test_a_401_past_its_budget_blocks_destination_and_retry_sends_it_again
         assert reason.startswith("ship (forward): destination answered HTTP 401")
 
         monkeypatch.setenv(TOKEN_ENV, GOOD_TOKEN)
-        retry_cli(config_path, store_url, saga_id)
+        operator(config_path, store_url, "retry", saga_id, "--evidence", "token rotated")
         async with daemon_running(load_config(config_path), store_url):
             done = await waited(client, saga_id, "completed")
     assert done.step("ship").result == {"tracking": "t-e"}
@@ -307,4 +308,29 @@ async def test_a_401_past_its_budget_blocks_destination_and_retry_sends_it_again
         "charges": 1,
         "refunds": 0,
         "shipments": 1,
+    }
+
+
+async def test_cancel_of_a_blocked_destination_order_compensates_what_succeeded(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shop = Shop()
+    async with serving(stock_app(shop), payments_app(shop), shipping_app(shop)) as urls:
+        config_path = write_config(tmp_path, urls, ship_attempts=2)
+        client = AsyncClient(load_config(config_path), database_url=store_url)
+        monkeypatch.setenv(TOKEN_ENV, "shipping-token-expired")
+        async with daemon_running(load_config(config_path), store_url):
+            saga_id = await submit(client, "f", 10)
+            await waited(client, saga_id, "blocked_destination")
+            operator(config_path, store_url, "cancel", saga_id, "--evidence", "order withdrawn")
+            undone = await waited(client, saga_id, "compensated")
+    assert (undone.stop_reason or "").startswith("canceled by ")
+    ship = undone.step("ship").dispatches[0]
+    assert ship.state == "canceled" and shop.refused_auth["f"] == 2
+    assert shop.effects("f") == {
+        "reservations": 1,
+        "releases": 1,
+        "charges": 1,
+        "refunds": 1,
+        "shipments": 0,
     }
