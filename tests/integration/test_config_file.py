@@ -246,3 +246,21 @@ def test_the_registry_holds_the_configs_verbs_destination_timeouts_and_fence_wai
     assert registry.timeout_for(registry.verbs["payments.charge"]) == timedelta(seconds=7)
     assert registry.timeout_for(registry.verbs["payments.refund"]) == timedelta(seconds=2)
     assert registry.fence_wait_limit == config.fence_wait_limit() == timedelta(minutes=5)
+
+
+def test_answers_is_declared_by_default_takes_http_and_refuses_anything_else_by_key(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "effectusd.toml"
+    path.write_text(VALID_TOML.format(headers="", destination="payments"))
+    assert load_config(path).destinations["payments"].answers == "declared"
+    path.write_text(VALID_TOML.format(headers='answers = "http"', destination="payments"))
+    assert load_config(path).destinations["payments"].answers == "http"
+    path.write_text(
+        VALID_TOML.format(headers=f'answers = "{CONFIG_SECRET}"', destination="payments")
+    )
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    message = str(refused.value)
+    assert "destinations.payments.answers" in message and "'declared' or 'http'" in message
+    assert CONFIG_SECRET not in message
