@@ -5,10 +5,12 @@
 --
 -- Each state check is widened: dropped and made again with the new state, NOT VALID and then
 -- validated (a scan that every existing row passes: the old check held them). The stop reason
--- check gets a name (it had PostgreSQL's, effectus_saga_instances_check2), SQLite's.
+-- check gets a name (it had PostgreSQL's, effectus_saga_instances_check2), SQLite's. Each drop
+-- names what it may find, so the file also runs on a schema it already changed.
 ALTER TABLE effectus_saga_instances
     DROP CONSTRAINT effectus_saga_instances_state_check,
-    DROP CONSTRAINT effectus_saga_instances_check2,
+    DROP CONSTRAINT IF EXISTS effectus_saga_instances_check2,
+    DROP CONSTRAINT IF EXISTS effectus_saga_instances_stop_reason,
     ADD CONSTRAINT effectus_saga_instances_state_check CHECK (state IN (
         'running', 'completed', 'compensating', 'compensated', 'failed',
         'blocked_unknown', 'blocked_fence', 'blocked_compensation', 'blocked_contract',
