@@ -58,7 +58,7 @@ OUTCOME_OF: Mapping[PresetClass, OutcomeClass] = MappingProxyType(
 )
 
 
-DESTINATION_PROBLEM = "the destination's or our configuration's problem; not committed"
+DESTINATION_PROBLEM = "its or our configuration's problem; not committed"
 
 
 def preset_class(preset: Preset, status: int) -> PresetClass | None:

@@ -229,7 +229,7 @@ async def test_the_attempts_evidence_says_the_preset_classified_it_and_keeps_the
     completion = await classified(401, None, False, "http", b'{"error": "token expired"}')
     assert completion.evidence["answers"] == {"preset": "http", "class": "destination_problem"}
     assert completion.error == (
-        "HTTP 401 (the destination's or our configuration's problem; not committed): token expired"
+        "HTTP 401 (its or our configuration's problem; not committed): token expired"
     )
 
 
@@ -243,7 +243,7 @@ async def test_a_destination_problem_retries_saying_until_when_then_blocks_for_a
     assert (state, saga_state) == (D.RETRY_WAIT, None)
     budget = core_registry.verbs["notify"].retry.max_attempts
     assert error == (
-        "destination answered HTTP 401 (the destination's or our configuration's problem; not "
+        "destination answered HTTP 401 (its or our configuration's problem; not "
         f"committed): token expired; retrying until attempt {budget}"
     )
     state, saga_state, reason = settled(
