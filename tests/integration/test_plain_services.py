@@ -3,13 +3,14 @@ X-Effectus-Outcome, no replay by key), behind the real daemon with ``answers = "
 both stores (issue 45).
 
 A shop's three services: stock (reserve, release), payments (charge, refund: 402 for a
-declined card, 422 for an amount it refuses) and shipping (ship, behind a bearer token: 401
-for a wrong one; one order's shipment is committed and then answered 500, as a gateway might;
-GET /shipments/{order} looks one up). A refusal compensates at once, the earlier step's
-compensation reaching its service; a 401 waits, never compensates, and completes once the
-credential is fixed and the daemon restarted, or, once its budget is spent, blocks
-(blocked_destination) until a person retries; the 500 after the commit blocks
-(blocked_unknown) and the probe settles it. No effect happens twice and no order is undone.
+declined card, 422 for an amount it refuses, 429 while busy) and shipping (ship, behind a
+bearer token: 401 for a wrong one; one order's shipment is committed and then answered 500, as
+a gateway might; GET /shipments/{order} looks one up). A refusal compensates at once, the
+earlier step's compensation reaching its service; a 429 is sent again; a 401 waits, never
+compensates, and completes once the credential is fixed and the daemon restarted, or, once its
+budget is spent, blocks (blocked_destination) until a person retries or cancels; the 500 after
+the commit blocks (blocked_unknown) and the probe settles it. No effect happens twice and no
+order is undone.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class Shop:
     shipments: list[str] = field(default_factory=list)
     refused_auth: Counter[str] = field(default_factory=Counter)
     fail_after_commit: set[str] = field(default_factory=set)  # ship: commit, then answer 500
+    busy: Counter[str] = field(default_factory=Counter)  # charge: answer 429 this many times
     lookups: int = 0
 
     def effects(self, order: str) -> dict[str, int]:
@@ -74,6 +76,11 @@ def stock_app(shop: Shop) -> web.Application:
 def payments_app(shop: Shop) -> web.Application:
     async def charge(request: web.Request) -> web.Response:
         body = await request.json()
+        if shop.busy[body["order"]] > 0:
+            shop.busy[body["order"]] -= 1
+            return web.json_response(
+                {"error": "slow down"}, status=429, headers={"Retry-After": "0"}
+            )
         if body["amount"] <= 0:
             return web.json_response({"error": "amount must be positive"}, status=422)
         if body["amount"] > 1000:
@@ -238,7 +245,7 @@ def operator(config: Path, store_url: str, *args: str) -> None:
 async def test_refusals_compensate_at_once_a_401_waits_for_the_fix_and_a_probe_settles_a_500(
     store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    shop = Shop(fail_after_commit={"d"})
+    shop = Shop(fail_after_commit={"d"}, busy=Counter({"a": 2}))
     async with serving(stock_app(shop), payments_app(shop), shipping_app(shop)) as urls:
         config_path = write_config(tmp_path, urls, ship_attempts=1000)
         client = AsyncClient(load_config(config_path), database_url=store_url)
@@ -267,6 +274,8 @@ async def test_refusals_compensate_at_once_a_401_waits_for_the_fix_and_a_probe_s
     assert "402" in (declined.stop_reason or "") and "card declined" in (declined.stop_reason or "")
     assert "422" in (refused.stop_reason or "")
     assert shipped.step("ship").result == {"tracking": "t-a"}
+    charged = shipped.step("charge").dispatches[0]
+    assert [a.status_code for a in charged.attempts] == [429, 429, 200] and shop.busy["a"] == 0
     assert probed.stop_reason == "resolved by probe as committed" and shop.lookups >= 1
     assert "blocked_unknown" in [e.to_state for e in probed.timeline if e.kind == "saga_state"]
     # every effect once; the refused orders' reservations released; nothing else undone
