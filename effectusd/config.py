@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from effectusd.core.answers import DECLARED, Preset
 from effectusd.core.contracts import VerbContract
 from effectusd.core.database_url import parse_database_url
 from effectusd.core.durations import Duration
@@ -189,6 +190,9 @@ class DestinationConfig(BaseModel):
     # an earlier exchange left bytes on (for destinations that do not echo the request ID).
     keep_alive: bool = True
     status_map: dict[int, OutcomeClass] = Field(default_factory=dict)
+    # What a non-2xx answer means when neither X-Effectus-Outcome nor status_map says:
+    # "declared" (unknown), or "http" (RFC 9110's meaning where it is safe: effectusd.core.answers)
+    answers: Preset = DECLARED
     # the HTTP client: asyncio's own transports (the default), aiohttp or httpx; all classify alike
     transport: Literal["httpx", "aiohttp", "asyncio"] = "asyncio"
     # Commits nothing under a key past the request's X-Effectus-Deadline plus clock_skew (the

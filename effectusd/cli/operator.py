@@ -184,7 +184,8 @@ def retry_command(
     """Send the dispatch that blocked the saga again, with a fresh retry budget.
 
     For blocked_fence, blocked_contract (only once the loaded config has the pinned contract
-    again) and blocked_compensation.
+    again), blocked_destination (once its credential or route is fixed) and
+    blocked_compensation.
     """
     _saga_action(obj, "retry", saga_id, evidence, actor, as_json)
 

@@ -205,7 +205,9 @@ def saga_actions(view: SagaView, registry: Registry) -> Operation[list[str]]:
         plan = yield from operations.saga_plan(view.saga_id)
         if plan is not None:
             contract = _contract_actions(view, plan, registry)
-    return [SAGA_ACTIONS[action] for action in decide.offered_actions(view.state, contract)]
+    blocking = [dispatch.direction for _, dispatch in blocking_dispatches(view)]
+    offered = decide.offered_actions(view.state, contract, blocking)
+    return [SAGA_ACTIONS[action] for action in offered]
 
 
 def _contract_actions(

@@ -22,7 +22,12 @@ from effectusd.core.transition import SagaFacts
 # only when no attempt is uncertain): it can be canceled instead of waited for.
 NOT_SENT = frozenset({DispatchState.QUEUED, DispatchState.RETRY_WAIT})
 BLOCKED = frozenset(
-    {DispatchState.BLOCKED_UNKNOWN, DispatchState.BLOCKED_FENCE, DispatchState.BLOCKED_CONTRACT}
+    {
+        DispatchState.BLOCKED_UNKNOWN,
+        DispatchState.BLOCKED_FENCE,
+        DispatchState.BLOCKED_CONTRACT,
+        DispatchState.BLOCKED_DESTINATION,
+    }
 )
 
 
@@ -31,6 +36,7 @@ BLOCKS_SAGA_AS = {
     DispatchState.BLOCKED_UNKNOWN: SagaState.BLOCKED_UNKNOWN,
     DispatchState.BLOCKED_FENCE: SagaState.BLOCKED_FENCE,
     DispatchState.BLOCKED_CONTRACT: SagaState.BLOCKED_CONTRACT,
+    DispatchState.BLOCKED_DESTINATION: SagaState.BLOCKED_DESTINATION,
 }
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from effectusd.core.answers import PresetClass
 from effectusd.core.backoff import backoff_delay
-from effectusd.core.contracts import RetryPolicy
+from effectusd.core.contracts import RetryPolicy, VerbContract
+from effectusd.core.frozen import frozen
 from effectusd.core.next_step import TransitionBuilder
 from effectusd.core.registry import Registry, retry_budget
 from effectusd.core.states import (
@@ -121,6 +123,10 @@ def _settle_failure(
     jitter: float,
 ) -> None:
     """Every outcome but success: retry, block on uncertainty or a stale fence, or fail."""
+    if completion.preset is not None and _settle_preset_answer(
+        builder, completion, dispatch, registry, jitter
+    ):
+        return
     outcome = completion.outcome
     contract = registry.verbs.get(dispatch.verb)
     budget = retry_budget(dispatch.max_attempts, dispatch.budget_base, contract)
@@ -168,6 +174,72 @@ def _settle_failure(
             else f"retry budget of {budget} attempt(s) exhausted"
         )
         builder.fail(why)
+
+
+# -- answers classified by the destination's `answers` preset (core/answers.py) --------------
+
+
+@frozen
+class DestinationBudget:
+    """The budget a destination_problem answer is retried under: whether it is spent, and how
+    far it runs, for a person (the dispatch's last error, the block's reason)."""
+
+    spent: bool
+    until: str
+
+
+def destination_problem_budget(
+    dispatch: DispatchFacts, contract: VerbContract | None
+) -> DestinationBudget:
+    """The retry budget of a dispatch whose destination answered that nothing was committed
+    for a reason of its own or of our configuration (401, 403, ...): the attempt budget."""
+    budget = retry_budget(dispatch.max_attempts, dispatch.budget_base, contract)
+    return DestinationBudget(
+        spent=dispatch.attempt - dispatch.fence_waits >= budget,
+        until=f"attempt {budget + dispatch.fence_waits}",
+    )
+
+
+def _settle_preset_answer(
+    builder: TransitionBuilder,
+    completion: Completion,
+    dispatch: DispatchFacts,
+    registry: Registry,
+    jitter: float,
+) -> bool:
+    """An answer only the `answers` preset classified, where it differs from a declared one:
+    it never settles an earlier uncertain attempt (a plain service does not replay by key),
+    and a destination_problem one is retried under its budget, then blocked for a person,
+    never compensated. False: the declared answer's rules apply (a retry after an uncertain
+    attempt, which settles nothing)."""
+    uncertain = dispatch.uncertain_attempt
+    if uncertain is not None:
+        if completion.outcome is not OutcomeClass.PERMANENT:
+            return False
+        builder.block(
+            DispatchState.BLOCKED_UNKNOWN,
+            SagaState.BLOCKED_UNKNOWN,
+            f"attempt {uncertain} may have committed; a later HTTP {completion.status_code}, "
+            'classified only by answers = "http", cannot settle it (a plain service does not '
+            "replay by key)",
+        )
+        return True
+    if completion.preset is not PresetClass.DESTINATION:
+        return False
+    contract = registry.verbs.get(dispatch.verb)
+    budget = destination_problem_budget(dispatch, contract)
+    answered = f"destination answered {completion.error or 'no detail'}"
+    if budget.spent or contract is None:
+        builder.block(
+            DispatchState.BLOCKED_DESTINATION,
+            SagaState.BLOCKED_DESTINATION,
+            f"{answered}; retried until {budget.until}: fix the credential or the route, "
+            "then retry (or cancel)",
+        )
+    else:
+        builder.retry(backoff_delay(contract.retry, dispatch.attempt, jitter))
+        builder.transition.last_error = f"{answered}; retrying until {budget.until}"
+    return True
 
 
 def fence_wait_delay(policy: RetryPolicy, waits: int, jitter: float) -> timedelta:

@@ -53,10 +53,18 @@ class CancelEffect(StrEnum):
 
 
 RETRYABLE_SAGA_STATES = frozenset(
-    {SagaState.BLOCKED_FENCE, SagaState.BLOCKED_CONTRACT, SagaState.BLOCKED_COMPENSATION}
+    {
+        SagaState.BLOCKED_FENCE,
+        SagaState.BLOCKED_CONTRACT,
+        SagaState.BLOCKED_COMPENSATION,
+        SagaState.BLOCKED_DESTINATION,
+    }
 )
 TERMINAL_SAGA_STATES = frozenset({SagaState.COMPLETED, SagaState.COMPENSATED, SagaState.FAILED})
 NOT_SENT_STATES = frozenset({DispatchState.QUEUED, DispatchState.RETRY_WAIT})
+# A forward dispatch in these states, with no uncertain attempt, has committed nothing at its
+# destination: cancel cancels it now. blocked_destination: the destination answered so.
+CANCELABLE_NOW_STATES = NOT_SENT_STATES | {DispatchState.BLOCKED_DESTINATION}
 
 
 def allowed_actions(state: SagaState) -> frozenset[Action]:
@@ -66,6 +74,10 @@ def allowed_actions(state: SagaState) -> frozenset[Action]:
     if state is SagaState.BLOCKED_COMPENSATION:
         # resolve: its failed compensation was undone by hand (resolve_target)
         return frozenset({Action.RETRY, Action.RESOLVE})
+    if state is SagaState.BLOCKED_DESTINATION:
+        # retry once the credential or route is fixed; cancel: a forward dispatch refused so
+        # committed nothing (cancel_effect refuses it when a compensation is what blocks)
+        return frozenset({Action.RETRY, Action.CANCEL})
     if state in RETRYABLE_SAGA_STATES:
         return frozenset({Action.RETRY})
     if state is SagaState.RUNNING:
@@ -97,14 +109,21 @@ def contract_actions(
     return tuple(actions)
 
 
-def offered_actions(state: SagaState, contract: Sequence[Action] = ()) -> tuple[Action, ...]:
+def offered_actions(
+    state: SagaState, contract: Sequence[Action] = (), blocking: Collection[Direction] = ()
+) -> tuple[Action, ...]:
     """The actions on the whole saga to offer an operator, the one that fits first: retry
-    or cancel where the state admits them, and for blocked_contract ``contract``
-    (``contract_actions``, which reads the loaded config). Resolve is offered per dispatch
-    (``resolutions``); prune is not an action on one saga."""
+    or cancel where the state admits them (``blocking``: the directions of the dispatches
+    that block it; a blocked_destination compensation is not canceled, ``cancel_offered``),
+    and for blocked_contract ``contract`` (``contract_actions``, which reads the loaded
+    config). Resolve is offered per dispatch (``resolutions``); prune is not an action on
+    one saga."""
     if state is SagaState.BLOCKED_CONTRACT:
         return tuple(contract)
-    return tuple(a for a in (Action.RETRY, Action.CANCEL) if a in allowed_actions(state))
+    allowed = allowed_actions(state)
+    if state is SagaState.BLOCKED_DESTINATION and Direction.FORWARD not in blocking:
+        allowed = allowed - {Action.CANCEL}
+    return tuple(a for a in (Action.RETRY, Action.CANCEL) if a in allowed)
 
 
 def resolutions(
@@ -131,6 +150,16 @@ def _admitted(target: DispatchState) -> tuple[Resolution, ...]:
     if target is DispatchState.FAILED_PERMANENT:
         return (Resolution.COMMITTED, Resolution.RETRY)
     return tuple(Resolution)
+
+
+def cancel_offered(
+    state: SagaState, cancel_requested: bool, blocking: Collection[Direction]
+) -> bool:
+    """Whether ``cancel`` is offered (the CLI's next actions, the console's forms) for a saga in
+    ``state``; ``blocking``: the directions of the dispatches that block it."""
+    if state is SagaState.BLOCKED_DESTINATION:
+        return Direction.FORWARD in blocking
+    return state is SagaState.RUNNING and not cancel_requested
 
 
 def _what_next(state: SagaState) -> str:
@@ -323,21 +352,24 @@ def retry_target(
             if d.direction is Direction.COMPENSATION and d.state is DispatchState.FAILED_PERMANENT
         ]
     else:
-        blocked_as = (
-            DispatchState.BLOCKED_FENCE
-            if state is SagaState.BLOCKED_FENCE
-            else DispatchState.BLOCKED_CONTRACT
-        )
+        blocked_as = _BLOCKED_AS.get(state, DispatchState.BLOCKED_CONTRACT)
         wanted = [d for d in dispatches if d.state is blocked_as]
     if wanted:
         return max(wanted, key=lambda d: d.dispatch_id)
-    if state is SagaState.BLOCKED_FENCE:
+    if state in _BLOCKED_AS:
         raise Refused(
             RefusalKind.CONFLICT,
-            f"saga {saga_id} is blocked_fence but none of its dispatches is: "
+            f"saga {saga_id} is {state.value} but none of its dispatches is: "
             "its rows were changed by hand",
         )
     return None
+
+
+# The dispatch state of what blocks a saga in each state that always has such a dispatch.
+_BLOCKED_AS = {
+    SagaState.BLOCKED_FENCE: DispatchState.BLOCKED_FENCE,
+    SagaState.BLOCKED_DESTINATION: DispatchState.BLOCKED_DESTINATION,
+}
 
 
 def contract_refusal(verb: str, pinned_hash: str, live_hash: str | None) -> Refused | None:
@@ -388,11 +420,17 @@ def cancel_effect(
         raise refusal
     can_cancel_now = (
         forward is not None
-        and forward.state in NOT_SENT_STATES
+        and forward.state in CANCELABLE_NOW_STATES
         and forward.uncertain_attempt is None
     )
     if can_cancel_now:
         return CancelEffect.CANCEL_NOW
+    if state is SagaState.BLOCKED_DESTINATION:
+        raise Refused(
+            RefusalKind.CONFLICT,
+            f"saga {saga_id} is blocked_destination on a compensation: it is already "
+            "compensating; fix the destination's credential or route and use `effectusd retry`",
+        )
     if cancel_requested_by is not None:
         live = f"{forward.effect_id} is {forward.state.value}" if forward else "no dispatch is live"
         raise Refused(

@@ -29,6 +29,9 @@ class SagaState(State):
     BLOCKED_FENCE = "blocked_fence"
     BLOCKED_COMPENSATION = "blocked_compensation"
     BLOCKED_CONTRACT = "blocked_contract"
+    # the destination refused for a reason of its own or of our configuration (answers =
+    # "http": 401, 403, ...), nothing was committed, and its retry budget is spent
+    BLOCKED_DESTINATION = "blocked_destination"
 
     @property
     def is_terminal(self) -> bool:
@@ -62,6 +65,7 @@ class DispatchState(State):
     BLOCKED_UNKNOWN = "blocked_unknown"
     BLOCKED_FENCE = "blocked_fence"
     BLOCKED_CONTRACT = "blocked_contract"
+    BLOCKED_DESTINATION = "blocked_destination"
     CANCELED = "canceled"
 
 

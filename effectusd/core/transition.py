@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
+from effectusd.core.answers import PresetClass
 from effectusd.core.canonical import JsonValue
 from effectusd.core.enqueue import DispatchSpec, SagaRef
 from effectusd.core.frozen import frozen
@@ -122,6 +123,10 @@ class Completion:
     operator_evidence: str | None = None
     cause: Cause = Cause.ANSWERED  # what the engine matches on (``engine.settle``)
     fence_wait: FenceWait | None = None  # with cause FENCE_WAIT: how long, and who holds it
+    # Set when only the destination's ``answers`` preset classified the answer (its status,
+    # without X-Effectus-Outcome or a status_map entry): such an answer never settles an
+    # earlier uncertain attempt, and a destination_problem one is never compensated.
+    preset: PresetClass | None = None
 
     def __post_init__(self) -> None:
         # Callers outside core (tests, adapters) may still pass the stored string.
@@ -145,6 +150,7 @@ class Completion:
         evidence: Mapping[str, Any],
         fencing_acknowledged: bool,
         fencing_sent: FencingStatus,
+        preset: PresetClass | None = None,
     ) -> Completion:
         """The attempt ``held`` as its executor classified it (a transport failure included):
         the one constructor of every call's completion. Its fencing status is the one it was
@@ -160,6 +166,7 @@ class Completion:
             error=error,
             evidence=evidence,
             fencing_status=_fencing_after_call(fencing_sent, outcome, fencing_acknowledged),
+            preset=preset,
         )
 
     @classmethod

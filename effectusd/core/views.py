@@ -23,6 +23,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from effectusd.core.operator_decisions import cancel_offered
 from effectusd.core.states import (
     Delivery,
     Direction,
@@ -270,6 +271,7 @@ _BLOCKING: dict[SagaState, tuple[DispatchState, ...]] = {
     SagaState.BLOCKED_UNKNOWN: (DispatchState.BLOCKED_UNKNOWN,),
     SagaState.BLOCKED_FENCE: (DispatchState.BLOCKED_FENCE,),
     SagaState.BLOCKED_CONTRACT: (DispatchState.BLOCKED_CONTRACT,),
+    SagaState.BLOCKED_DESTINATION: (DispatchState.BLOCKED_DESTINATION,),
     SagaState.BLOCKED_COMPENSATION: (DispatchState.FAILED_PERMANENT, DispatchState.BLOCKED_UNKNOWN),
 }
 
@@ -321,6 +323,11 @@ def next_actions(view: SagaView) -> list[str]:
                     "--committed --evidence 'HOW IT WAS UNDONE'"
                 )
         return actions
-    if state is SagaState.RUNNING and view.cancel_requested_at is None:
-        return [f"effectusd cancel {saga} {evidence}"]
-    return []
+    if state is SagaState.BLOCKED_DESTINATION:  # fix the credential or route first
+        actions = [f"effectusd retry {saga} {evidence}"]
+    else:
+        actions = []
+    blocking = [dispatch.direction for _, dispatch in blocking_dispatches(view)]
+    if cancel_offered(state, view.cancel_requested_at is not None, blocking):
+        actions.append(f"effectusd cancel {saga} {evidence}")
+    return actions

@@ -122,6 +122,7 @@ class BaseHttpExecutor(Generic[Request, WireT]):
         self._connect_timeout = config.connect_timeout.total_seconds()
         self._max_response_bytes = config.max_response_bytes
         self._status_map = dict(config.status_map)
+        self._answers = config.answers
         self._static_headers = static_headers(
             name, config, os.environ if environ is None else environ
         )
@@ -191,4 +192,6 @@ class BaseHttpExecutor(Generic[Request, WireT]):
             read_body,
             status_map=self._status_map,
             max_response_bytes=self._max_response_bytes,
+            answers=self._answers,
+            destination=self.name,
         )

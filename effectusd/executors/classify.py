@@ -13,6 +13,15 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from effectusd.core.answers import (
+    DECLARED,
+    HTTP,
+    OUTCOME_OF,
+    Preset,
+    PresetClass,
+    describe,
+    preset_class,
+)
 from effectusd.core.canonical import JsonValue, parse_json, printable
 from effectusd.core.states import OutcomeClass
 from effectusd.core.transition import Completion
@@ -76,6 +85,7 @@ class Wire:
         *,
         result: JsonValue = None,
         sent: str = MAYBE_SENT,
+        preset: PresetClass | None = None,
     ) -> Completion:
         evidence: dict[str, Any] = {
             "sent": sent,
@@ -88,6 +98,8 @@ class Wire:
             evidence["request_id_echo"] = self.echo
         if self.body is not None:
             evidence["body"] = self.body
+        if preset is not None:
+            evidence["answers"] = {"preset": "http", "class": preset.value}
         if error is not None:
             error = printable(error, MAX_ERROR_CHARS)
             if self.reason is not None:
@@ -105,6 +117,7 @@ class Wire:
             fencing_acknowledged=self.echo != "mismatched"
             and decode_fencing(self.headers.get(FENCING)),
             fencing_sent=invocation.fencing_sent,
+            preset=preset,
         )
 
     def not_sent(self, started: float, error: str) -> Completion:
@@ -119,18 +132,26 @@ async def classify(
     *,
     status_map: Mapping[int, OutcomeClass],
     max_response_bytes: int,
+    answers: Preset = DECLARED,
+    destination: str = "",
 ) -> Completion:
     """The outcome of an answer whose status is recorded on ``wire``; reads the body only when
-    the headers say success."""
+    the headers say success. ``answers``: the destination's preset (``effectusd.core.answers``)
+    for a status nothing declared; ``destination``: its name, for the error that says what to
+    set."""
     status = wire.status_code
     assert status is not None
     outcome, doubt = _header_outcome(wire, status, headers, status_map)
+    found = None
+    if outcome is None:  # nothing declared: the destination's preset decides
+        found, doubt = _preset_outcome(status, answers, destination)
+        outcome = OutcomeClass.UNKNOWN if found is None else OUTCOME_OF[found]
     if outcome is not OutcomeClass.SUCCESS:
         # The headers decided. A refusal's body may say why; one that cannot be read in time
         # only loses that, and an unread body only costs this keep-alive connection.
         if not 200 <= status < 300 and wire.echo != "mismatched":
             wire.reason = await _refusal_reason(wire, headers, read_body)
-        return wire.result(started, outcome, doubt or f"HTTP {status}")
+        return wire.result(started, outcome, doubt or f"HTTP {status}", preset=found)
     limit = max_response_bytes
     body = None if _declared_over(headers, limit) else await read_body(limit)
     if body is None:
@@ -196,9 +217,10 @@ def without_reason(error: str | None, evidence: Mapping[str, Any]) -> str | None
 
 def _header_outcome(
     wire: Wire, status: int, headers: Mapping[str, str], status_map: Mapping[int, OutcomeClass]
-) -> tuple[OutcomeClass, str | None]:
-    """What the status, the request-ID echo and X-Effectus-Outcome decide, with the reason
-    when they leave the outcome unknown. SUCCESS means the body decides."""
+) -> tuple[OutcomeClass | None, str | None]:
+    """What the status, the request-ID echo, X-Effectus-Outcome and status_map decide, with
+    the reason when they leave the outcome unknown. SUCCESS means the body decides; None, that
+    nothing declared a non-2xx answer's class."""
     echoed = headers.get(REQUEST_ID)
     if echoed is not None:
         # An answer naming another request is not this one's, whatever it says: e.g. a
@@ -219,8 +241,33 @@ def _header_outcome(
         return named, None
     if status in status_map:
         return status_map[status], None
-    doubt = f"HTTP {status} without a valid {OUTCOME} or status_map entry"
-    return OutcomeClass.UNKNOWN, doubt
+    if value is not None:
+        # Declared, but not in a way we can use: the preset must not guess over it (it may
+        # have meant stale_fence, which nothing may mask).
+        how = "contradicted by" if named is OutcomeClass.SUCCESS else "with an invalid"
+        return OutcomeClass.UNKNOWN, f"HTTP {status} {how} {OUTCOME} and no status_map entry"
+    return None, None
+
+
+def _preset_outcome(
+    status: int, answers: Preset, destination: str
+) -> tuple[PresetClass | None, str]:
+    """The preset's class of an undeclared non-2xx ``status`` and the error to show, which
+    says what would classify it when the preset does not."""
+    found = preset_class(answers, status)
+    if found is not None:
+        return found, describe(status, found)
+    if answers != DECLARED:
+        return None, (
+            f"HTTP {status} without a valid {OUTCOME} or status_map entry (answers = "
+            f'"{answers}" leaves it unknown: it may have committed)'
+        )
+    if preset_class(HTTP, status) is not None:
+        return None, (
+            f'HTTP {status} without a valid {OUTCOME}: set answers = "http" on destination '
+            f"{destination or '(this one)'}, or a status_map entry"
+        )
+    return None, f"HTTP {status} without a valid {OUTCOME} or status_map entry"
 
 
 def _success_body(wire: Wire, started: float, status: int, body: bytes) -> Completion:

@@ -259,7 +259,8 @@ def retry(
     saga_id: str, *, registry: Registry, actor: str, evidence: str | None
 ) -> Operation[ActionReport]:
     """Send the dispatch that blocked the saga again (blocked_fence, blocked_contract,
-    blocked_compensation); build it now when the saga blocked before it existed."""
+    blocked_destination, blocked_compensation); build it now when the saga blocked before it
+    existed."""
     operator_text(actor, evidence)
     locked = yield from lock_saga(saga_id)
     target = retry_target(saga_id, locked.state, locked.dispatches)

@@ -8,7 +8,7 @@ from dataclasses import replace
 from effectusd.backends.operation import Operation
 from effectusd.core.engine import cancel_now
 from effectusd.core.operator_decisions import (
-    NOT_SENT_STATES,
+    CANCELABLE_NOW_STATES,
     Action,
     CancelEffect,
     RefusalKind,
@@ -32,7 +32,7 @@ def _live_forward(dispatches: list[DispatchFacts]) -> DispatchFacts | None:
         d
         for d in dispatches
         if d.direction is Direction.FORWARD
-        and d.state in (DispatchState.QUEUED, DispatchState.RETRY_WAIT, DispatchState.IN_FLIGHT)
+        and (d.state in CANCELABLE_NOW_STATES or d.state is DispatchState.IN_FLIGHT)
     ]
     return max(live, key=lambda d: (_not_sent(d), d.dispatch_id)) if live else None
 
@@ -94,7 +94,7 @@ def cancel(
 
 
 def _not_sent(dispatch: DispatchFacts) -> bool:
-    return dispatch.state in NOT_SENT_STATES and dispatch.uncertain_attempt is None
+    return dispatch.state in CANCELABLE_NOW_STATES and dispatch.uncertain_attempt is None
 
 
 def _flag_only(

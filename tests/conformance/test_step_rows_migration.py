@@ -171,12 +171,6 @@ HEX_DOMAIN_UNDONE = (
 )
 
 
-def versions_from(first: int) -> list[int]:
-    """The migrations this version knows from ``first`` on (the same numbers in both stores)."""
-    known = backends.postgres_store_migrations.known_migrations()
-    return [m.version for m in known if m.version >= first]
-
-
 def before_10020(store: StoreUnderTest, views: dict[str, Any]) -> None:
     """10022 and 10021 undone (the hashes' table checks and the request ID's unique index
     back), and each saga completion an attempt
@@ -255,6 +249,15 @@ def as_submitted_before_10018(store: StoreUnderTest) -> None:
             " REFERENCES effectus_saga_steps (saga_id, effect_id) ON DELETE CASCADE"
         )
     store.execute("DELETE FROM effectus_schema_migrations WHERE version >= 10018")
+
+
+def versions_from(store: StoreUnderTest, first: int) -> list[int]:
+    """Every migration of the store's set from ``first`` on: what a migrate applies once the
+    records from ``first`` on are deleted (each later one runs again on the schema it left)."""
+    migrations = (
+        backends.sqlite_store_migrations if store.sqlite else backends.postgres_store_migrations
+    )
+    return [m.version for m in migrations.known_migrations() if m.version >= first]
 
 
 def outbox_foreign_key(store: StoreUnderTest) -> list[tuple[Any, ...]]:
@@ -406,7 +409,7 @@ async def test_sagas_an_older_version_wrote_read_the_same_after_10016_and_go_on(
     for saga_id, view in views.items():
         assert stored_steps(store, saga_id) == shown_steps(view), saga_id  # as it showed them
     with store.connect() as conn:
-        assert [m.version for m in backends.migrate(conn)] == versions_from(10016)
+        assert [m.version for m in backends.migrate(conn)] == versions_from(store, 10016)
 
     for saga_id, view in views.items():
         assert store.view(saga_id) == view, saga_id  # steps, dispatches and timeline alike
@@ -430,7 +433,7 @@ async def test_sagas_submitted_with_step_rows_read_the_same_after_10018_and_go_o
     sequence = "SELECT seq FROM sqlite_sequence WHERE name = 'effectus_saga_outbox'"
     ids = store.execute(sequence) if store.sqlite else None
     with store.connect() as conn:
-        assert [m.version for m in backends.migrate(conn)] == versions_from(10018)
+        assert [m.version for m in backends.migrate(conn)] == versions_from(store, 10018)
 
     assert outbox_foreign_key(store)[0][0] == "effectus_saga_instances"
     # every row kept; the attempts gain 10020's column (their last), NULL on every row

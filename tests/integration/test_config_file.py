@@ -376,3 +376,21 @@ def test_a_config_built_in_python_refuses_a_bare_number_naming_the_field(
     assert error["loc"] == (field,) and "a duration needs a unit" in error["msg"]
     built = model(**fields, **{field: timedelta(milliseconds=2000)})
     assert getattr(built, field) == timedelta(seconds=2)
+
+
+def test_answers_is_declared_by_default_takes_http_and_refuses_anything_else_by_key(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "effectusd.toml"
+    path.write_text(VALID_TOML.format(headers="", destination="payments"))
+    assert load_config(path).destinations["payments"].answers == "declared"
+    path.write_text(VALID_TOML.format(headers='answers = "http"', destination="payments"))
+    assert load_config(path).destinations["payments"].answers == "http"
+    path.write_text(
+        VALID_TOML.format(headers=f'answers = "{CONFIG_SECRET}"', destination="payments")
+    )
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    message = str(refused.value)
+    assert "destinations.payments.answers" in message and "'declared' or 'http'" in message
+    assert CONFIG_SECRET not in message

@@ -9,6 +9,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from effectusd.core.answers import PresetClass
 from effectusd.core.checker import check
 from effectusd.core.contracts import VerbContract
 from effectusd.core.enqueue import DispatchSpec, SagaRef, build_dispatch
@@ -38,12 +39,16 @@ HELD = LIVE | {
     DispatchState.BLOCKED_UNKNOWN,
     DispatchState.BLOCKED_FENCE,
     DispatchState.BLOCKED_CONTRACT,
+    DispatchState.BLOCKED_DESTINATION,
 }
-OUTCOMES = [
-    (OutcomeClass.SUCCESS, 10),
-    (OutcomeClass.RETRYABLE, 3),
-    (OutcomeClass.PERMANENT, 2),
-    (OutcomeClass.UNKNOWN, 2),
+# (outcome, the answers preset's class when only the preset classified it, weight)
+OUTCOMES: list[tuple[OutcomeClass, PresetClass | None, int]] = [
+    (OutcomeClass.SUCCESS, None, 10),
+    (OutcomeClass.RETRYABLE, None, 3),
+    (OutcomeClass.PERMANENT, None, 2),
+    (OutcomeClass.UNKNOWN, None, 2),
+    (OutcomeClass.PERMANENT, PresetClass.REFUSED, 1),
+    (OutcomeClass.RETRYABLE, PresetClass.DESTINATION, 1),
 ]
 VERBS = {
     verb.name: verb
@@ -155,17 +160,16 @@ class Simulator:
             if d.state in (DispatchState.QUEUED, DispatchState.RETRY_WAIT):
                 moves.append(lambda d=d: self._claim(d))
             elif d.state is DispatchState.IN_FLIGHT:
-                moves.append(lambda d=d: self._answer(d, self._outcome()))
+                moves.append(lambda d=d: self._answer(d, *self._outcome()))
             elif d.state is DispatchState.BLOCKED_UNKNOWN and d.uncertain == d.attempt:
                 moves.append(lambda d=d: self._late(d))
         if self.cancels and not self.cancel_requested and not self.state.is_terminal:
             moves.append(self._request_cancel)
         return moves
 
-    def _outcome(self) -> OutcomeClass:
-        classes, weights = zip(*OUTCOMES, strict=True)
-        chosen: OutcomeClass = self.rng.choices(classes, weights)[0]
-        return chosen
+    def _outcome(self) -> tuple[OutcomeClass, PresetClass | None]:
+        chosen = self.rng.choices(OUTCOMES, [weight for *_, weight in OUTCOMES])[0]
+        return chosen[0], chosen[1]
 
     def _claim(self, d: Dispatch) -> None:
         d.attempt += 1
@@ -176,9 +180,14 @@ class Simulator:
         self.cancel_requested = True
         self.decided_to_undo = True
 
-    def _answer(self, d: Dispatch, outcome: OutcomeClass) -> None:
+    def _answer(self, d: Dispatch, outcome: OutcomeClass, preset: PresetClass | None) -> None:
         completion = Completion(
-            d.id, d.attempt, f"t{d.attempt}", outcome, result={"id": d.spec.effect_id}
+            d.id,
+            d.attempt,
+            f"t{d.attempt}",
+            outcome,
+            result={"id": d.spec.effect_id},
+            preset=preset,
         )
         locked = LockedDispatch(d.facts(), f"t{d.attempt}", False)
         self._settle(d, completion, SettlementFacts(locked, AttemptFacts(None, False), self.facts))

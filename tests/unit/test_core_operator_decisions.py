@@ -18,6 +18,7 @@ from effectusd.core.operator_decisions import (
     Resolution,
     allowed_actions,
     cancel_effect,
+    cancel_offered,
     cancel_reason,
     committed_result,
     contract_actions,
@@ -82,6 +83,7 @@ ALLOWED = [
     (SagaState.BLOCKED_FENCE, {Action.RETRY}),
     (SagaState.BLOCKED_CONTRACT, {Action.RETRY}),
     (SagaState.BLOCKED_COMPENSATION, {Action.RETRY, Action.RESOLVE}),
+    (SagaState.BLOCKED_DESTINATION, {Action.RETRY, Action.CANCEL}),
 ]
 
 
@@ -565,3 +567,67 @@ def test_resume_enqueue_blocks_again_while_the_contract_is_drifted(
     assert transition.new_dispatches == []
     assert transition.saga is not None and transition.saga.state is SagaState.BLOCKED_CONTRACT
     assert "'ship'" in (transition.saga.stop_reason or "")
+
+
+# -- blocked_destination: retry after the fix, or cancel what committed nothing ---------------
+
+
+def test_retry_of_blocked_destination_sends_the_refused_dispatch_again() -> None:
+    dispatches = [
+        dispatch(1, "s1", DispatchState.SUCCEEDED),
+        dispatch(2, "s2", DispatchState.BLOCKED_DESTINATION, attempt=5),
+    ]
+    target = retry_target(SAGA, SagaState.BLOCKED_DESTINATION, dispatches)
+    assert target is not None and target.dispatch_id == 2
+    with pytest.raises(Refused, match="blocked_destination but none of its dispatches is"):
+        retry_target(SAGA, SagaState.BLOCKED_DESTINATION, dispatches[:1])
+
+
+def test_cancel_of_blocked_destination_cancels_the_refused_forward_dispatch_now() -> None:
+    refused = dispatch(2, "s2", DispatchState.BLOCKED_DESTINATION, attempt=5)
+    assert (
+        cancel_effect(SAGA, SagaState.BLOCKED_DESTINATION, None, refused) is CancelEffect.CANCEL_NOW
+    )
+
+
+def test_cancel_of_a_saga_blocked_destination_on_a_compensation_is_refused() -> None:
+    with pytest.raises(Refused) as caught:
+        cancel_effect(SAGA, SagaState.BLOCKED_DESTINATION, None, None)
+    assert caught.value.kind is RefusalKind.CONFLICT
+    assert "on a compensation" in caught.value.message and "retry" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("state", "requested", "blocking", "offered"),
+    [
+        (SagaState.RUNNING, False, [], True),
+        (SagaState.RUNNING, True, [], False),
+        (SagaState.BLOCKED_DESTINATION, False, [F], True),
+        (SagaState.BLOCKED_DESTINATION, True, [F], True),
+        (SagaState.BLOCKED_DESTINATION, False, [C], False),
+        (SagaState.BLOCKED_FENCE, False, [F], False),
+        (SagaState.COMPENSATING, False, [], False),
+    ],
+)
+def test_cancel_is_offered_where_cancel_can_act(
+    state: SagaState, requested: bool, blocking: list[Direction], offered: bool
+) -> None:
+    assert cancel_offered(state, requested, blocking) is offered
+
+
+def test_cancel_now_of_a_blocked_destination_dispatch_compensates_the_succeeded_steps(
+    core_registry: Registry, checkout_plan: dict[str, Any]
+) -> None:
+    facts = saga_facts(
+        core_registry,
+        checkout_plan,
+        {"charge": StepState.SUCCEEDED, "ship": StepState.IN_PROGRESS},
+        cancel=True,
+        saga_state=SagaState.BLOCKED_DESTINATION,
+    )
+    refused = dispatch(2, "ship", DispatchState.BLOCKED_DESTINATION, attempt=5)
+    transition = cancel_now(facts, refused, core_registry, "canceled by u", "u")
+    assert transition.dispatch_state is DispatchState.CANCELED
+    assert transition.saga is not None and transition.saga.state is SagaState.COMPENSATING
+    [spec] = transition.new_dispatches
+    assert (spec.effect_id, spec.direction) == ("charge", "compensation")
