@@ -15,6 +15,7 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from effectusd.backends import Session
 from effectusd.backends.errors import DATABASE_ERRORS, failure_name
@@ -106,8 +107,9 @@ class Prober:
             )
             for verb, _ in taken.scheduled:
                 self.metrics.probes.labels(verb, "scheduled").inc()
-            for verb in taken.given_up:
-                self.metrics.probes.labels(verb, Settled.GIVEN_UP.value).inc()
+            for row, reason in taken.given_up:
+                self.metrics.probes.labels(row["verb"], Settled.GIVEN_UP.value).inc()
+                said(row, Settled.GIVEN_UP, None, reason)
             return [self._start(ticket) for ticket in taken.tickets]
 
     def _start(self, ticket: ProbeTicket) -> asyncio.Task[Settled | None]:
@@ -182,6 +184,7 @@ class Prober:
             self.metrics.probes.labels(ticket.verb, "failed").inc()
             return None
         self.metrics.probes.labels(ticket.verb, settled.value).inc()
+        said(ticket.row, settled, ticket.probes, decision.reason)
         return settled
 
     async def _ask(self, ticket: ProbeTicket) -> ProbeReply:
@@ -198,6 +201,33 @@ class Prober:
         return await send_probe(
             self.executors[destination], identity, ticket.dispatch_id, path, timeout
         )
+
+
+# The one log line of a probe that moved its dispatch, or was refused by the settlement's guard.
+_SAID = {
+    Settled.COMMITTED: (logging.INFO, "settled as committed"),
+    Settled.NOT_COMMITTED: (logging.INFO, "settled as not committed (the engine's rules go on)"),
+    Settled.GIVEN_UP: (logging.WARNING, "probes given up: a person decides (effectusd resolve)"),
+    Settled.MOVED_ON: (logging.INFO, "kept as evidence only: the dispatch moved on meanwhile"),
+}
+
+
+def said(row: Mapping[str, Any], settled: Settled, probe: int | None, reason: str) -> None:
+    """Log what a probe did to its step, when it did something a reader of the log must know
+    (a step settled, given up, or left alone by the guard); ``reason`` is our words only."""
+    if settled not in _SAID:
+        return
+    level, what = _SAID[settled]
+    log.log(
+        level,
+        "probe%s of saga %s step %s (%s): %s; %s",
+        "" if probe is None else f" {probe}",
+        row["saga_id"],
+        row["effect_id"],
+        row["direction"],
+        reason,
+        what,
+    )
 
 
 def _identity(ticket: ProbeTicket, deadline: datetime) -> RequestIdentity:

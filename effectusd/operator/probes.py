@@ -82,7 +82,8 @@ class ProbeTicket:
 class Taken:
     scheduled: list[tuple[str, str]]  # (verb, saga_id) of each dispatch scheduled now
     tickets: list[ProbeTicket]
-    given_up: list[str] = field(default_factory=list)  # verb of each given up when taken
+    # each dispatch (its row) given up when taken, its last probe unanswered, and why
+    given_up: list[tuple[dict[str, Any], str]] = field(default_factory=list)
 
 
 # The verbs of one destination, and how many of their probes may be taken now.
@@ -138,8 +139,9 @@ def take_probes(
             # Settled, sent again or no longer probed since it was scheduled: nothing to ask.
             yield _update(row["dispatch_id"], row["attempt"], int(row["probes"]), None, None)
         elif row["next_probe_at"] is None:  # its probes were all spent: closed
-            if (yield from _give_up_lost(target, int(row["probes"]), probes[target["verb"]])):
-                taken.given_up.append(target["verb"])
+            reason = yield from _give_up_lost(target, int(row["probes"]), probes[target["verb"]])
+            if reason is not None:
+                taken.given_up.append((dict(target), reason))
         else:
             taken.tickets.append(ProbeTicket(dict(target), int(row["probes"]), row["db_now"]))
     return taken
@@ -158,19 +160,21 @@ def _take(
     return ("probe_take", {**params, "plan": plan})
 
 
-def _give_up_lost(target: Mapping[str, Any], probes: int, config: ProbeConfig) -> Operation[bool]:
+def _give_up_lost(
+    target: Mapping[str, Any], probes: int, config: ProbeConfig
+) -> Operation[str | None]:
     """Give up a dispatch whose last probe was taken and never answered (lost with its daemon,
-    or still unanswered after its hold): it counted, and no more are allowed. Once: False when
-    the probes were given up already."""
+    or still unanswered after its hold): it counted, and no more are allowed. Once: None when
+    the probes were given up already, else why."""
     moved = yield _update(
         target["dispatch_id"], target["attempt"], probes, None, None, given_up=True
     )
     if not moved:
-        return False
+        return None
     reason = f"max_probes {config.max_probes} spent (probe {probes} went unanswered)"
     detail = {"probe": probes, "max_probes": config.max_probes, "verdict": Verdict.GIVE_UP.value}
     yield _probe_event(target, "probe_given_up", {**detail, "status": None}, reason)
-    return True
+    return reason
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ with its daemon still counts, and the probes are given up once."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -14,6 +15,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+import pytest
 
 from effectusd.config import Config
 from effectusd.core.states import OutcomeClass
@@ -181,8 +184,9 @@ async def test_a_probe_in_flight_is_not_taken_again_before_its_timeout_and_lease
 
 
 async def test_a_probe_lost_with_its_daemon_counts_and_the_probes_are_given_up_once(
-    store: StoreUnderTest,
+    store: StoreUnderTest, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="effectusd.daemon")
     async with scene(store, 500) as at:
         saga = await blocked(store, at.late, "pay", "a")
         async with (
@@ -201,6 +205,11 @@ async def test_a_probe_lost_with_its_daemon_counts_and_the_probes_are_given_up_o
             assert await asyncio.gather(*lost) == [Settled.KEPT_BLOCKED, Settled.KEPT_BLOCKED]
         assert len(gets(at.slow)) == 2
     assert kinds(store, saga).count("probe_given_up") == 1
+    given_up = [r.getMessage() for r in caplog.records if "given up" in r.getMessage()]
+    assert given_up == [
+        f"probe of saga {saga} step s1 (forward): max_probes 2 spent (probe 2 went unanswered);"
+        " probes given up: a person decides (effectusd resolve)"
+    ]
     assert store.view(saga)["state"] == "blocked_unknown"
 
 

@@ -129,7 +129,10 @@ async def test_run_until_idle_sends_a_due_probe_and_records_its_answer_before_it
             blocked = await show(client, saga)
             idle = [r.getMessage() for r in caplog.records if r.getMessage().startswith("idle")]
             probes_due_now(store_url)
-            await run_until_idle(config, store_url)
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="effectusd.daemon"):
+                await run_until_idle(config, store_url)
+            said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("probe ")]
             view = await show(client, saga)
             gets = [r for r in dest.requests if r.method == "GET"]
     finally:
@@ -141,3 +144,7 @@ async def test_run_until_idle_sends_a_due_probe_and_records_its_answer_before_it
     assert len(gets) == 1
     assert probe_kinds(view) == ["probe_scheduled", "probe_answered"]
     assert view.state == "completed" and view.stop_reason == "resolved by probe as committed"
+    # and says so in one line: a reader of the log does not count the step blocked
+    assert said == [
+        f"probe 1 of saga {saga} step s1 (forward): HTTP 200: committed; settled as committed"
+    ]
