@@ -324,6 +324,16 @@ class Config(BaseModel):
             fence_wait_limit=self.fence_wait_limit(),
         )
 
+    def warnings(self) -> list[str]:
+        """What this configuration allows but an operator should change: logged when the
+        daemon starts and listed by /readyz (never a reason to refuse)."""
+        return [
+            f"verbs.{name}.probe.path names no {{key}}: one answer is read for every blocked "
+            "dispatch of the verb whose arguments and facts fill it alike; put {key} in it"
+            for name, verb in self.verbs.items()
+            if verb.probe is not None and not verb.probe.names_key
+        ]
+
     def fence_wait_limit(self) -> timedelta:
         """``fencing.wait_limit``, or by default twice the longest dispatch lease (call timeout
         plus lease margin) and at least 5 minutes: a dead holder's fence has run out by then."""

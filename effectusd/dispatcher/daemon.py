@@ -171,6 +171,8 @@ class Daemon:
         self.started = True
         self._install_signals()
         log.info("daemon %s started (%d destination(s))", self.owner, len(executors))
+        for warning in self.config.warnings():
+            log.warning("%s", warning)
         try:
             await self._claim_until_stopped(pipeline, store, until_idle)
             await self._drain(pipeline)
@@ -421,6 +423,7 @@ class Daemon:
             "notifications": "listening" if self.listening else "polling",
             "store": self.backend.dialect,
             **({} if self.replication is None else {"replication": self.replication.report()}),
+            **({"warnings": warnings} if (warnings := self.config.warnings()) else {}),
         }
 
     async def _listen_round(self) -> float:

@@ -2,7 +2,8 @@
 as its own task within its destination's probe_concurrency, so a probe hanging until its
 timeout delays no other destination's probe; and a taken probe counts and is held until its
 timeout plus the lease margin, so no two probers ask about one dispatch at once, a probe lost
-with its daemon still counts, and the probes are given up once."""
+with its daemon still counts, and the probes are given up once. A probe path that a change of
+configuration left unrenderable is a probe failure with evidence."""
 
 from __future__ import annotations
 
@@ -34,14 +35,14 @@ PROBE = {"path": "/keys/{key}", "after": "0s", "every": "1s", "max_probes": 2}
 SLOW_TIMEOUT_S = 30  # a hanging probe's: every bound below is well under it
 
 
-def two_destinations(slow: str, fast: str) -> Config:
-    """``pay`` probes the slow destination, ``ship`` the fast one; `every` (1s) is far
-    shorter than the slow destination's timeout."""
+def two_destinations(slow: str, fast: str, ship: dict[str, Any] = PROBE) -> Config:
+    """``pay`` probes the slow destination, ``ship`` the fast one (with ``ship``); `every`
+    (1s) is far shorter than the slow destination's timeout."""
     return make_config(
         slow,
         {
             "pay": {"destination": "slow", "probe": PROBE},
-            "ship": {"destination": "fast", "probe": PROBE},
+            "ship": {"destination": "fast", "probe": ship},
         },
         destinations={
             "slow": {"base_url": slow, "timeout": f"{SLOW_TIMEOUT_S}s"},
@@ -228,3 +229,21 @@ def seconds_between(start: Any, end: Any) -> float:
 
 def epoch(value: Any) -> float:
     return value.timestamp() if isinstance(value, datetime) else float(value)
+
+
+async def test_a_probe_path_a_config_change_left_unrenderable_keeps_the_dispatch_blocked(
+    store: StoreUnderTest,
+) -> None:
+    async with scene(store) as at:
+        saga = await blocked(store, at.late, "ship", "a")
+        changed = {**PROBE, "path": "/keys/{key}/{facts.region}"}  # a fact the saga never had
+        store.config = two_destinations(at.slow.base_url, at.fast.base_url, ship=changed)
+        async with prober_on(store, "daemon-a") as prober:
+            assert await prober.once() == [Settled.KEPT_BLOCKED]
+        assert gets(at.fast) == []  # nothing sent
+    view = store.view(saga)
+    [answered] = [e for e in view["timeline"] if e["kind"] == "probe_answered"]
+    assert view["state"] == "blocked_unknown" and answered["detail"]["status"] is None
+    assert answered["evidence"] == (
+        "no answer: probe path: template '/keys/{key}/{facts.region}': facts.region is not present"
+    )

@@ -9,6 +9,7 @@ import logging
 import threading
 from datetime import UTC, datetime
 
+import httpx
 import pytest
 
 from effectusd.client import AsyncClient
@@ -148,3 +149,25 @@ async def test_run_until_idle_sends_a_due_probe_and_records_its_answer_before_it
     assert said == [
         f"probe 1 of saga {saga} step s1 (forward): HTTP 200: committed; settled as committed"
     ]
+
+
+async def test_a_probe_path_without_key_is_warned_of_at_start_and_on_readyz_still_ready(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    probe = {**PROBE, "path": "/orders/{args.n}"}  # names the order, not the dispatch
+    config = make_config(
+        "http://127.0.0.1:9", {"pay": {"probe": probe}}, observability={"http_port": 0}
+    )
+    warning = (
+        "verbs.pay.probe.path names no {key}: one answer is read for every blocked dispatch of "
+        "the verb whose arguments and facts fill it alike; put {key} in it"
+    )
+    with caplog.at_level(logging.WARNING, logger="effectusd.daemon"):
+        async with daemon_running(config, store_url) as daemon:
+            async with asyncio.timeout(20):
+                while daemon.http_port is None or not daemon.started:
+                    await asyncio.sleep(0.02)
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{daemon.http_port}") as http:
+                ready = await http.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["warnings"] == [warning]
+    assert [r.getMessage() for r in caplog.records].count(warning) == 1
