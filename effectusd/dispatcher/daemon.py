@@ -106,8 +106,10 @@ class Daemon:
     def check_startup(self) -> None:
         """Refuse to run on a schema we do not match, with test-only fencing in a real setup,
         or with extra routes (a console) nobody may use safely, before touching anything
-        else."""
+        else; and say what the configuration allows but should change."""
         fencing_provider(self.config)
+        for warning in self.config.warnings():
+            log.warning("%s", warning)
         serving = self.config.observability.http_port is not None
         if self._web is not None and serving:
             self._extra_routes = [self._web(self.metrics.outcome_totals)]
@@ -171,8 +173,6 @@ class Daemon:
         self.started = True
         self._install_signals()
         log.info("daemon %s started (%d destination(s))", self.owner, len(executors))
-        for warning in self.config.warnings():
-            log.warning("%s", warning)
         try:
             await self._claim_until_stopped(pipeline, store, until_idle)
             await self._drain(pipeline)

@@ -84,12 +84,12 @@ class Prober:
         return sum(len(tasks) for tasks in self.flying.values())
 
     async def round(self) -> float:
+        self._ended.clear()  # before taking: a probe that ends meanwhile cuts the wait short
         await self.take()
         return PROBE_INTERVAL_S
 
     async def sleep(self, seconds: float) -> None:
         """The loop's wait: the interval, or until a probe ends (its room is free again)."""
-        self._ended.clear()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
                 await self._ended.wait()
