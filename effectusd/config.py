@@ -181,6 +181,9 @@ class DestinationConfig(BaseModel):
     timeout: Duration = timedelta(seconds=10)
     connect_timeout: Duration = timedelta(seconds=5)
     max_concurrency: int = Field(default=16, ge=1, le=10_000)
+    # Probes in flight to this destination at once, beside its calls (never in their slots):
+    # it may see max_concurrency + probe_concurrency connections (docs/design.md section 7).
+    probe_concurrency: int = Field(default=2, ge=1, le=1_000)
     headers: dict[str, str] = Field(default_factory=dict)
     bearer_token_env: str | None = None
     verify_tls: bool = True
@@ -243,6 +246,11 @@ class DestinationConfig(BaseModel):
         if broken:
             raise ValueError(f"{', '.join(broken)}: the value holds control characters")
         return value
+
+    @property
+    def connections(self) -> int:
+        """The most connections its executor opens: its calls' and its probes' bounds."""
+        return self.max_concurrency + self.probe_concurrency
 
     def bearer_token(self, name: str, environ: Mapping[str, str]) -> str | None:
         """The token ``bearer_token_env`` names, from ``environ`` (None without one).
@@ -316,6 +324,16 @@ class Config(BaseModel):
             destination_timeouts={name: dest.timeout for name, dest in self.destinations.items()},
             fence_wait_limit=self.fence_wait_limit(),
         )
+
+    def warnings(self) -> list[str]:
+        """What this configuration allows but an operator should change: logged when the
+        daemon starts and listed by /readyz (never a reason to refuse)."""
+        return [
+            f"verbs.{name}.probe.path names no {{key}}: one answer is read for every blocked "
+            "dispatch of the verb whose arguments and facts fill it alike; put {key} in it"
+            for name, verb in self.verbs.items()
+            if verb.probe is not None and not verb.probe.names_key
+        ]
 
     def fence_wait_limit(self) -> timedelta:
         """``fencing.wait_limit``, or by default twice the longest dispatch lease (call timeout

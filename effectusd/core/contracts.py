@@ -26,7 +26,7 @@ from effectusd.core.canonical import (
 )
 from effectusd.core.derived import DerivedOnce
 from effectusd.core.durations import Duration, to_milliseconds
-from effectusd.core.probes import ProbeConfig
+from effectusd.core.probes import KEY_STAND_IN, ProbeConfig
 from effectusd.core.states import Delivery
 from effectusd.core.templates import (
     FENCING_SCOPES,
@@ -161,6 +161,13 @@ class VerbContract(DerivedOnce):
     def pins(self, pinned_hash: str) -> bool:
         """Whether a saga pinned to ``pinned_hash`` may be dispatched under this contract."""
         return pinned_hash in (self.contract_hash, self.legacy_contract_hash)
+
+    @property
+    def path_templates(self) -> list[Template]:
+        """Every path this verb's steps render: its own, and its probe's (with a stand-in
+        key), checked alike at check and at submit."""
+        probe = [] if self.probe is None else [self.probe.template(KEY_STAND_IN)]
+        return [self.path_template, *probe]
 
     def render_path(self, args: dict[str, JsonValue]) -> str:
         return self.path_template.render_within(

@@ -101,12 +101,15 @@ class Daemon:
         self._store: DispatchStore | None = None
         self._background: list[asyncio.Task[Any]] = []
         self.claimer: Loop | None = None
+        self.prober: Prober | None = None
 
     def check_startup(self) -> None:
         """Refuse to run on a schema we do not match, with test-only fencing in a real setup,
         or with extra routes (a console) nobody may use safely, before touching anything
-        else."""
+        else; and say what the configuration allows but should change."""
         fencing_provider(self.config)
+        for warning in self.config.warnings():
+            log.warning("%s", warning)
         serving = self.config.observability.http_port is not None
         if self._web is not None and serving:
             self._extra_routes = [self._web(self.metrics.outcome_totals)]
@@ -202,8 +205,14 @@ class Daemon:
         if self.backend.notifications.notifies:  # else (SQLite) the claimer polls
             loops.append(Loop("listener", self._listen_round, self.metrics))
         if any(verb.probe is not None for verb in self.config.verbs.values()):
-            prober = Prober(self.config, store.session, pipeline.executors, self.metrics)
-            loops.append(Loop("prober", prober.round, self.metrics))
+            prober = self.prober = Prober(
+                self.config,
+                store.session,
+                pipeline.executors,
+                self.metrics,
+                on_settled=self.wake.set,
+            )
+            loops.append(Loop("prober", prober.round, self.metrics, prober.sleep))
         return loops
 
     async def _claim_until_stopped(
@@ -245,8 +254,10 @@ class Daemon:
             if until_idle and pipeline.idle:
                 in_flight, due_soon = await store.outbox_counts(IDLE_HORIZON_S)
                 if in_flight == 0 and due_soon == 0 and pipeline.idle:
-                    log.info("idle: nothing queued, in flight or due soon")
-                    return None
+                    probes = await self._probes_idle()
+                    if probes is not None:
+                        log.info("idle: nothing queued, in flight or due soon%s", probes)
+                        return None
             wait = poll
             if pipeline.free():  # a full pipeline is woken by its calls, or by its recorder
                 due_in = await store.seconds_until_due(destinations)
@@ -255,6 +266,26 @@ class Daemon:
             return wait
 
         return claim_round
+
+    async def _probes_idle(self) -> str | None:
+        """For --until-idle: None while a probe is due or in flight (the due ones are taken
+        now), else what is left (the probes scheduled later, as the exit line's tail)."""
+        prober = self.prober
+        if prober is None:
+            return ""
+        await prober.take()
+        if prober.in_flight:
+            return None
+        pending = await prober.pending()
+        if pending.due or pending.unscheduled:
+            return None
+        if not pending.later or pending.next_at is None or pending.db_now is None:
+            return "; no probe scheduled"
+        due_in = (pending.next_at - pending.db_now).total_seconds()
+        return (
+            f"; {pending.later} probe(s) scheduled later, the next at "
+            f"{pending.next_at.isoformat(timespec='seconds')} (in {due_in:.0f}s)"
+        )
 
     @staticmethod
     def _reclaim_round(pipeline: Pipeline) -> Round:
@@ -276,12 +307,32 @@ class Daemon:
                 waiter.cancel()
 
     async def _drain(self, pipeline: Pipeline) -> None:
-        """Stop claiming; let in-flight calls finish within the grace period; record them.
-        Bounded whatever is stuck: what is not recorded by then is left to its lease, whose
-        reclaim by the next daemon settles it from what the database says."""
+        """Stop claiming; let in-flight calls and probes finish within the grace period; record
+        them. Bounded whatever is stuck: what is not recorded by then is left to its lease,
+        whose reclaim by the next daemon settles it from what the database says (a probe, to
+        its hold: it is asked again after it)."""
         pipeline.claiming = False  # the recorder claims nothing more either
         grace = self.config.dispatcher.shutdown_grace.total_seconds()
         deadline = time.monotonic() + grace
+        try:
+            await self._drain_calls(pipeline, deadline)
+        finally:
+            await self._drain_probes(deadline)
+
+    async def _drain_probes(self, deadline: float) -> None:
+        """Take no more probes; wait for those in flight until ``deadline``."""
+        if self.prober is None:
+            return
+        for task in self._background:
+            if task.get_name() == "prober":
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if self.prober.in_flight:
+            log.info("waiting for %d probe(s) in flight", self.prober.in_flight)
+        await self.prober.drain(max(deadline - time.monotonic(), 0.0))
+
+    async def _drain_calls(self, pipeline: Pipeline, deadline: float) -> None:
+        grace = self.config.dispatcher.shutdown_grace.total_seconds()
         if pipeline.calls:
             log.info("draining %d in-flight batch(es) for up to %.0fs", len(pipeline.calls), grace)
         while True:  # a record that claimed before the stop starts those calls: drain them too
@@ -372,6 +423,7 @@ class Daemon:
             "notifications": "listening" if self.listening else "polling",
             "store": self.backend.dialect,
             **({} if self.replication is None else {"replication": self.replication.report()}),
+            **({"warnings": warnings} if (warnings := self.config.warnings()) else {}),
         }
 
     async def _listen_round(self) -> float:

@@ -5,8 +5,8 @@ destination.
 Same request, same classification as the other transports (``effectusd.executors.base`` and
 ``effectusd.executors.classify``). What it adds is exact evidence: the request goes out in one
 ``transport.write`` on a connection this executor opened or took from its own pool, so "not
-sent" is what it looks like: the call ended before that write (waiting for a slot under
-``max_concurrency``, connecting, the TLS handshake). From the write on, every failure is
+sent" is what it looks like: the call ended before that write (waiting for one of the pool's
+``connections``, connecting, the TLS handshake). From the write on, every failure is
 unknown. It never re-sends, follows no redirect, sends no cookie back and takes no proxy from
 the environment.
 
@@ -245,7 +245,7 @@ def _close_delimited(answer: _Answer) -> bool:
 
 class AsyncioExecutor(BaseHttpExecutor[bytes, _Wire]):
     """Executor for one HTTP destination on asyncio's transports. Callers limit concurrency
-    to ``max_concurrency``; the pool never opens more connections than that."""
+    (see BaseHttpExecutor); the pool never opens more than ``connections``."""
 
     def __init__(
         self, name: str, config: DestinationConfig, *, environ: Mapping[str, str] | None = None
@@ -272,7 +272,7 @@ class AsyncioExecutor(BaseHttpExecutor[bytes, _Wire]):
         self._head_tail = "".join(f"{k}: {v}\r\n" for k, v in static.items()).encode()
         self._hold = _held(self._max_response_bytes)
         self._idle: list[_Connection] = []
-        self._slots = asyncio.Semaphore(self.max_concurrency)
+        self._slots = asyncio.Semaphore(self.connections)
         self._closed = False
         self._open: set[_Connection] = set()
 

@@ -74,7 +74,8 @@ class _Wire(Wire):
 
 
 class HttpxExecutor(BaseHttpExecutor[httpx.Request, _Wire]):
-    """Executor for one HTTP destination on httpx. Callers limit concurrency to max_concurrency."""
+    """Executor for one HTTP destination on httpx (callers limit concurrency, see
+    BaseHttpExecutor)."""
 
     def __init__(
         self, name: str, config: DestinationConfig, *, environ: Mapping[str, str] | None = None
@@ -83,8 +84,8 @@ class HttpxExecutor(BaseHttpExecutor[httpx.Request, _Wire]):
         self._trace_works = False
         self._static = _encode(self._static_headers)
         limits = httpx.Limits(
-            max_connections=config.max_concurrency,
-            max_keepalive_connections=config.max_concurrency if config.keep_alive else 0,
+            max_connections=config.connections,
+            max_keepalive_connections=config.connections if config.keep_alive else 0,
         )
         verify = (tls_context(config) or True) if config.verify_tls else False
         transport = httpx.AsyncHTTPTransport(

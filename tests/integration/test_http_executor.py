@@ -900,18 +900,24 @@ async def test_waiting_for_a_pooled_connection_past_the_deadline_is_retryable() 
         writer.write(response("200 OK", b"{}"))
         await writer.drain()
 
+    # The pool holds a call's connection and a probe's (max_concurrency + probe_concurrency).
+    bounds = {"max_concurrency": 1, "probe_concurrency": 1, "timeout": "10s"}
     async with (
         RawServer(behaviour) as server,
-        executor(destination(server.base_url, max_concurrency=1, timeout="10s")) as ex,
+        executor(destination(server.base_url, **bounds)) as ex,
     ):
-        holder = asyncio.create_task(ex.call(invocation()))
-        await server.request_read.wait()  # the only connection is now busy
+        holders = [
+            asyncio.create_task(ex.call(invocation(request_id=f"req-000{i}"))) for i in (1, 3)
+        ]
+        async with asyncio.timeout(5):
+            while len(server.requests) < 2:  # both connections are now busy
+                await asyncio.sleep(0.01)
         queued = await ex.call(invocation(timeout=SHORT, request_id="req-0002"))
         server.release.set()
-        held = await holder
+        held = await asyncio.gather(*holders)
     assert_retryable_not_sent(queued)
-    assert held.outcome is OutcomeClass.SUCCESS
-    assert server.connections == 1 and len(server.requests) == 1
+    assert [result.outcome for result in held] == [OutcomeClass.SUCCESS] * 2
+    assert server.connections == 2 and len(server.requests) == 2
 
 
 @RESEND_METHODS
@@ -937,7 +943,7 @@ async def test_pooled_connection_the_server_closed_unnoticed_is_not_written_to(
     assert server.connections == 2 and len(server.requests) == 2
 
 
-async def test_connections_never_exceed_max_concurrency() -> None:
+async def test_connections_never_exceed_max_concurrency_plus_probe_concurrency() -> None:
     async def behaviour(server: RawServer, reader: Any, writer: Any) -> None:
         with contextlib.suppress(asyncio.IncompleteReadError):
             while True:
@@ -947,11 +953,11 @@ async def test_connections_never_exceed_max_concurrency() -> None:
 
     async with (
         RawServer(behaviour) as server,
-        executor(destination(server.base_url, max_concurrency=2)) as ex,
+        executor(destination(server.base_url, max_concurrency=2, probe_concurrency=1)) as ex,
     ):
         results = await asyncio.gather(*(ex.call(invocation()) for _ in range(12)))
     assert {result.outcome for result in results} == {OutcomeClass.SUCCESS}
-    assert server.connections <= 2 and len(server.requests) == 12
+    assert server.connections <= 3 and len(server.requests) == 12
 
 
 async def test_literal_characters_in_a_configured_path_are_percent_encoded(
