@@ -246,3 +246,32 @@ def test_the_registry_holds_the_configs_verbs_destination_timeouts_and_fence_wai
     assert registry.timeout_for(registry.verbs["payments.charge"]) == timedelta(seconds=7)
     assert registry.timeout_for(registry.verbs["payments.refund"]) == timedelta(seconds=2)
     assert registry.fence_wait_limit == config.fence_wait_limit() == timedelta(minutes=5)
+
+
+def test_a_config_file_starting_with_a_utf8_byte_order_mark_loads_as_without_it(
+    tmp_path: Path,
+) -> None:
+    # Editors on Windows save UTF-8 with a BOM: it is still UTF-8 text, and the same settings.
+    path = tmp_path / "effectusd.toml"
+    text = VALID_TOML.format(headers="", destination="payments")
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+
+    config = load_config(path)
+
+    assert config.destinations["payments"].base_url == "http://127.0.0.1:9"
+    assert list(config.verbs) == ["payments.charge"]
+
+
+@pytest.mark.parametrize("opening", ["a = ", 'a = { b = { c = "d" } }\ne = '])
+def test_a_toml_array_nested_100000_deep_is_one_config_error_naming_the_file(
+    tmp_path: Path, opening: str
+) -> None:
+    path = tmp_path / "effectusd.toml"
+    path.write_text(opening + "[" * 100_000 + "]" * 100_000 + "\n")
+
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+
+    message = str(refused.value)
+    assert message.startswith(f"{path}: not valid TOML: ")
+    assert "nested too deeply" in message and "\n" not in message
