@@ -20,7 +20,7 @@ import click
 from pydantic import BaseModel
 
 from effectusd.backends import Backend, Connection
-from effectusd.backends.errors import UNAVAILABLE
+from effectusd.backends.errors import UNAVAILABLE, unavailable_text
 from effectusd.client import Client
 from effectusd.config import Config, ConfigError, load_config, not_utf8
 from effectusd.core.canonical import MAX_JSON_DEPTH, parse_json
@@ -43,6 +43,7 @@ class Context:
         self.config_path = config_path
         self._database_url = database_url
         self._config: Config | None = None
+        self._backend: Backend | None = None
 
     @property
     def config(self) -> Config:
@@ -59,8 +60,11 @@ class Context:
 
     @property
     def backend(self) -> Backend:
-        # a DatabaseURLError exits 3 (EffectusGroup)
-        return store_backend(self._database_url or self.config.database.url)
+        """The store's backend, its URL parsed once; a DatabaseURLError exits 3
+        (EffectusGroup)."""
+        if self._backend is None:
+            self._backend = store_backend(self._database_url or self.config.database.url)
+        return self._backend
 
     def client(self) -> Client:
         return Client(self.config, database_url=self.database_url)
@@ -71,13 +75,18 @@ class Context:
             try:
                 conn = stack.enter_context(self.backend.runner.connect(create=create))
             except UNAVAILABLE as exc:
-                fail(f"cannot connect to the database: {str(exc).strip()}", EXIT_FAILURE)
+                cannot_connect(exc)
             yield conn
 
 
 def fail(message: str, code: int) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
+
+
+def cannot_connect(error: BaseException) -> NoReturn:
+    """Exit 1 for a database that could not be reached, never quoting the driver's message."""
+    fail(f"cannot connect to the database: {unavailable_text(error)}", EXIT_FAILURE)
 
 
 def _json_default(value: object) -> Any:
@@ -168,7 +177,7 @@ class EffectusGroup(click.Group):
         except (DatabaseURLError, ConfigError) as exc:
             fail(str(exc), EXIT_INVALID)
         except UNAVAILABLE as exc:
-            fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
+            fail(f"database: {unavailable_text(exc)}", EXIT_FAILURE)
 
 
 @click.group(cls=EffectusGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -9,11 +9,13 @@ from collections.abc import Sequence
 
 import click
 
+from effectusd.backends.errors import UNAVAILABLE
 from effectusd.backends.migrations import MigrationError
 from effectusd.cli.app import (
     EXIT_CONFLICT,
     EXIT_INVALID,
     Context,
+    cannot_connect,
     emit,
     fail,
     json_option,
@@ -140,6 +142,8 @@ def run(
         raise  # exits 6 (EffectusGroup): SchemaBehind too, though it is a MigrationError
     except MigrationError as exc:
         fail(str(exc), EXIT_CONFLICT)
+    except UNAVAILABLE as exc:  # the daemon rides out a database lost once it has started
+        cannot_connect(exc)
     except OSError as exc:
         if exc.errno not in UNBINDABLE:
             raise
