@@ -369,5 +369,6 @@ def load_config(path: str | os.PathLike[str] | None) -> Config:
     config = Config() if path is None else parse_config(read_toml(Path(path)), str(path))
     env_url = os.environ.get("EFFECTUSD_DATABASE_URL")
     if env_url:
+        parse_database_url(env_url)  # parsed where it is read: DatabaseURLError quotes nothing
         config.database.url = env_url
     return config

@@ -170,7 +170,7 @@ class PostgresBackend:
 
     def __init__(self, url: str, database: PostgresDatabase, schema: MigrationSet) -> None:
         self.url = url
-        self.conninfo = primary_conninfo(database.conninfo)  # several hosts: the writable one
+        self.conninfo = primary_conninfo(database)  # several hosts: the writable one
         self.runner = PostgresRunner(self.conninfo, schema.statements)
         self.notifications = PostgresNotifications(self.conninfo, schema.statements)
         self.migrator = PostgresMigrator(schema)
