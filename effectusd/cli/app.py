@@ -28,6 +28,7 @@ from effectusd.core.checker import PlanCheckError
 from effectusd.core.database_url import DatabaseURLError
 from effectusd.core.durations import parse_duration
 from effectusd.core.errors import SchemaNotReady
+from effectusd.core.replication import ReadOnlyServer
 from effectusd.store.sql import store_backend
 
 EXIT_FAILURE = 1
@@ -70,13 +71,22 @@ class Context:
         return Client(self.config, database_url=self.database_url)
 
     @contextmanager
-    def connect(self, *, create: bool = False) -> Iterator[Connection]:
+    def connect(self, *, create: bool = False, write: bool = False) -> Iterator[Connection]:
+        """A connection to the store; ``write``: the command writes, so a server that takes
+        no writes stops it first, with the daemon's line and exit code (EffectusGroup)."""
         with ExitStack() as stack:
             try:
                 conn = stack.enter_context(self.backend.runner.connect(create=create))
+                if write:
+                    self.backend.runner.check_writable(conn)
             except UNAVAILABLE as exc:
                 cannot_connect(exc)
             yield conn
+
+    def check_writable(self) -> None:
+        """For a command that writes on connections of its own (submit, through the client)."""
+        with self.connect(write=True):
+            pass
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -174,8 +184,8 @@ class EffectusGroup(click.Group):
             return super().invoke(ctx)
         except SchemaNotReady as exc:
             fail(str(exc), EXIT_PENDING)
-        except (DatabaseURLError, ConfigError) as exc:
-            fail(str(exc), EXIT_INVALID)
+        except (DatabaseURLError, ConfigError, ReadOnlyServer) as exc:
+            fail(str(exc), EXIT_INVALID)  # ReadOnlyServer: as the daemon refuses to start
         except UNAVAILABLE as exc:
             fail(f"database: {unavailable_text(exc)}", EXIT_FAILURE)
 
