@@ -8,6 +8,7 @@ it); 5 not found; 6 the schema needs `effectusd migrate` (pending migrations, or
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -92,6 +93,27 @@ class Context:
 def fail(message: str, code: int) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
+
+
+# Why a port cannot be listened on: in use, not this host's, or privileged. A setting to
+# change, so one line and exit 3 rather than a traceback.
+UNBINDABLE = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES})
+
+
+@contextmanager
+def listening(host: str, port: int | None, setting: str) -> Iterator[None]:
+    """Exit 3 in one line if what runs inside cannot listen on ``host:port``; ``setting``
+    names the option (and config key) that chose the port."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in UNBINDABLE:
+            raise
+        fail(
+            f"cannot serve on {host}:{port}: {exc.strerror}; choose another {setting}, or "
+            "stop what holds it",
+            EXIT_INVALID,
+        )
 
 
 def cannot_connect(error: BaseException) -> NoReturn:

@@ -33,14 +33,19 @@ path = "/do"
 
 
 def run_daemon(url: str, config: Path, *args: str) -> tuple[int, list[str]]:
-    """`effectusd run` as a process of its own: its exit code and its stderr's lines. It must
-    have exited within BOUND_S."""
+    """`effectusd run` as a process of its own: its exit code and its stderr's lines."""
+    return run_cli(url, config, "run", *args)
+
+
+def run_cli(url: str, config: Path, command: str, *args: str) -> tuple[int, list[str]]:
+    """A command that serves (run, console) as a process of its own, logging warnings and
+    errors only: its exit code and its stderr's lines. It must have exited within BOUND_S."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EFFECTUSD_")}
     env["EFFECTUSD_DATABASE_URL"] = url
-    command = [sys.executable, "-m", "effectusd.cli", "--config", str(config), "run"]
+    program = [sys.executable, "-m", "effectusd.cli", "--config", str(config), command]
     try:
         done = subprocess.run(
-            [*command, "--log-level", "WARNING", *args],
+            [*program, "--log-level", "WARNING", *args],
             env=env,
             capture_output=True,
             text=True,
@@ -91,6 +96,19 @@ def test_run_on_a_port_in_use_exits_3_in_one_line_after_its_pool_opened(
     assert code == 3, lines
     assert len(lines) == 1, lines
     assert lines[0].startswith(f"error: cannot serve on 127.0.0.1:{held_port}: ")
+
+
+def test_console_on_a_port_in_use_exits_3_in_one_line(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path, held_port: int
+) -> None:
+    url = migrated(kind, request, tmp_path)
+
+    code, lines = run_cli(url, write_config(tmp_path), "console", "--port", str(held_port))
+
+    assert code == 3, lines
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"error: cannot serve on 127.0.0.1:{held_port}: ")
+    assert "--port (console.port)" in lines[0]
 
 
 @pytest.fixture
