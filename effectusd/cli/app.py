@@ -2,7 +2,8 @@
 
 Exit codes scripts can rely on: 0 success; 1 operational failure (database unreachable, …);
 2 usage error (click's own, and our checks of option values); 3 invalid input (plan, facts or
-config, including the database URL); 4 conflict (the state or an existing saga does not allow
+config, including the database URL, a port that cannot be listened on, and a server that takes
+no writes for a command that writes); 4 conflict (the state or an existing saga does not allow
 it); 5 not found; 6 the schema needs `effectusd migrate` (pending migrations, or none at all).
 """
 
