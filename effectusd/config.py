@@ -81,10 +81,7 @@ class ConfigError(EffectusError, ValueError):
 
 def not_utf8(error: UnicodeDecodeError) -> str:
     """Why a file could not be read as UTF-8 text, without quoting what it holds."""
-    return (
-        f"is not UTF-8 text (byte {error.start + 1} cannot be decoded); save it as UTF-8, "
-        "without a byte order mark"
-    )
+    return f"is not UTF-8 text (byte {error.start + 1} cannot be decoded); save it as UTF-8"
 
 
 class DatabaseConfig(BaseModel):
@@ -371,22 +368,26 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
         raise ConfigError(_format_validation_error(source, exc)) from None
 
 
+def read_toml(file: Path) -> dict[str, Any]:
+    """The TOML document in ``file``, or a ConfigError naming the file. A leading UTF-8
+    byte order mark is dropped (it is UTF-8 text all the same, as editors on Windows save it)."""
+    try:
+        return tomllib.loads(file.read_text(encoding="utf-8-sig"))
+    except FileNotFoundError:
+        raise ConfigError(f"{file}: file not found") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{file}: {not_utf8(exc)}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise ConfigError(f"{file}: not valid TOML: arrays or tables nested too deeply") from None
+
+
 def load_config(path: str | os.PathLike[str] | None) -> Config:
     """Load a TOML config; no path means defaults. EFFECTUSD_DATABASE_URL overrides the URL."""
-    if path is None:
-        config = Config()
-    else:
-        file = Path(path)
-        try:
-            data = tomllib.loads(file.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{file}: file not found") from None
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{file}: {not_utf8(exc)}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{file}: not valid TOML: {exc}") from None
-        config = parse_config(data, str(file))
+    config = Config() if path is None else parse_config(read_toml(Path(path)), str(path))
     env_url = os.environ.get("EFFECTUSD_DATABASE_URL")
     if env_url:
+        parse_database_url(env_url)  # parsed where it is read: DatabaseURLError quotes nothing
         config.database.url = env_url
     return config

@@ -2,13 +2,15 @@
 
 Exit codes scripts can rely on: 0 success; 1 operational failure (database unreachable, …);
 2 usage error (click's own, and our checks of option values); 3 invalid input (plan, facts or
-config, including the database URL, and a duration without its unit, option or key alike);
+config, including the database URL, a duration without its unit (option or key alike), a
+port that cannot be listened on, and a server that takes no writes for a command that writes);
 4 conflict (the state or an existing saga does not allow it); 5 not found; 6 the schema needs
 `effectusd migrate` (pending migrations, or none at all).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -21,7 +23,7 @@ import click
 from pydantic import BaseModel
 
 from effectusd.backends import Backend, Connection
-from effectusd.backends.errors import UNAVAILABLE
+from effectusd.backends.errors import UNAVAILABLE, unavailable_text
 from effectusd.client import Client
 from effectusd.config import Config, ConfigError, load_config, not_utf8
 from effectusd.core.canonical import MAX_JSON_DEPTH, parse_json
@@ -30,6 +32,7 @@ from effectusd.core.database_url import DatabaseURLError
 from effectusd.core.display import escape_hidden
 from effectusd.core.durations import parse_duration
 from effectusd.core.errors import SchemaNotReady
+from effectusd.core.replication import ReadOnlyServer
 from effectusd.store.sql import store_backend
 
 EXIT_FAILURE = 1
@@ -45,6 +48,7 @@ class Context:
         self.config_path = config_path
         self._database_url = database_url
         self._config: Config | None = None
+        self._backend: Backend | None = None
 
     @property
     def config(self) -> Config:
@@ -61,25 +65,63 @@ class Context:
 
     @property
     def backend(self) -> Backend:
-        # a DatabaseURLError exits 3 (EffectusGroup)
-        return store_backend(self._database_url or self.config.database.url)
+        """The store's backend, its URL parsed once; a DatabaseURLError exits 3
+        (EffectusGroup)."""
+        if self._backend is None:
+            self._backend = store_backend(self._database_url or self.config.database.url)
+        return self._backend
 
     def client(self) -> Client:
         return Client(self.config, database_url=self.database_url)
 
     @contextmanager
-    def connect(self, *, create: bool = False) -> Iterator[Connection]:
+    def connect(self, *, create: bool = False, write: bool = False) -> Iterator[Connection]:
+        """A connection to the store; ``write``: the command writes, so a server that takes
+        no writes stops it first, with the daemon's line and exit code (EffectusGroup)."""
         with ExitStack() as stack:
             try:
                 conn = stack.enter_context(self.backend.runner.connect(create=create))
+                if write:
+                    self.backend.runner.check_writable(conn)
             except UNAVAILABLE as exc:
-                fail(f"cannot connect to the database: {str(exc).strip()}", EXIT_FAILURE)
+                cannot_connect(exc)
             yield conn
+
+    def check_writable(self) -> None:
+        """For a command that writes on connections of its own (submit, through the client)."""
+        with self.connect(write=True):
+            pass
 
 
 def fail(message: str, code: int) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
+
+
+# Why a port cannot be listened on: in use, not this host's, or privileged. A setting to
+# change, so one line and exit 3 rather than a traceback.
+UNBINDABLE = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES})
+
+
+@contextmanager
+def listening(host: str, port: int | None, setting: str) -> Iterator[None]:
+    """Exit 3 in one line if what runs inside cannot listen on ``host:port``; ``setting``
+    names the option (and config key) that chose the port."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in UNBINDABLE:
+            raise
+        fail(
+            f"cannot serve on {host}:{port}: {exc.strerror}; choose another {setting}, or "
+            "stop what holds it",
+            EXIT_INVALID,
+        )
+
+
+def cannot_connect(error: BaseException) -> NoReturn:
+    """Exit 1 for a database that could not be reached, never quoting the driver's message."""
+    fail(f"cannot connect to the database: {unavailable_text(error)}", EXIT_FAILURE)
 
 
 def _json_default(value: object) -> Any:
@@ -177,10 +219,10 @@ class EffectusGroup(click.Group):
             return super().invoke(ctx)
         except SchemaNotReady as exc:
             fail(str(exc), EXIT_PENDING)
-        except (DatabaseURLError, ConfigError) as exc:
-            fail(str(exc), EXIT_INVALID)
+        except (DatabaseURLError, ConfigError, ReadOnlyServer) as exc:
+            fail(str(exc), EXIT_INVALID)  # ReadOnlyServer: as the daemon refuses to start
         except UNAVAILABLE as exc:
-            fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
+            fail(f"database: {unavailable_text(exc)}", EXIT_FAILURE)
 
 
 @click.group(cls=EffectusGroup, context_settings={"help_option_names": ["-h", "--help"]})

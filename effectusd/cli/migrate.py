@@ -18,7 +18,7 @@ from effectusd.cli.app import EXIT_CONFLICT, EXIT_PENDING, Context, emit, fail, 
 @click.pass_obj
 def migrate(obj: Context, check_only: bool, as_json: bool) -> None:
     """Apply pending schema migrations (one migrator at a time)."""
-    with obj.connect(create=not check_only) as conn:
+    with obj.connect(create=not check_only, write=not check_only) as conn:
         backend = obj.backend
         try:
             if check_only:

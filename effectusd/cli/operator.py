@@ -64,7 +64,7 @@ def _operator_action(
     }
     try:
         operation = on_saga(saga, build(obj.config.registry()))
-        with obj.connect() as conn:
+        with obj.connect(write=True) as conn:
             report = obj.backend.runner.run(conn, operation)
     except Refused as exc:
         if as_json:
@@ -281,7 +281,7 @@ def _adopt_verb(obj: Context, registry: Any, verb: str, actor: str, evidence: st
     )
 
     report = VerbAdoptionReport(verb, actor, evidence)
-    with obj.connect() as conn:
+    with obj.connect(write=True) as conn:
         for saga_id in obj.backend.runner.run(conn, candidates()):
             operation = adopt_contract(
                 saga_id, registry=registry, actor=actor, evidence=evidence, verb=verb

@@ -46,6 +46,6 @@ def prune(
     Each pruned saga leaves a tombstone of its identity."""
     from effectusd import operator
 
-    with obj.connect() as conn:
+    with obj.connect(write=not dry_run) as conn:
         report = operator.prune(obj.backend, conn, older_than, batch_size, dry_run, keep_tombstones)
     emit(report.as_dict(), as_json, lambda _: report.summary())

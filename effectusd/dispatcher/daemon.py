@@ -7,9 +7,11 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from effectusd.backends.errors import DATABASE_ERRORS, LISTEN_LOST, failure_name
@@ -63,6 +65,43 @@ def fencing_provider(config: Config) -> FencingProvider:
 
 def new_owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def destination_executors(config: Config) -> dict[str, Executor]:
+    """An executor per configured destination. Making one reads its CA file, if any: one that
+    cannot be read, or holds no certificate, is a ConfigError naming the key."""
+    executors: dict[str, Executor] = {}
+    for name, destination in config.destinations.items():
+        try:
+            executors[name] = executor_for(name, destination)
+        except ssl.SSLError as exc:
+            raise ConfigError(
+                f"destinations.{name}.ca_file: holds no certificate that can be read "
+                f"({exc.reason or 'PEM expected'})"
+            ) from None
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise ConfigError(f"destinations.{name}.ca_file: cannot be read ({reason})") from None
+    return executors
+
+
+@dataclass
+class _Opened:
+    """What ``Daemon.run`` has opened so far, for closing on the way out."""
+
+    executors: Mapping[str, Executor]
+    store: DispatchStore | None = None
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    server: ObservabilityServer | None = None
+
+
+async def _close_within(store: DispatchStore, bound_s: float) -> None:
+    """Close ``store`` (its pool stops its workers); give up waiting after ``bound_s``."""
+    try:
+        async with asyncio.timeout(bound_s):
+            await store.close()
+    except TimeoutError:
+        log.warning("closing the store took over %.0fs; exiting anyway", bound_s)
 
 
 class Daemon:
@@ -133,13 +172,32 @@ class Daemon:
         )
 
     async def run(self, until_idle: bool = False) -> int:
+        """Start, claim until stopped (or idle), drain, stop. A start that fails after
+        opening something (the store, the loops) closes it all again before raising."""
         self.check_startup()
+        opened = _Opened(executors=self._executors or destination_executors(self.config))
+        try:
+            store = self._store = opened.store = await self._open_store()
+            pipeline = self.pipeline = self._pipeline(store, opened.executors)
+            settle_heap()
+            opened.tasks = self._background = [
+                loop.start() for loop in self._loops(pipeline, store)
+            ]
+            opened.server = await self._serve()
+            self.started = True
+            self._install_signals()
+            log.info("daemon %s started (%d destination(s))", self.owner, len(opened.executors))
+            await self._claim_until_stopped(pipeline, store, until_idle)
+            await self._drain(pipeline)
+        finally:
+            was_started, self.started = self.started, False
+            await self._close(opened, own_executors=self._executors is None)
+            if was_started:
+                log.info("daemon %s stopped", self.owner)
+        return 0
+
+    def _pipeline(self, store: DispatchStore, executors: Mapping[str, Executor]) -> Pipeline:
         settings = self.config.dispatcher
-        store = self._store = await self._open_store()
-        executors = self._executors or {
-            name: executor_for(name, destination)
-            for name, destination in self.config.destinations.items()
-        }
         limits = {name: d.max_concurrency for name, d in self.config.destinations.items()}
         longest_call_s = {
             name: self.registry.longest_timeout(name).total_seconds() for name in limits
@@ -149,7 +207,7 @@ class Daemon:
             total_limit=settings.concurrency,
             wait_limits=wait_limits(limits, longest_call_s, settings.lease_margin.total_seconds()),
         )
-        pipeline = Pipeline(
+        return Pipeline(
             store,
             executors,
             self.registry,
@@ -159,41 +217,39 @@ class Daemon:
             claim_batch=settings.batch_size,
             tracer=AttemptTracer.configured(self.tracer_provider),
         )
-        self.pipeline = pipeline
-        settle_heap()
-        background = self._background = [loop.start() for loop in self._loops(pipeline, store)]
+
+    async def _serve(self) -> ObservabilityServer | None:
+        """The observability endpoints (and the routes added beside them), if configured; an
+        OSError if the port cannot be listened on."""
         observability = self.config.observability
-        server = None
-        if observability.http_port is not None:
-            server = ObservabilityServer(
-                self.metrics, self._healthy, self._ready, self._extra_routes
-            )
-            self.http_port = await server.start(observability.http_host, observability.http_port)
-            log.info("serving /healthz and /readyz on port %d", self.http_port)
-        self.started = True
-        self._install_signals()
-        log.info("daemon %s started (%d destination(s))", self.owner, len(executors))
+        if observability.http_port is None:
+            return None
+        server = ObservabilityServer(self.metrics, self._healthy, self._ready, self._extra_routes)
+        self.http_port = await server.start(observability.http_host, observability.http_port)
+        log.info("serving /healthz and /readyz on port %d", self.http_port)
+        return server
+
+    async def _close(self, opened: _Opened, *, own_executors: bool) -> None:
+        """Close what ``run`` opened within CLOSE_BOUND_S whatever is stuck; the store last,
+        under a bound of its own, so that it is closed whatever happened before: a pool left
+        open holds the process forever (a worker caught connecting swallows the cancellation
+        that ends the event loop, and waits for work that never comes)."""
+        for task in opened.tasks:
+            task.cancel()
+        if self.pipeline is not None:
+            self.pipeline.spans.close()
         try:
-            await self._claim_until_stopped(pipeline, store, until_idle)
-            await self._drain(pipeline)
-        finally:
-            self.started = False
-            for task in background:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
-            pipeline.spans.close()
-            try:
-                async with asyncio.timeout(CLOSE_BOUND_S):
-                    if server is not None:
-                        await server.close()
-                    if self._executors is None:
-                        for executor in executors.values():
-                            await executor.aclose()
-                    await store.close()
-            except TimeoutError:
-                log.warning("closing connections took over %.0fs; exiting anyway", CLOSE_BOUND_S)
-            log.info("daemon %s stopped", self.owner)
-        return 0
+            async with asyncio.timeout(CLOSE_BOUND_S):
+                await asyncio.gather(*opened.tasks, return_exceptions=True)
+                if opened.server is not None:
+                    await opened.server.close()
+                if own_executors:
+                    for executor in opened.executors.values():
+                        await executor.aclose()
+        except TimeoutError:
+            log.warning("closing connections took over %.0fs; exiting anyway", CLOSE_BOUND_S)
+        if opened.store is not None:
+            await _close_within(opened.store, CLOSE_BOUND_S)
 
     def _loops(self, pipeline: Pipeline, store: DispatchStore) -> list[Loop]:
         """The background actors beside the claimer."""
