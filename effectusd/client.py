@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import getpass
 import time
-from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -32,7 +32,7 @@ from effectusd.backends.connections import (
     require_pool,
 )
 from effectusd.backends.errors import UNAVAILABLE
-from effectusd.backends.operation import Operation
+from effectusd.backends.operation import Operation, finished
 from effectusd.config import Config, load_config
 from effectusd.core.canonical import JsonValue
 from effectusd.core.errors import (
@@ -218,7 +218,7 @@ async def _waited(
 ) -> SagaView:
     """``wait``, once for both clients: ``read`` the saga, ``pause`` on its notifications for
     at most the seconds given. The sync client's ``read`` and ``pause`` finish at their first
-    step (``_at_once``); the async client's await its connections."""
+    step (``finished`` runs it); the async client's await its connections."""
     done, states = until_predicate(until), until_states(until)
     deadline = time.monotonic() + timeout
     last: SagaView | None = None
@@ -243,17 +243,6 @@ async def _waited(
                 f"saga {view.saga_id} still {view.state.value} after {timeout}s", view
             )
         await pause(view.saga_id, min(left, poll_interval_s))
-
-
-def _at_once(coroutine: Coroutine[Any, Any, T]) -> T:
-    """The result of a coroutine none of whose awaits suspends (the sync client's ``_waited``:
-    its reads and pauses block instead), run without an event loop."""
-    try:
-        coroutine.send(None)
-    except StopIteration as finished:
-        return finished.value  # type: ignore[no-any-return]
-    coroutine.close()
-    raise RuntimeError("a blocking wait suspended")
 
 
 class Client(_ClientBase):
@@ -352,7 +341,7 @@ class Client(_ClientBase):
             async def pause(saga: str, seconds: float) -> None:
                 changes.wait(saga, seconds)
 
-            return _at_once(_waited(saga_id, timeout, until, read, pause, poll_s))
+            return finished(_waited(saga_id, timeout, until, read, pause, poll_s))
 
 
 class AsyncClient(_ClientBase):
