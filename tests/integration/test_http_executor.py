@@ -998,6 +998,18 @@ async def test_deflate_body_is_decoded_before_parsing() -> None:
     assert (result.outcome, result.result) == (OutcomeClass.SUCCESS, {"ok": 1})
 
 
+async def test_deflate_without_its_zlib_wrapper_as_some_servers_send_is_decoded() -> None:
+    packer = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    body = packer.compress(b'{"ok":2}') + packer.flush()
+    result, _ = await call_raw(answer_with(response("200 OK", body, "Content-Encoding: deflate")))
+    assert (result.outcome, result.result) == (OutcomeClass.SUCCESS, {"ok": 2})
+
+
+async def test_an_empty_body_labelled_gzip_is_an_empty_success() -> None:
+    result, _ = await call_raw(answer_with(response("200 OK", b"", "Content-Encoding: gzip")))
+    assert (result.outcome, result.result) == (OutcomeClass.SUCCESS, None)
+
+
 async def test_an_interim_100_continue_is_skipped_for_the_answer_after_it() -> None:
     interim = b"HTTP/1.1 100 Continue\r\nX-Effectus-Outcome: permanent_failure\r\n\r\n"
     result, _ = await call_raw(answer_with(interim + response("200 OK", b'{"ok":2}')))
