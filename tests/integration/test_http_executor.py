@@ -19,7 +19,7 @@ import subprocess
 import threading
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ CONTRACT_HASH = "ab" * 32
 TOKEN = "tok-Zq8mW3xR7vK1pL"
 LEASE_TOKEN = "lease-Hq4nV8cT2yJ6"  # the attempt's lease: named by its completion, never sent
 SHORT = 0.3  # seconds; every stalled exchange ends here, never by sleeping
+SHORT_TIMEOUT = timedelta(seconds=SHORT)  # the same, as a destination's configured timeout
 
 
 class Chosen:
@@ -541,7 +542,7 @@ async def test_a_refusal_whose_body_never_arrives_keeps_its_class_without_a_reas
         await writer.drain()
         await server.release.wait()
 
-    result, _ = await call_raw(behaviour, timeout=SHORT)
+    result, _ = await call_raw(behaviour, timeout=SHORT_TIMEOUT)
     assert (result.outcome, result.error) == (OutcomeClass.PERMANENT, "HTTP 409")
     assert "reason" not in result.evidence
 
@@ -739,7 +740,9 @@ async def test_connect_timeout_is_retryable_not_sent() -> None:
     listener.listen(0)
     filler = socket.create_connection(listener.getsockname())  # fills the accept queue
     try:
-        config = destination(f"http://127.0.0.1:{listener.getsockname()[1]}", connect_timeout=SHORT)
+        config = destination(
+            f"http://127.0.0.1:{listener.getsockname()[1]}", connect_timeout=SHORT_TIMEOUT
+        )
         async with executor(config) as ex:
             result = await ex.call(invocation())
     finally:
@@ -782,7 +785,7 @@ async def test_server_that_stalls_past_the_timeout_is_unknown() -> None:
         await server.read_request(reader)
         await server.release.wait()
 
-    result, _ = await call_raw(behaviour, timeout=SHORT)
+    result, _ = await call_raw(behaviour, timeout=SHORT_TIMEOUT)
     assert_unknown_after_sending(result)
     assert result.evidence["elapsed_ms"] < 2000
 
@@ -811,7 +814,7 @@ async def test_slow_trickling_body_is_bounded_by_the_overall_timeout() -> None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.release.wait(), SHORT / 10)
 
-    result, _ = await call_raw(behaviour, timeout=SHORT)
+    result, _ = await call_raw(behaviour, timeout=SHORT_TIMEOUT)
     assert_unknown_after_sending(result)
     assert result.evidence["elapsed_ms"] < 2000
 
