@@ -6,10 +6,7 @@ import asyncio
 import logging
 import os
 import signal
-import socket
-import ssl
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +14,7 @@ from typing import Any
 from effectusd.backends.errors import DATABASE_ERRORS, LISTEN_LOST, failure_name
 from effectusd.config import Config, ConfigError
 from effectusd.core.replication import REFUSED_SERVERS
+from effectusd.dispatcher.assembly import destination_executors, fencing_provider, new_owner_id
 from effectusd.dispatcher.capacity import Capacity, wait_limits
 from effectusd.dispatcher.heap import settle_heap
 from effectusd.dispatcher.loops import Loop, Round
@@ -24,11 +22,7 @@ from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.observability import ObservabilityServer
 from effectusd.dispatcher.pipeline import Pipeline
 from effectusd.dispatcher.probes import Prober
-from effectusd.executors.factory import executor_for
 from effectusd.executors.protocol import Executor
-from effectusd.fencing.memory import MemoryFencing
-from effectusd.fencing.protocol import FencingProvider
-from effectusd.fencing.store import StoreFencing
 from effectusd.store.dialects import open_dispatch_store
 from effectusd.store.dispatch import DispatchStore
 from effectusd.store.sql import store_backend
@@ -49,40 +43,6 @@ CLOSE_BOUND_S = 5.0  # closing pools, executors and the HTTP server after a drai
 RECORD_DRAIN_S = 5.0  # recording what the drained calls returned, past the grace period
 REPEATED_SIGNAL_S = 1.0  # a second SIGTERM sooner than this is the first one, delivered twice
 _HEALTH_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *DATABASE_ERRORS)
-
-
-def fencing_provider(config: Config) -> FencingProvider:
-    if config.fencing.provider == "memory":
-        if not config.fencing.test_setup:
-            raise ConfigError(
-                'fencing.provider = "memory" is local_advisory: its tokens die with the process '
-                "and protect nothing across daemons. It is for tests only; set "
-                "fencing.test_setup = true to use it there, or use the store provider."
-            )
-        return MemoryFencing()
-    return StoreFencing()
-
-
-def new_owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def destination_executors(config: Config) -> dict[str, Executor]:
-    """An executor per configured destination. Making one reads its CA file, if any: one that
-    cannot be read, or holds no certificate, is a ConfigError naming the key."""
-    executors: dict[str, Executor] = {}
-    for name, destination in config.destinations.items():
-        try:
-            executors[name] = executor_for(name, destination)
-        except ssl.SSLError as exc:
-            raise ConfigError(
-                f"destinations.{name}.ca_file: holds no certificate that can be read "
-                f"({exc.reason or 'PEM expected'})"
-            ) from None
-        except OSError as exc:
-            reason = exc.strerror or type(exc).__name__
-            raise ConfigError(f"destinations.{name}.ca_file: cannot be read ({reason})") from None
-    return executors
 
 
 @dataclass
