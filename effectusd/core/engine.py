@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from effectusd.core.backoff import backoff_delay
+from effectusd.core.backoff import backoff_delay, retry_delay
+from effectusd.core.budgets import not_committed_budget_spent
 from effectusd.core.contracts import RetryPolicy
 from effectusd.core.next_step import TransitionBuilder
 from effectusd.core.registry import Registry, retry_budget
@@ -120,19 +121,25 @@ def _settle_failure(
     registry: Registry,
     jitter: float,
 ) -> None:
-    """Every outcome but success: retry, block on uncertainty or a stale fence, or fail."""
+    """Every outcome but success: retry, block on uncertainty or a stale fence, or fail.
+    Two budgets (``core.budgets``): the requests written bound the re-sending of an unknown
+    outcome (``retry.max_attempts``); a call never sent or known not committed is retried
+    until ``retry.give_up_after`` has passed, spending none of them."""
     outcome = completion.outcome
     contract = registry.verbs.get(dispatch.verb)
     budget = retry_budget(dispatch.max_attempts, dispatch.budget_base, contract)
-    budget_left = dispatch.attempt - dispatch.fence_waits < budget
+    # the requests written so far, this one included when it may have been
+    written = dispatch.attempt - dispatch.unsent - (0 if completion.written else 1)
+    budget_left = written < budget
     retry_policy = contract.retry if contract is not None else None
+    time_spent = not_committed_budget_spent(dispatch.budget_elapsed, retry_policy)
     uncertain = dispatch.uncertain_attempt
     at_least_once = dispatch.delivery is Delivery.AT_LEAST_ONCE
     if outcome is OutcomeClass.UNKNOWN:
         uncertain = dispatch.attempt if uncertain is None else min(uncertain, dispatch.attempt)
         builder.transition.uncertain_attempt = uncertain
         if at_least_once and budget_left and retry_policy:
-            builder.retry(backoff_delay(retry_policy, dispatch.attempt, jitter))
+            builder.retry(retry_delay(retry_policy, dispatch.attempt, jitter, completion.evidence))
         else:
             why = (
                 "at_most_once: a call that may have reached the destination is never re-sent"
@@ -149,7 +156,7 @@ def _settle_failure(
     elif (
         uncertain is not None
         and not (outcome is OutcomeClass.PERMANENT and at_least_once)
-        and (outcome is OutcomeClass.PERMANENT or not budget_left)
+        and (outcome is OutcomeClass.PERMANENT or not budget_left or time_spent)
     ):
         # A later answer must not mask an earlier attempt that may have committed. An
         # at_least_once destination dedupes and replays by key, so its definite "no" is the
@@ -159,15 +166,22 @@ def _settle_failure(
             SagaState.BLOCKED_UNKNOWN,
             f"attempt {uncertain} may have committed; a later {outcome.value} cannot settle it",
         )
-    elif outcome is OutcomeClass.RETRYABLE and budget_left and retry_policy:
-        builder.retry(backoff_delay(retry_policy, dispatch.attempt, jitter))
+    elif outcome is OutcomeClass.RETRYABLE and time_spent:
+        builder.fail(_gave_up(retry_policy, completion))
+    elif outcome is OutcomeClass.RETRYABLE:
+        assert retry_policy is not None  # no policy: the time budget is spent
+        builder.retry(retry_delay(retry_policy, dispatch.attempt, jitter, completion.evidence))
     else:
-        why = (
-            f"permanent failure: {completion.error or 'no detail'}"
-            if outcome is OutcomeClass.PERMANENT
-            else f"retry budget of {budget} attempt(s) exhausted"
-        )
-        builder.fail(why)
+        builder.fail(f"permanent failure: {completion.error or 'no detail'}")
+
+
+def _gave_up(policy: RetryPolicy | None, completion: Completion) -> str:
+    """The stop reason of a call never sent or known not committed whose time budget ran out."""
+    last = completion.error or "no detail"
+    if policy is None:
+        return f"the verb is no longer configured; the last call: {last}"
+    hours = policy.give_up_after.total_seconds() / 3600
+    return f"gave up after retry.give_up_after ({hours:g}h) of calls not committed: {last}"
 
 
 def fence_wait_delay(policy: RetryPolicy, waits: int, jitter: float) -> timedelta:

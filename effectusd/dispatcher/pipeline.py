@@ -207,7 +207,7 @@ class Pipeline:
             execution_id=claim.execution_id,
             saga_id=claim.saga_id,
             effect_id=claim.effect_id,
-            attempt=claim.attempt,
+            attempt=claim.request_number,  # X-Effectus-Attempt: requests written
             direction=claim.direction,
             verb=claim.verb,
             method=claim.method,
@@ -224,6 +224,7 @@ class Pipeline:
             lease_token=claim.lease_token,
             fencing_sent=ahead.fencing_status,
             trace_headers=trace_headers,
+            claim_attempt=claim.attempt,
         )
         metrics = self.metrics
         in_flight = metrics.child(metrics.in_flight, claim.destination)

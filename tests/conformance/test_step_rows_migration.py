@@ -211,6 +211,13 @@ def before_10020(store: StoreUnderTest, views: dict[str, Any]) -> None:
         )
         for statement in HEX_DOMAIN_UNDONE:
             store.execute(statement)
+    # 10024: the outbox's count of claims that ended unsent and its time budget's start
+    if not store.sqlite:
+        store.execute(
+            "ALTER TABLE effectus_saga_outbox DROP CONSTRAINT effectus_saga_outbox_unsent"
+        )
+    for column in ("unsent", "budget_since"):
+        store.execute(f"ALTER TABLE effectus_saga_outbox DROP COLUMN {column}")
     store.execute("DELETE FROM effectus_schema_migrations WHERE version >= 10020")
 
 
@@ -407,6 +414,7 @@ async def test_sagas_an_older_version_wrote_read_the_same_after_10016_and_go_on(
             10020,
             10021,
             10022,
+            10024,
         ]
 
     for saga_id, view in views.items():
@@ -431,12 +439,22 @@ async def test_sagas_submitted_with_step_rows_read_the_same_after_10018_and_go_o
     sequence = "SELECT seq FROM sqlite_sequence WHERE name = 'effectus_saga_outbox'"
     ids = store.execute(sequence) if store.sqlite else None
     with store.connect() as conn:
-        assert [m.version for m in backends.migrate(conn)] == [10018, 10019, 10020, 10021, 10022]
+        assert [m.version for m in backends.migrate(conn)] == [
+            10018,
+            10019,
+            10020,
+            10021,
+            10022,
+            10024,
+        ]
 
     assert outbox_foreign_key(store)[0][0] == "effectus_saga_instances"
     # every row kept; the attempts gain 10020's column (their last), NULL on every row
     after = store.execute(attempts)
-    assert (store.execute(dispatches), [row[:-1] for row in after]) == before
+    # and the outbox 10024's two (its last): no claim ended unsent, no time budget started
+    outbox = store.execute(dispatches)
+    assert ([row[:-2] for row in outbox], [row[:-1] for row in after]) == before
+    assert {row[-2:] for row in outbox} == {(0, None)}
     assert {row[-1] for row in after} == {None}
     if store.sqlite:  # the rebuilt outbox goes on numbering where the old one was
         assert store.execute(sequence) == ids

@@ -12,6 +12,7 @@ import pytest
 from tests.integration.test_operator import (
     ALICE,
     NOT_NOW,
+    UNKNOWN,
     answer,
     cli,
     cli_json,
@@ -67,10 +68,11 @@ async def test_tuned_timeout_and_retry_budget_apply_to_live_sagas_without_blocki
             assert attempt["lease_expires_at"] - attempt["claimed_at"] >= timedelta(seconds=30)
 
 
-async def test_a_budget_lowered_below_the_attempts_made_sends_nothing_more(db: str) -> None:
-    with running(answer({("s1", "forward", None): NOT_NOW})) as dest:
+async def test_a_budget_lowered_below_the_requests_made_sends_no_unknown_again(db: str) -> None:
+    # max_attempts bounds the re-sending of a call that may have committed (at_least_once)
+    with running(answer({("s1", "forward", None): UNKNOWN})) as dest:
         slow = {"max_attempts": 3, "initial_backoff": "1h", "max_backoff": "1h"}
-        config = make_config(dest.base_url, {"work": {"retry": slow}})
+        config = make_config(dest.base_url, {"work": {"retry": slow, "delivery": "at_least_once"}})
         saga = client_for(config, db).submit(serial_plan("b", ["work"]), execution_id="b-1").saga_id
         await run_until_idle(config, db)
         assert dispatch_of(db, saga, "s1")["state"] == "retry_wait"  # attempt 2 due in 1h
@@ -80,13 +82,16 @@ async def test_a_budget_lowered_below_the_attempts_made_sends_nothing_more(db: s
             " RETURNING dispatch_id",
             saga,
         )
-        lowered = make_config(dest.base_url, {"work": {"retry": {**slow, "max_attempts": 1}}})
-        await run_until_idle(lowered, db)
+        lowered = {**slow, "max_attempts": 1}
+        lowered_config = make_config(
+            dest.base_url, {"work": {"retry": lowered, "delivery": "at_least_once"}}
+        )
+        await run_until_idle(lowered_config, db)
 
-        assert len(dest.requests) == 1  # attempt 2 was claimed but not sent
+        assert len(dest.requests) == 1  # claim 2 was made but not sent
         row = saga_row(db, saga)
-        assert row["state"] == "failed"
-        assert "retry budget of 1 attempt(s) exhausted" in row["stop_reason"]
+        assert row["state"] == "blocked_unknown"
+        assert "attempt 1 may have committed" in row["stop_reason"]
 
 
 async def test_adopt_contract_moves_blocked_sagas_to_the_changed_path_audited(
