@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from effectusd.core.contracts import RetryPolicy
+from effectusd.core.states import OutcomeClass, SettledBy
 
 
 def not_committed_budget_spent(elapsed: timedelta | None, policy: RetryPolicy | None) -> bool:
@@ -22,3 +23,11 @@ def not_committed_budget_spent(elapsed: timedelta | None, policy: RetryPolicy | 
     if policy is None:
         return True
     return elapsed is not None and elapsed >= policy.give_up_after
+
+
+def answered_not_committed(settled_by: str | None, outcome: str | None) -> bool:
+    """The destination's answer, or the transport's "not sent", said known not committed:
+    while the dispatch retries such calls it waits for its destination (an outage ridden out,
+    shown as such, never as a failure). A guard of the daemon's own is not the destination's.
+    Takes the stored values as well as the enums (they compare equal)."""
+    return settled_by == SettledBy.EXECUTOR and outcome == OutcomeClass.RETRYABLE

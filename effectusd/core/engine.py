@@ -56,6 +56,9 @@ __all__ = [
 ]
 
 FENCE_WAIT_MAX_DELAY = timedelta(seconds=5)
+# Timeline events of a wait for a busy fencing resource (docs/design.md section 8).
+FENCE_WAIT_STARTED = "fence_wait_started"
+FENCE_WAIT_ENDED = "fence_wait_ended"
 
 
 def settle(
@@ -102,7 +105,8 @@ def _settle_fence_wait(
 ) -> None:
     """Waiting for a busy resource is not an attempt of the retry budget; it has its own bound."""
     contract = registry.verbs.get(dispatch.verb)
-    if wait.waited >= registry.fence_wait_limit or contract is None:
+    blocks = wait.waited >= registry.fence_wait_limit or contract is None
+    if blocks:
         builder.block(
             DispatchState.BLOCKED_FENCE,
             SagaState.BLOCKED_FENCE,
@@ -111,7 +115,17 @@ def _settle_fence_wait(
             f"held by {wait.holder}; nothing was sent",
         )
     else:
+        assert contract is not None
         builder.retry(fence_wait_delay(contract.retry, dispatch.fence_waits, jitter))
+    # the wait's start and, when it blocks, its end are stored on the timeline (a wait that
+    # ends in a write-ahead is ended by the write-ahead: store.write_ahead)
+    detail = {"resource": wait.resource, "holder": wait.holder}
+    if wait.started:
+        builder.note(FENCE_WAIT_STARTED, detail)
+    if blocks:
+        builder.note(
+            FENCE_WAIT_ENDED, {**detail, "ended": "blocked", "waits": dispatch.fence_waits}
+        )
 
 
 def _settle_failure(

@@ -98,6 +98,8 @@ class FenceWait:
 
     waited: timedelta
     holder: str
+    resource: str | None = None  # the busy resource, for the timeline only (never an error)
+    started: bool = False  # this busy write-ahead started the wait (none was in progress)
 
 
 class HeldAttempt(Protocol):

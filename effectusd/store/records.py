@@ -43,6 +43,7 @@ class Claim:
     # request this claim writes is number attempt - unsent (X-Effectus-Attempt)
     unsent: int = 0
     uncertain_attempt: int | None = None  # an earlier attempt that may have committed
+    fence_waiting: bool = False  # a wait for a busy fencing resource is in progress
     # Born written ahead: the claim itself committed "may have been sent" (PostgreSQL, an
     # unfenced row claimed by the daemon, see claim_ready.sql): call it with no write-ahead.
     written_ahead: bool = False
@@ -102,6 +103,7 @@ def claim_from_row(row: Mapping[str, Any]) -> Claim:
         fence_waits=row["fence_waits"],
         unsent=row["unsent"],
         uncertain_attempt=row["uncertain_attempt"],
+        fence_waiting=bool(row["fence_waiting"]),
         attempt=row["attempt"],
         lease_token=str(row["lease_token"]),
         lease_expires_at=row["lease_expires_at"],

@@ -43,6 +43,11 @@ def _fewest_claims(url: str, effect: str) -> int:
     return min((row["attempt"] for row in rows), default=0) if len(rows) == SAGAS else 0
 
 
+def _waiting(client: Any, saga: str) -> str:
+    view = client.get(saga)
+    return (view and view.step("s1").dispatches[0].waiting) or ""
+
+
 async def test_destinations_refusing_longer_than_the_old_budget_complete_every_saga_once(
     store_url: str,
 ) -> None:
@@ -64,9 +69,17 @@ async def test_destinations_refusing_longer_than_the_old_budget_complete_every_s
         go_down(stock)
         go_down(shipping)
         sagas = [client.submit(plan, execution_id=f"o-{i}").saga_id for i in range(SAGAS)]
-        async with daemon_running(config, store_url):
+        async with daemon_running(config, store_url) as daemon:
             # every reservation claimed past the old budget while its destination refuses
             await wait_for(lambda: _fewest_claims(store_url, "s1") > OLD_BUDGET, timeout=60)
+            # shown as waiting for the destination, not as failing, and counted per destination
+            await wait_for(
+                lambda: "waiting for destination dest since" in _waiting(client, sagas[0])
+            )
+            refused = daemon.metrics.registry.get_sample_value(
+                "effectusd_destination_waits_total", {"destination": "dest", "sent": "no"}
+            )
+            assert refused is not None and refused >= SAGAS * OLD_BUDGET
             come_back(stock)
             await wait_for(lambda: _fewest_claims(store_url, "s2") > OLD_BUDGET, timeout=60)
             come_back(shipping)

@@ -66,6 +66,7 @@ claimed AS (
               o.verb, o.contract_hash, o.delivery, o.method, o.path, o.args_canonical,
               o.args_hash, o.idempotency_key, o.fencing_resources, o.timeout_ms, o.max_attempts,
               o.fence_waits, o.unsent, o.uncertain_attempt, o.attempt,
+              o.fence_wait_since IS NOT NULL AS fence_waiting,
               -- the lease token and the request id as text: the daemon holds them as str
               o.lease_token::text AS lease_token, o.lease_expires_at, o.created_at,
               -- written ahead here: wanted, unfenced, pinned by the live contract of its verb

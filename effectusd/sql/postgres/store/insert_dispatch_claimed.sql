@@ -38,7 +38,7 @@ claimed AS (
     RETURNING dispatch_id, saga_id, effect_id, direction, execution_id, destination, verb,
               contract_hash, delivery, method, path, args_canonical, args_hash,
               idempotency_key, fencing_resources, timeout_ms, max_attempts, fence_waits,
-              unsent, uncertain_attempt, attempt, lease_token::text AS lease_token, lease_expires_at, created_at,
+              unsent, uncertain_attempt, attempt, false AS fence_waiting, lease_token::text AS lease_token, lease_expires_at, created_at,
               fencing_resources = '[]'::jsonb AS written_ahead
 ),
 -- An unfenced row is written ahead where it is born, as claim_ready.sql does for the claim

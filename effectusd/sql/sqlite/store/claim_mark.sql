@@ -22,6 +22,6 @@ WHERE dispatch_id IN (SELECT value FROM json_each(:dispatch_ids))
 RETURNING dispatch_id, saga_id, effect_id, direction, execution_id, destination, verb,
           contract_hash, delivery, method, path, args_canonical, args_hash, idempotency_key,
           fencing_resources, timeout_ms, max_attempts, fence_waits, unsent, uncertain_attempt,
-          attempt, lease_token,
+          fence_wait_since IS NOT NULL AS "fence_waiting [boolean]", attempt, lease_token,
           lease_expires_at, created_at,
           ((julianday('now') - 2440587.5) * 86400.0) AS "db_now [timestamp_real]"
