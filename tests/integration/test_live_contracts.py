@@ -31,6 +31,7 @@ from tests.support.harness import (
     run_until_idle,
     serial_plan,
 )
+from tests.unit.test_core_contracts import LEGACY_WITHOUT_RETRY_TABLE
 
 pytestmark = pytest.mark.postgres
 
@@ -150,3 +151,34 @@ async def test_adopt_contract_moves_blocked_sagas_to_the_changed_path_audited(
             assert events(db, saga, "operator_adopt_contract")
         shown = cli_json(live, db, "sagas", "show", one)
         assert any(e["kind"] == "contract_adopted" for e in shown["timeline"])
+
+
+async def test_a_saga_pinned_to_the_legacy_hash_of_a_verb_without_retry_table_still_runs(
+    db: str,
+) -> None:
+    # the verb as configured before the retry defaults changed, with no retry table: a saga
+    # an older release submitted pinned its legacy hash, which the new defaults must not move
+    with running() as dest:
+        verb = {"destination": "shipping", "path": "/ship"}
+        config = make_config(
+            dest.base_url,
+            {"shipping.schedule": verb},
+            destinations={"shipping": {"base_url": dest.base_url, "timeout": "2s"}},
+        )
+        client = client_for(config, db)
+        saga = client.submit(
+            serial_plan("legacy", ["shipping.schedule"]), execution_id="l-1"
+        ).saga_id
+        fetch(
+            db,
+            "UPDATE effectus_saga_outbox SET contract_hash = %s WHERE saga_id = %s"
+            " RETURNING dispatch_id",
+            LEGACY_WITHOUT_RETRY_TABLE,
+            saga,
+        )
+        await run_until_idle(config, db)
+
+        assert saga_row(db, saga)["state"] == "completed"  # not blocked_contract
+        assert [r.headers["x-effectus-contract-hash"] for r in dest.requests] == [
+            LEGACY_WITHOUT_RETRY_TABLE
+        ]
