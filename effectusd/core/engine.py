@@ -185,6 +185,8 @@ def _settle_failure(
     elif outcome is OutcomeClass.RETRYABLE:
         assert retry_policy is not None  # no policy: the time budget is spent
         builder.retry(retry_delay(retry_policy, dispatch.attempt, jitter, completion.evidence))
+        spent = dispatch.budget_elapsed or timedelta(0)
+        builder.transition.gives_up_in = retry_policy.give_up_after - spent
     else:
         builder.fail(f"permanent failure: {completion.error or 'no detail'}")
 

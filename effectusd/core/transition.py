@@ -304,6 +304,9 @@ class Transition:
     # Forward dispatches of other steps to cancel (parallel plans): each was not sent
     # (queued, or retry_wait with no uncertain attempt) when the facts were read under lock.
     cancel_dispatches: list[str] = field(default_factory=list)
+    # A retry of a call never sent or known not committed: how long its time budget has left
+    # (the views show when it gives up); None for every other transition.
+    gives_up_in: timedelta | None = None
 
 
 def _fencing_after_call(

@@ -136,6 +136,7 @@ class DispatchView(_View):
     # when the time budget of calls never sent or known not committed started (the first
     # claim, or the claim after an operator's retry; retry.give_up_after runs from here)
     budget_started_at: Timestamp | None
+    gives_up_at: Timestamp | None  # while it waits for its destination: when it gives up
     # what it waits for while retry_wait: its destination refusing, or a busy fencing
     # resource (``waiting_detail``); None otherwise
     waiting: str | None
@@ -286,9 +287,11 @@ def waiting_detail(dispatch: Mapping[str, Any]) -> str | None:
     if not run:
         return None
     how = "not sent" if run[-1]["not_sent"] else "refused, not committed"
+    gives_up = dispatch.get("gives_up_at")
+    until = "" if gives_up is None else f", gives up at {_iso(gives_up)}"
     return (
         f"waiting for destination {dispatch['destination']} since {_iso(run[0]['claimed_at'])} "
-        f"({how}: {run[-1]['error'] or 'no detail'}), next try at {next_try}"
+        f"({how}: {run[-1]['error'] or 'no detail'}), next try at {next_try}{until}"
     )
 
 

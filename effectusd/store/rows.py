@@ -154,6 +154,11 @@ class TransitionRows:
                 "succeeded_order": None if success is None else success.succeeded_order,
                 # a claim that ended before its write is no request (migration 10024)
                 "unsent": 0 if completion.written else 1,
+                "gives_up_in_s": (
+                    None
+                    if transition.gives_up_in is None
+                    else transition.gives_up_in.total_seconds()
+                ),
             }
         )
 

@@ -84,6 +84,7 @@ DISPATCH = {
     "fence_waits": int,
     "fence_wait_since": (TS, OPT),
     "budget_started_at": (TS, OPT),
+    "gives_up_at": (TS, OPT),
     "waiting": (str, OPT),
     "attempts": list,
 }

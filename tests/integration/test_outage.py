@@ -76,6 +76,7 @@ async def test_destinations_refusing_longer_than_the_old_budget_complete_every_s
             await wait_for(
                 lambda: "waiting for destination dest since" in _waiting(client, sagas[0])
             )
+            assert ", gives up at " in _waiting(client, sagas[0])
             refused = daemon.metrics.registry.get_sample_value(
                 "effectusd_destination_waits_total", {"destination": "dest", "sent": "no"}
             )

@@ -212,9 +212,12 @@ def test_a_not_committed_call_is_retried_past_max_attempts_while_time_is_left(
 ) -> None:
     attempt = 4 * BUDGET
     completion = answer(OutcomeClass.RETRYABLE, attempt) if sent else not_sent(attempt)
-    facts = replace(dispatch(delivery, attempt=attempt), budget_elapsed=GIVE_UP * 0.99)
+    facts = replace(dispatch(delivery, attempt=attempt), budget_elapsed=GIVE_UP * 0.75)
     state, saga_state, _ = decide(core_registry, facts, completion)
     assert (state, saga_state) == (DispatchState.RETRY_WAIT, None)
+    facts = replace(facts, verb=VERB_OF[delivery])
+    transition = settle(completion, facts, saga(core_registry, facts.verb), core_registry, 0.5)
+    assert transition.gives_up_in == GIVE_UP * 0.25  # what the views show as "gives up at"
 
 
 @pytest.mark.parametrize("sent", [False, True], ids=["not_sent", "refused_retryable"])

@@ -10,5 +10,5 @@ SELECT o.dispatch_id, o.effect_id, o.direction, o.destination, o.verb, o.contrac
        o.uncertain_attempt, o.last_outcome, o.last_error, o.created_at, o.updated_at,
        -- requests that may have been written: claims that ended before their write aside
        o.attempt - o.unsent AS requests, o.fence_waits, o.fence_wait_since,
-       o.budget_since AS budget_started_at
+       o.budget_since AS budget_started_at, o.gives_up_at
 FROM effectus_saga_outbox o WHERE o.saga_id = :saga_id ORDER BY o.dispatch_id
