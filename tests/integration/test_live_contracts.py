@@ -141,9 +141,10 @@ async def test_adopt_contract_moves_blocked_sagas_to_the_changed_path_audited(
         assert [saga_row(db, s)["state"] for s in (one, two)] == ["completed", "completed"]
         assert saga_row(db, three)["state"] == "blocked_contract"
         assert {r.path for r in dest.requests} == {"/v2/work"}
+        # the same key; the first request written under it (the guard's claim sent nothing)
         assert {(r.key, r.attempt) for r in dest.requests if r.effect == "s1"} == {
-            (key(one, "s1"), 2),
-            (key(two, "s1"), 2),
+            (key(one, "s1"), 1),
+            (key(two, "s1"), 1),
         }
         for saga, evidence in ((one, "v2 is the same API"), (two, "rollout 42")):
             [adopted] = events(db, saga, "contract_adopted")
