@@ -12,6 +12,7 @@ from datetime import timedelta
 from effectusd.core.backoff import backoff_delay, retry_delay
 from effectusd.core.budgets import not_committed_budget_spent
 from effectusd.core.contracts import RetryPolicy
+from effectusd.core.durations import format_duration
 from effectusd.core.next_step import TransitionBuilder
 from effectusd.core.registry import Registry, retry_budget
 from effectusd.core.states import (
@@ -135,10 +136,8 @@ def _settle_failure(
     registry: Registry,
     jitter: float,
 ) -> None:
-    """Every outcome but success: retry, block on uncertainty or a stale fence, or fail.
-    Two budgets (``core.budgets``): the requests written bound the re-sending of an unknown
-    outcome (``retry.max_attempts``); a call never sent or known not committed is retried
-    until ``retry.give_up_after`` has passed, spending none of them."""
+    """Every outcome but success: retry, block on uncertainty or a stale fence, or fail,
+    under the two budgets of ``core.budgets`` (requests written, and time)."""
     outcome = completion.outcome
     contract = registry.verbs.get(dispatch.verb)
     budget = retry_budget(dispatch.max_attempts, dispatch.budget_base, contract)
@@ -196,8 +195,8 @@ def _gave_up(policy: RetryPolicy | None, completion: Completion) -> str:
     last = completion.error or "no detail"
     if policy is None:
         return f"the verb is no longer configured; the last call: {last}"
-    hours = policy.give_up_after.total_seconds() / 3600
-    return f"gave up after retry.give_up_after ({hours:g}h) of calls not committed: {last}"
+    spent = format_duration(policy.give_up_after)
+    return f"gave up after retry.give_up_after ({spent}) of calls not committed: {last}"
 
 
 def fence_wait_delay(policy: RetryPolicy, waits: int, jitter: float) -> timedelta:

@@ -228,7 +228,8 @@ def test_a_spent_time_budget_fails_the_step_and_compensates(
     facts = replace(dispatch(Delivery.AT_LEAST_ONCE, attempt=2), budget_elapsed=GIVE_UP)
     state, saga_state, reason = decide(core_registry, facts, completion)
     assert (state, saga_state) == (DispatchState.FAILED_PERMANENT, SagaState.COMPENSATING)
-    assert reason is not None and "give_up_after" in reason
+    assert reason is not None and "retry.give_up_after (24h)" in reason
+    assert str(completion.error) in reason  # the last call's error says why
 
 
 def test_a_budget_not_yet_started_is_not_spent(core_registry: Registry) -> None:
