@@ -297,3 +297,27 @@ def test_retry_after_never_turns_a_refusal_into_a_retry(core_registry: Registry)
     completion = replace(answer(OutcomeClass.PERMANENT, 1), evidence={"retry_after_s": 1})
     facts = dispatch(Delivery.AT_LEAST_ONCE, attempt=1)
     assert decide(core_registry, facts, completion)[0] is DispatchState.FAILED_PERMANENT
+
+
+def test_a_fence_wait_stores_its_start_and_its_end_when_it_blocks(core_registry: Registry) -> None:
+    def kinds(wait: FenceWait) -> list[tuple[str, dict[str, Any]]]:
+        facts = dispatch(Delivery.AT_LEAST_ONCE, attempt=3, fence_waits=3)
+        transition = settle(
+            answer(OutcomeClass.RETRYABLE, 3, wait),
+            facts,
+            saga(core_registry, "ship"),
+            core_registry,
+            0.5,
+        )
+        return [(e.kind, dict(e.detail)) for e in transition.events if e.kind.startswith("fence")]
+
+    began = FenceWait(timedelta(0), HOLDER, "account:1", started=True)
+    assert kinds(began) == [("fence_wait_started", {"resource": "account:1", "holder": HOLDER})]
+    assert kinds(replace(began, started=False, waited=timedelta(seconds=1))) == []  # goes on
+    over = FenceWait(core_registry.fence_wait_limit, HOLDER, "account:1")
+    assert kinds(over) == [
+        (
+            "fence_wait_ended",
+            {"resource": "account:1", "holder": HOLDER, "ended": "blocked", "waits": 3},
+        )
+    ]
