@@ -36,21 +36,44 @@ from effectusd.core.templates import (
     parse_template,
 )
 
+# What releases before the time budget used where a verb set no value: the legacy contract hash
+# (``VerbContract.legacy_contract_hash``) hashes these for every field the configuration leaves
+# out, so changing the defaults below never changes the hash a saga in flight pinned.
+LEGACY_RETRY_DEFAULTS: dict[str, Any] = {
+    "max_attempts": 5,
+    "initial_backoff": timedelta(milliseconds=500),
+    "max_backoff": timedelta(minutes=1),
+    "multiplier": 2.0,
+}
+
 
 class RetryPolicy(BaseModel):
+    """How a verb is retried (live: never in the contract hash). ``max_attempts`` bounds the
+    requests that may have been sent while the outcome is unknown; a call never sent, or known
+    not committed, is retried until ``give_up_after`` has passed since the dispatch's first
+    claim (docs/design.md section 6)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_attempts: int = Field(default=5, ge=1, le=1000)
-    initial_backoff: Duration = timedelta(milliseconds=500)
-    max_backoff: Duration = timedelta(minutes=1)
+    initial_backoff: Duration = timedelta(seconds=1)
+    max_backoff: Duration = timedelta(minutes=5)
     multiplier: float = Field(default=2.0, ge=1.0, le=100.0)
+    give_up_after: Duration = timedelta(hours=24)
 
-    def canonical(self) -> dict[str, JsonValue]:
+    def legacy_canonical(self) -> dict[str, JsonValue]:
+        """The policy as the legacy contract hash covers it: the fields the configuration set,
+        the legacy defaults for the others, and never ``give_up_after``."""
+        given = self.model_fields_set
+        value = {
+            name: getattr(self, name) if name in given else default
+            for name, default in LEGACY_RETRY_DEFAULTS.items()
+        }
         return {
-            "max_attempts": self.max_attempts,
-            "initial_backoff_ms": to_milliseconds(self.initial_backoff),
-            "max_backoff_ms": to_milliseconds(self.max_backoff),
-            "multiplier": self.multiplier,
+            "max_attempts": value["max_attempts"],
+            "initial_backoff_ms": to_milliseconds(value["initial_backoff"]),
+            "max_backoff_ms": to_milliseconds(value["max_backoff"]),
+            "multiplier": value["multiplier"],
         }
 
 
@@ -154,7 +177,7 @@ class VerbContract(DerivedOnce):
             {
                 **self.canonical(),
                 "timeout_ms": None if self.timeout is None else to_milliseconds(self.timeout),
-                "retry": self.retry.canonical(),
+                "retry": self.retry.legacy_canonical(),
             }
         )
 

@@ -103,6 +103,13 @@ class Metrics:
             "effectusd_fencing_conflicts_total",
             "Dispatches held back because a resource was leased by another.",
         )
+        self.waiting_for_destination = self._counter(
+            "effectusd_destination_waits_total",
+            "Calls answered by waiting for the destination: retried under retry.give_up_after "
+            "because the call was never sent (sent=no: connection refused, connect timeout, "
+            "DNS, TLS) or was refused as known not committed (sent=yes).",
+            ("destination", "sent"),
+        )
 
     def _declare_failures(self) -> None:
         """Failures the daemon survived."""

@@ -240,7 +240,7 @@ def _identity(ticket: ProbeTicket, deadline: datetime) -> RequestIdentity:
         execution_id=row["execution_id"],
         saga_id=row["saga_id"],
         effect_id=row["effect_id"],
-        attempt=int(row["attempt"]),
+        attempt=max(int(row["requests"]), 1),  # the X-Effectus-Attempt its requests carried
         direction=Direction(row["direction"]),
         verb=ticket.verb,
         argument_hash=row["args_hash"],

@@ -630,6 +630,7 @@ async def test_fencing_acknowledgement_and_retry_after_are_kept_as_evidence(
     assert acked.fencing_status is FencingStatus.ACKNOWLEDGED
     assert acked.evidence["headers"] == {"X-Effectus-Fencing": "acknowledged"}
     assert throttled.evidence["headers"]["Retry-After"] == "7"
+    assert throttled.evidence["retry_after_s"] == 7.0  # what the engine's retry delay reads
     assert silent.fencing_status is FencingStatus.PROPAGATED
     assert isinstance(silent.evidence["elapsed_ms"], int)
 
