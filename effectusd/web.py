@@ -175,9 +175,11 @@ class _Bounded(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.transport is None:
             return
-        if self.in_lane and b"\r\n\r\n" in data:
-            # no longer one to close for room: its request is complete (a head split across
-            # reads is seen complete when aiohttp hands it over, in request_started)
+        if self.in_lane and data[:1].isalpha() and b"\r\n\r\n" in data:
+            # no longer one to close for room: a request line and its blank line are here,
+            # so it is answered (or refused as malformed) now, not held. Blank lines alone
+            # are not (a parser skips them and waits); a head split across reads is seen
+            # complete when aiohttp hands it over, in request_started.
             self.head_seen = True
         self.inner.data_received(data)
 

@@ -241,3 +241,24 @@ async def test_every_answer_says_nosniff_and_names_no_server_software(
     assert b"\r\nx-content-type-options: nosniff" in head
     assert b"\r\nserver: effectusd\r\n" in head + b"\r\n"
     assert b"aiohttp" not in head and b"python" not in head
+
+
+async def test_blank_lines_alone_cannot_hold_a_place_in_the_lane_against_a_health_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A parser skips blank lines before a request and waits: they are no request."""
+    monkeypatch.setattr(web_module, "MAX_CONNECTIONS", 1)
+    monkeypatch.setattr(web_module, "LANE_SIZE", 4)
+    async with observing() as (server, port):
+        held = [await asyncio.open_connection("127.0.0.1", port)]
+        for _ in range(4):
+            held.append(await asyncio.open_connection("127.0.0.1", port))
+            held[-1][1].write(b"\r\n\r\n")
+        async with asyncio.timeout(30):
+            while len(server.http.lane) < 4:
+                await asyncio.sleep(0.01)
+        healthz = await exchange(port, b"GET /healthz HTTP/1.1\r\nHost: h\r\n\r\n")
+        for _reader, writer in held:
+            writer.close()
+    assert status_of(healthz) == 200
+    assert refused(server, "crowded") == 1
