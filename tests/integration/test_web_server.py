@@ -9,6 +9,7 @@ import logging
 import resource
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -163,6 +164,7 @@ async def test_healthz_answers_every_check_within_a_second_while_a_neighbour_hol
             "tests.support.neighbour",
             *(str(n) for n in (port, idle, slow)),
             stdout=asyncio.subprocess.PIPE,
+            cwd=Path(__file__).parents[2],  # where tests.support is found
         )
         try:
             assert neighbour.stdout is not None
