@@ -27,10 +27,13 @@ from effectusd.core.errors import AmbiguousSaga
 
 def _one_line(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """--actor and --evidence go on the timeline and into the log: a control character (a
-    newline that would print as a line of its own) is a usage error naming the option."""
+    newline that would print as a line of its own), and in --actor a character that shows as
+    nothing (a zero-width space), is a usage error naming the option."""
     from effectusd.core.canonical import unprintable_problem
+    from effectusd.core.operator_decisions import name_problem
 
-    problem = None if value is None else unprintable_problem(value)
+    check = name_problem if param.name == "actor" else unprintable_problem
+    problem = None if value is None else check(value)
     if problem is not None:
         raise click.BadParameter(problem, ctx=ctx, param=param)
     return value

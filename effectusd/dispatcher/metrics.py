@@ -99,6 +99,12 @@ class Metrics:
             "committed, not_committed, kept_blocked, given_up, moved_on, failed.",
             ("verb", "answer"),
         )
+        self.http_refused = self._counter(
+            "effectusd_http_connections_refused_total",
+            "Connections to the HTTP server refused for want of room: busy (answered 503 past "
+            "the connection cap), crowded (closed waiting for their request, for newer ones).",
+            ("reason",),
+        )
         self.fencing_conflicts = self._counter(
             "effectusd_fencing_conflicts_total",
             "Dispatches held back because a resource was leased by another.",
