@@ -82,6 +82,6 @@ def log_transition(completion: Completion, transition: Transition, row: Mapping[
             "outcome": completion.outcome.value,
             "dispatch_state": transition.dispatch_state.value,
             "saga_state": transition.saga.state.value if transition.saga else None,
-            "settled_by": completion.settled_by,
+            "settled_by": completion.cause.settled_by,
         },
     )

@@ -23,9 +23,10 @@ from effectusd import faults
 from effectusd.backends.errors import TRANSIENT_ERRORS, failure_name
 from effectusd.core.budgets import answered_not_committed
 from effectusd.core.engine import Completion
+from effectusd.core.pre_send import LEASE_TOO_SHORT, pre_send
 from effectusd.core.registry import Registry
-from effectusd.core.settlement import LEASE_TOO_SHORT, pre_send
 from effectusd.core.states import Cause, DispatchState, FencingStatus
+from effectusd.core.transition import FenceWait
 from effectusd.dispatcher.capacity import Capacity, RecordSlots
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.observability import log_transition
@@ -182,7 +183,7 @@ class Pipeline:
             self.spans.abandoned(sendable, "write-ahead failed; left to the lease's reclaim")
             return []
         self.metrics.fencing_acquisitions.inc(sum(len(w.grants) for w in ready))
-        waits = sum(1 for c in not_sent if c.cause is Cause.FENCE_WAIT)
+        waits = sum(1 for c in not_sent if isinstance(c.cause, FenceWait))
         self.metrics.fencing_conflicts.inc(waits)
         self.metrics.write_ahead_failures.inc(len(not_sent) - waits)
         for completion, claim in _pair(not_sent, sendable):
@@ -305,7 +306,7 @@ class Pipeline:
                 completion.outcome.value,
             ).inc()
             waits = transition.dispatch_state is DispatchState.RETRY_WAIT
-            if waits and answered_not_committed(completion.settled_by, completion.outcome):
+            if waits and answered_not_committed(completion.cause.settled_by, completion.outcome):
                 self.metrics.child(
                     self.metrics.waiting_for_destination,
                     row["destination"],

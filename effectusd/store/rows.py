@@ -91,7 +91,7 @@ class TransitionRows:
 
     def apply(
         self,
-        completion: Completion,
+        completion: Completion | None,
         row: Row,
         transition: Transition,
         *,
@@ -100,20 +100,22 @@ class TransitionRows:
     ) -> None:
         """Add ``transition`` of ``row``'s saga. ``attempt``: settle the attempt row with
         ``completion``; ``dispatch``: write the dispatch row (the operator actions leave the
-        attempt, and sometimes the dispatch, as they are)."""
+        attempt, and sometimes the dispatch, as they are). ``completion`` is None only where
+        neither is written: no attempt ended (an operator's cancel or retry)."""
         saga_id = row["saga_id"]
         # One settlement per saga in a batch carries its entry (it goes before every event of
         # the batch's transaction, see effectusd.core.timeline); another would store its event.
         settles = None
-        if attempt and saga_id not in self._settled_sagas:
+        if attempt and completion is not None and saga_id not in self._settled_sagas:
             settles = (completion, row.get("effect_id", ""), row.get("direction", ""))
         carried = carried_by_rows(transition.events, transition.new_dispatches, settles)
         if attempt:
+            assert completion is not None
             settled = carried.settled
             if settled is not None:
                 self._settled_sagas.add(saga_id)
             params = outcome_params(completion)  # filled in place, not copied
-            params["settled_by"] = completion.settled_by.value
+            params["settled_by"] = completion.cause.settled_by.value
             fencing = completion.fencing_status
             params["fencing_status"] = fencing.value if fencing else None
             params["saga_id"] = saga_id
@@ -125,8 +127,9 @@ class TransitionRows:
             params["settled_saga"] = None if ended is None else ended.to_state
             self.attempts.append(params)
         if dispatch:
+            assert completion is not None
             self._dispatch(completion, transition, row.get("effect_id"))
-        if row["lease_token"] is not None and row.get("fenced", True):
+        if completion is not None and row["lease_token"] is not None and row.get("fenced", True):
             # only a dispatch with fencing resources can hold fencing leases
             self.released.append((completion.dispatch_id, str(row["lease_token"])))
         self._saga(saga_id, transition, carried)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from effectusd.core.enqueue import DispatchSpec
 from effectusd.core.settlement import SettlementFacts
-from effectusd.core.states import OutcomeClass, SettledBy
+from effectusd.core.states import Cause, OutcomeClass
 from effectusd.core.timeline import (
     CLAIMED,
     ENQUEUED,
@@ -24,7 +24,7 @@ from effectusd.core.timeline import (
     derived_event_id,
     timeline,
 )
-from effectusd.core.transition import Completion, Event, Transition, enqueued_event
+from effectusd.core.transition import Completion, Event, HeldClaim, Transition, enqueued_event
 from tests.unit.saga_simulator import Dispatch, Simulator, make_plan
 from tests.unit.test_core_parallel_properties import PROPERTY, Shape, dags, sequential
 
@@ -167,7 +167,7 @@ SPEC = DispatchSpec(
     "s" * 64, "b", "forward", "default", "x", "d", "pay", STEP, "at_most_once", "POST", "/p",
     "{}", STEP, STEP, [], 1000, 3,
 )  # fmt: skip
-DONE = Completion(7, 2, "t", OutcomeClass.SUCCESS, status_code=200)
+DONE = Completion.answered(HeldClaim(7, 2, "t"), OutcomeClass.SUCCESS, status_code=200)
 SETTLES = (DONE, "a", "forward")
 
 
@@ -206,7 +206,7 @@ def test_what_the_rows_cannot_give_back_the_same_stays_a_stored_event() -> None:
     an attempt row left alone, an enqueue not written right after its step's start."""
     late = settlement(from_state="blocked_unknown")
     assert carried_by_rows([late], [], SETTLES).settled is None
-    resolved = replace(DONE, settled_by=SettledBy.OPERATOR, operator_evidence="checked")
+    resolved = replace(DONE, cause=Cause.RESOLVED, operator_evidence="checked")
     assert carried_by_rows([settlement()], [], (resolved, "a", "forward")).settled is None
     assert carried_by_rows([settlement(attempt=1)], [], SETTLES).settled is None
     assert carried_by_rows([settlement()], [], None).settled is None

@@ -24,13 +24,12 @@ import pytest
 from effectusd.core.answers import PresetClass
 from effectusd.core.checker import check
 from effectusd.core.engine import Completion, DispatchFacts, FenceWait, SagaFacts, StepFacts, settle
-from effectusd.core.registry import Registry
-from effectusd.core.settlement import (
+from effectusd.core.pre_send import (
     BUDGET_SPENT,
     CONTRACT_DRIFT,
     LEASE_TOO_SHORT,
-    reclaimed,
 )
+from effectusd.core.registry import Registry
 from effectusd.core.states import (
     Cause,
     Delivery,
@@ -39,7 +38,6 @@ from effectusd.core.states import (
     FencingStatus,
     OutcomeClass,
     SagaState,
-    SettledBy,
     StepState,
 )
 from tests.unit.conftest import make_core_verbs
@@ -65,8 +63,11 @@ class Held:
 # -- each kind of completion, by name -----------------------------------------------------------
 
 
-def _answered(outcome: OutcomeClass, preset: PresetClass | None) -> Callable[[Held], Completion]:
-    def build(held: Held) -> Completion:
+Build = Callable[[Registry, Held, DispatchFacts], Completion]
+
+
+def _answered(outcome: OutcomeClass, preset: PresetClass | None) -> Build:
+    def build(_reg: Registry, held: Held, _dispatch: DispatchFacts) -> Completion:
         return Completion.answered(
             held,
             outcome,
@@ -82,85 +83,59 @@ def _answered(outcome: OutcomeClass, preset: PresetClass | None) -> Callable[[He
     return build
 
 
-def _guard(cause: Cause, reason: str) -> Callable[[Held], Completion]:
-    return lambda held: Completion.not_sent(held, cause, reason, actor="worker-1")
+def _guard(cause: Cause, reason: str) -> Build:
+    return lambda _reg, held, _dispatch: Completion.not_sent(held, cause, reason, actor="worker-1")
 
 
-def _fence_wait(waited: timedelta | None) -> Callable[[Registry, Held], Completion]:
-    def build(reg: Registry, held: Held) -> Completion:
+def _fence_wait(waited: timedelta | None) -> Build:
+    def build(reg: Registry, held: Held, _dispatch: DispatchFacts) -> Completion:
         wait = FenceWait(waited or reg.fence_wait_limit, HOLDER, "account:1", started=True)
-        return Completion.not_sent(held, Cause.FENCE_WAIT, "busy", fence_wait=wait)
+        return Completion.not_sent(held, wait, "busy")
 
     return build
 
 
-def _resolved(committed: bool) -> Callable[[Held], Completion]:
+def _reclaimed(sent: bool) -> Build:
+    return lambda _reg, held, _dispatch: Completion.reclaimed(held, sent, "worker-2", "worker-5")
+
+
+def _resolved(committed: bool) -> Build:
     """What ``effectusd resolve`` records (operator/actions.py)."""
-
-    def build(held: Held) -> Completion:
-        return Completion(
-            dispatch_id=held.dispatch_id,
-            attempt=held.attempt,
-            lease_token=None,
-            outcome=OutcomeClass.SUCCESS if committed else OutcomeClass.PERMANENT,
-            settled_by=SettledBy.OPERATOR,
-            result={"id": "r-1"} if committed else None,
-            error=None if committed else "known not committed, per ana: checked",
-            actor="ana",
-            operator_evidence="checked",
-        )
-
-    return build
+    return lambda _reg, _held, dispatch: Completion.resolved(
+        dispatch, committed, {"id": "r-1"}, "ana", "checked"
+    )
 
 
-def _probed(committed: bool) -> Callable[[Held], Completion]:
+def _probed(committed: bool) -> Build:
     """What a probe's answer records (operator/probes.py)."""
-
-    def build(held: Held) -> Completion:
-        return Completion(
-            dispatch_id=held.dispatch_id,
-            attempt=held.attempt,
-            lease_token=None,
-            outcome=OutcomeClass.SUCCESS if committed else OutcomeClass.RETRYABLE,
-            settled_by=SettledBy.OPERATOR,
-            result={"id": "r-1"} if committed else None,
-            error=None if committed else "known not committed, per probe: gone",
-            actor="probe",
-            operator_evidence="gone",
-        )
-
-    return build
+    return lambda _reg, _held, dispatch: Completion.probed(
+        dispatch, committed, {"id": "r-1"}, "probe", "gone"
+    )
 
 
-def kinds() -> dict[str, Callable[[Registry, Held], Completion]]:
+def kinds() -> dict[str, Build]:
     """Every kind of completion settle() is given, by a stable name (the table's key)."""
-    table: dict[str, Callable[[Registry, Held], Completion]] = {}
+    table: dict[str, Build] = {}
     for outcome in OutcomeClass:
         for preset in (None, *PresetClass):
             name = f"answered:{outcome.value}:{preset.value if preset else 'declared'}"
-            table[name] = _ignore_registry(_answered(outcome, preset))
+            table[name] = _answered(outcome, preset)
     for cause, reason in (
         (Cause.CONTRACT_DRIFT, CONTRACT_DRIFT),
         (Cause.BUDGET_SPENT, BUDGET_SPENT),
         (Cause.LEASE_TOO_SHORT, LEASE_TOO_SHORT),
         (Cause.WRITE_AHEAD_FAILED, "write-ahead failed: boom; not sent"),
     ):
-        table[f"guard:{cause.value}"] = _ignore_registry(_guard(cause, reason))
+        table[f"guard:{cause.value}"] = _guard(cause, reason)
     table["fence_wait:within_limit"] = _fence_wait(timedelta(seconds=1))
     table["fence_wait:past_limit"] = _fence_wait(None)
     for sent in (False, True):
-        table[f"reclaimed:{'sent' if sent else 'unsent'}"] = _ignore_registry(
-            lambda held, sent=sent: reclaimed(held, sent, "worker-2", "worker-5")
-        )
+        table[f"reclaimed:{'sent' if sent else 'unsent'}"] = _reclaimed(sent)
     for committed in (True, False):
         found = "committed" if committed else "not_committed"
-        table[f"resolved:{found}"] = _ignore_registry(_resolved(committed))
-        table[f"probed:{found}"] = _ignore_registry(_probed(committed))
+        table[f"resolved:{found}"] = _resolved(committed)
+        table[f"probed:{found}"] = _probed(committed)
     return table
-
-
-def _ignore_registry(build: Callable[[Held], Completion]) -> Callable[[Registry, Held], Completion]:
-    return lambda _reg, held: build(held)
 
 
 # -- the facts ----------------------------------------------------------------------------------
@@ -247,7 +222,7 @@ def decide(case: Case, reg: Registry) -> dict[str, Any]:
         budget_elapsed=contract.retry.give_up_after if case.time_spent else timedelta(0),
     )
     held = Held(1, attempt, None if operator else "t")
-    completion = kinds()[case.kind](reg, held)
+    completion = kinds()[case.kind](reg, held, dispatch)
     saga = _saga(reg, verb, case.direction, blocked=operator)
     transition = settle(completion, dispatch, saga, reg, JITTER)
     update = transition.saga

@@ -8,10 +8,12 @@ from effectusd.core.checker import check
 from effectusd.core.engine import Completion, StepUpdate, Transition
 from effectusd.core.plan import CheckedPlan
 from effectusd.core.states import DispatchState, OutcomeClass, StepState
+from effectusd.core.transition import HeldClaim
 from effectusd.store.rows import TransitionRows, may_cancel_siblings, plan_steps
 from tests.unit.conftest import make_core_verbs
 
 ROW = {"saga_id": "s" * 64, "lease_token": "t"}
+HELD = HeldClaim(1, 1, "t")
 
 
 def test_a_success_writes_its_result_and_order_on_its_dispatch_row_and_no_step_row() -> None:
@@ -28,7 +30,7 @@ def test_a_success_writes_its_result_and_order_on_its_dispatch_row_and_no_step_r
     )
     rows = TransitionRows()
     rows.apply(
-        Completion(1, 1, "t", OutcomeClass.SUCCESS), {**ROW, "effect_id": "charge"}, transition
+        Completion.answered(HELD, OutcomeClass.SUCCESS), {**ROW, "effect_id": "charge"}, transition
     )
     assert rows.steps == []
     [dispatch] = rows.dispatches
@@ -44,8 +46,9 @@ def test_a_null_result_is_stored_as_json_null_and_a_failure_stores_none() -> Non
     )
     rows = TransitionRows()
     row = {**ROW, "effect_id": "charge"}
-    rows.apply(Completion(1, 1, "t", OutcomeClass.SUCCESS), row, success)
-    rows.apply(Completion(2, 1, "t", OutcomeClass.PERMANENT), {**row, "saga_id": "x"}, failure)
+    rows.apply(Completion.answered(HELD, OutcomeClass.SUCCESS), row, success)
+    failed = Completion.answered(HeldClaim(2, 1, "t"), OutcomeClass.PERMANENT)
+    rows.apply(failed, {**row, "saga_id": "x"}, failure)
     assert [(d["result"], d["succeeded_order"]) for d in rows.dispatches] == [
         ("null", 1),
         (None, None),
@@ -64,16 +67,16 @@ def test_a_step_failed_at_enqueue_is_kept_on_its_row_once_per_batch() -> None:
     )
     rows = TransitionRows()
     rows.apply(
-        Completion(1, 1, "t", OutcomeClass.SUCCESS), {**ROW, "effect_id": "reserve"}, transition
+        Completion.answered(HELD, OutcomeClass.SUCCESS), {**ROW, "effect_id": "reserve"}, transition
     )
     assert rows.steps == [{"saga_id": ROW["saga_id"], "effect_id": "charge", "state": "failed"}]
 
 
 def test_a_second_late_answer_for_one_attempt_replaces_the_first() -> None:
     rows = TransitionRows()
-    rows.late(Completion(3, 2, "t", OutcomeClass.UNKNOWN, error="first"))
-    rows.late(Completion(3, 2, "t", OutcomeClass.SUCCESS, error="second"))
-    rows.late(Completion(3, 1, "t", OutcomeClass.UNKNOWN))
+    rows.late(Completion.answered(HeldClaim(3, 2, "t"), OutcomeClass.UNKNOWN, error="first"))
+    rows.late(Completion.answered(HeldClaim(3, 2, "t"), OutcomeClass.SUCCESS, error="second"))
+    rows.late(Completion.answered(HeldClaim(3, 1, "t"), OutcomeClass.UNKNOWN))
     assert [(r["attempt"], r["outcome"], r["error"]) for r in rows.lates] == [
         (2, "success", "second"),
         (1, "unknown_outcome", None),
