@@ -43,8 +43,11 @@ DISPATCH_STATES = by_value(DispatchState)
 STEP_STATES = by_value(StepState)
 SAGA_STATES = by_value(SagaState)
 SETTLED_BY = by_value(SettledBy)
-# json.dumps(..., default=str), made once: json.dumps builds an encoder per call when given
-# any option (a third of the time of encoding a small evidence document).
+# The one encoding of the row documents that are neither hashed nor sent (an attempt's
+# evidence, a success's result, an event's detail): json.dumps(..., default=str), made once
+# (json.dumps builds an encoder per call when given any option, a third of the time of
+# encoding a small evidence document). RFC 8785 canonical text stays for what is hashed or
+# matched by its text (arguments, plans, fencing resources: docs/design.md sections 2-3).
 _DOCUMENTS = json.JSONEncoder(default=str)
 
 
@@ -153,7 +156,7 @@ class TransitionRows:
                 "uncertain_attempt": transition.uncertain_attempt,
                 "last_outcome": transition.last_outcome.value if transition.last_outcome else None,
                 "last_error": transition.last_error,
-                "result": None if success is None else json.dumps(success.result),
+                "result": None if success is None else _DOCUMENTS.encode(success.result),
                 "succeeded_order": None if success is None else success.succeeded_order,
                 # a claim that ended before its write is no request (migration 10024)
                 "unsent": 0 if completion.written else 1,
@@ -236,7 +239,7 @@ def outcome_params(completion: Completion) -> dict[str, Any]:
 
 def event_params(saga_id: str, event: Event) -> dict[str, Any]:
     """The insert_event row of ``event``, whoever appends it (the recorder, the submit, an
-    operator action): its detail as canonical JSON, so one kind of event is stored one way."""
+    operator action): its detail in the one encoding of row documents."""
     return {
         "saga_id": saga_id,
         "effect_id": event.effect_id,
@@ -247,7 +250,7 @@ def event_params(saga_id: str, event: Event) -> dict[str, Any]:
         "to_state": event.to_state,
         "actor": event.actor,
         "evidence": event.evidence,
-        "detail": canonical_text(dict(event.detail)),
+        "detail": _DOCUMENTS.encode(dict(event.detail)),
     }
 
 
