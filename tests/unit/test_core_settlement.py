@@ -3,13 +3,16 @@ locked facts in, drop / late / apply out."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from effectusd.core.checker import check
+from effectusd.core.engine import settle
 from effectusd.core.poison import held_completion
 from effectusd.core.registry import Registry
 from effectusd.core.settlement import (
@@ -35,6 +38,7 @@ from effectusd.core.transition import (
     Completion,
     DispatchFacts,
     HeldClaim,
+    Quarantined,
     SagaFacts,
     StepFacts,
 )
@@ -325,6 +329,46 @@ def test_a_not_sent_completion_is_a_guard_retry_of_the_held_attempt() -> None:
     assert held.outcome is OutcomeClass.RETRYABLE
     sent = held_completion(Completion.answered(Held(), OutcomeClass.RETRYABLE), "boom")
     assert sent.outcome is OutcomeClass.UNKNOWN
+
+
+@pytest.mark.parametrize(
+    ("cause", "settled_by"),
+    [
+        (Cause.ANSWERED, SettledBy.EXECUTOR),
+        (Cause.RECLAIMED_SENT, SettledBy.RECLAIM),
+        (Cause.LEASE_TOO_SHORT, SettledBy.GUARD),
+    ],
+)
+def test_a_quarantined_completion_keeps_who_reported_it_and_is_never_settled_by_the_engine(
+    core_registry: Registry, cause: Cause, settled_by: SettledBy
+) -> None:
+    ended = {
+        Cause.ANSWERED: Completion.answered(Held(), OutcomeClass.SUCCESS),
+        Cause.RECLAIMED_SENT: Completion.reclaimed(Held(), True, "worker-2", "worker-5"),
+        Cause.LEASE_TOO_SHORT: Completion.not_sent(Held(), Cause.LEASE_TOO_SHORT, "short"),
+    }[cause]
+    held = held_completion(ended, "boom")
+    assert held.cause == Quarantined(settled_by)
+    assert held.cause.settled_by is settled_by  # the attempt row keeps who reported it
+    case = Case("quarantined")
+    facts = facts_of(case, lambda: saga_of(core_registry, case)).dispatch.facts
+    with pytest.raises(ValueError, match="quarantine"):
+        settle(held, facts, saga_of(core_registry, case), core_registry, 0.5)
+
+
+def test_no_completion_is_built_field_by_field_outside_core() -> None:
+    """Each kind of completion has its named constructor in core (Completion.answered,
+    .not_sent, .reclaimed, .resolved, .probed; core.poison's held_completion)."""
+    root = Path(__file__).resolve().parents[2]
+    raw = re.compile(r"\bCompletion\(")
+    found = [
+        str(path.relative_to(root))
+        for folder in ("effectusd", "tests")
+        for path in (root / folder).rglob("*.py")
+        if "core" not in path.relative_to(root / folder).parts[:1]
+        and raw.search(path.read_text(encoding="utf-8"))
+    ]
+    assert found == []
 
 
 ANSWERS = [outcome for outcome in OutcomeClass if outcome is not OutcomeClass.STALE_FENCE]
