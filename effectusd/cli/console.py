@@ -11,8 +11,16 @@ from effectusd.cli.app import Context, log_level_option, main
 @click.option("--host", help="Address to listen on (default: console.host, 127.0.0.1).")
 @click.option("--port", type=click.IntRange(0, 65535), help="Port (default: console.port, 8089).")
 @log_level_option
+@click.option(
+    "--store",
+    "store_label",
+    metavar="LABEL",
+    help="Serve this store of [database.stores] (the console serves one store).",
+)
 @click.pass_obj
-def console_command(obj: Context, host: str | None, port: int | None, log_level: str) -> None:
+def console_command(
+    obj: Context, host: str | None, port: int | None, log_level: str, store_label: str | None
+) -> None:
     """Serve the operator console and admin API without a daemon.
 
     Loopback only unless [console.tokens] names at least one token; reads need a token when
@@ -23,11 +31,12 @@ def console_command(obj: Context, host: str | None, port: int | None, log_level:
     from effectusd.console import serve
     from effectusd.logs import configure_logging
 
-    config = obj.config
+    obj.selected = store_label
+    store = obj.store()
+    config, backend = store.config, store.backend
     configure_logging(config.observability.log_format, log_level)
-    backend = obj.backend
     try:
-        with obj.connect() as conn:
+        with store.connect() as conn:
             backend.migrator.require_current(conn)
         where = (host or config.console.host, config.console.port if port is None else port)
         asyncio.run(serve(config, backend, *where))

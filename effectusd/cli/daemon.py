@@ -16,6 +16,7 @@ from effectusd.cli.app import (
     EXIT_INVALID,
     Context,
     Duration,
+    StoreContext,
     emit,
     fail,
     json_option,
@@ -105,6 +106,12 @@ def auto_processes(sqlite: bool) -> int:
         "first failure's code."
     ),
 )
+@click.option(
+    "--store",
+    "store_label",
+    metavar="LABEL",
+    help="Serve this store of [database.stores] (one daemon per store in this release).",
+)
 @click.pass_obj
 def run(
     obj: Context,
@@ -115,6 +122,7 @@ def run(
     log_level: str,
     processes: int | None,
     console: bool,
+    store_label: str | None,
 ) -> None:
     """Run the dispatcher daemon (SIGTERM drains in-flight calls and exits 0)."""
     import asyncio
@@ -123,7 +131,8 @@ def run(
     from effectusd.dispatcher.daemon import Daemon
     from effectusd.logs import configure_logging
 
-    config = obj.config
+    store = _served_store(obj, store_label)
+    config = store.config
     if workers is not None:
         config.dispatcher.concurrency = workers
     if http_port is not None:
@@ -132,10 +141,10 @@ def run(
         config.console.enabled = True
     configure_logging(log_format or config.observability.log_format, log_level)
     if processes is None:
-        processes = auto_processes(isinstance(parse_database_url(obj.database_url), SqliteDatabase))
+        processes = auto_processes(isinstance(parse_database_url(store.url), SqliteDatabase))
     if processes > 1:
-        _run_processes(obj, processes, until_idle, workers, log_format, log_level, console)
-    daemon = Daemon(config, obj.database_url, web=for_daemon(config, obj.backend))
+        _run_processes(obj, store, processes, until_idle, workers, log_format, log_level, console)
+    daemon = Daemon(config, store.url, web=for_daemon(config, store.backend))
     try:
         code = asyncio.run(daemon.run(until_idle=until_idle))
     except SchemaNotReady:
@@ -152,6 +161,20 @@ def run(
             EXIT_INVALID,
         )
     sys.exit(code)
+
+
+def _served_store(obj: Context, label: str | None) -> StoreContext:
+    """The store `run` serves: the one configured, or the one --store names. Several and none
+    named: exit 3, since a daemon serves one store in this release."""
+    stores = obj.stores(label)
+    if len(stores) > 1:
+        labels = ", ".join(str(store.label) for store in stores)
+        fail(
+            f"database.stores lists {len(stores)} stores ({labels}): several stores are served "
+            "by one daemon per store in this release; run one with `run --store LABEL` for each",
+            EXIT_INVALID,
+        )
+    return stores[0]
 
 
 # Why the observability/console port cannot be listened on: in use, not this host's, or
@@ -178,6 +201,7 @@ def child_run_args(
     log_level: str,
     http_port: int | None,
     console: bool = False,
+    store: str | None = None,
 ) -> list[str]:
     """The `run` options of child ``index`` (from 0) of `run --processes`: the parent's own,
     with the observability port shifted by the index (0, any free port, stays 0)."""
@@ -192,11 +216,14 @@ def child_run_args(
         args += ["--http-port", str(http_port + index if http_port else 0)]
     if console:
         args.append("--console")
+    if store is not None:
+        args += ["--store", store]
     return args
 
 
 def _run_processes(
     obj: Context,
+    store: StoreContext,
     processes: int,
     until_idle: bool,
     workers: int | None,
@@ -206,8 +233,7 @@ def _run_processes(
 ) -> None:
     from effectusd.dispatcher.processes import child_command, supervise
 
-    url = obj.database_url
-    port = obj.config.observability.http_port
+    port = store.config.observability.http_port
     if port and port + processes - 1 > 65535:
         fail(
             f"--processes {processes} from --http-port {port} would need ports up to "
@@ -226,11 +252,14 @@ def _run_processes(
                 log_level=log_level,
                 http_port=port,
                 console=console,
+                store=store.label,
             ),
         )
         for index in range(processes)
     ]
-    # the URL travels in the environment, not on command lines anyone can read with ps
+    # the URL travels in the environment, not on command lines anyone can read with ps; a
+    # labelled store's as LABEL=URL, which overrides that store's alone
+    url = store.url if store.label is None else f"{store.label}={store.url}"
     sys.exit(supervise(commands, env={"EFFECTUSD_DATABASE_URL": url}))
 
 

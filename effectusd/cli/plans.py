@@ -71,6 +71,12 @@ def check_command(obj: Context, plan_file: str, output: str | None, as_json: boo
     type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S"]),
     help="Do not dispatch the first step before this time (ISO 8601; UTC if no offset).",
 )
+@click.option(
+    "--store",
+    "store_label",
+    metavar="LABEL",
+    help="Into this store of [database.stores], in its namespace (needed with several).",
+)
 @json_option
 @click.pass_obj
 def submit(
@@ -79,9 +85,11 @@ def submit(
     execution_id: str,
     facts_json: str,
     not_before: datetime | None,
+    store_label: str | None,
     as_json: bool,
 ) -> None:
     """Submit a plan (raw or checked) as a new saga. Re-submitting the same is a no-op."""
+    obj.selected = store_label
     plan = read_json_file(plan_file, "plan")
     try:
         facts = parse_json(facts_json, MAX_JSON_DEPTH)
