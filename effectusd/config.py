@@ -95,7 +95,7 @@ def _database_url(value: str) -> str:
 
 class StoreConfig(BaseModel):
     """One of several stores (``[database.stores.LABEL]``): its database and the namespace
-    whose sagas it holds (docs/operations.md, Running many stores)."""
+    whose sagas it holds (docs/operations.md section 10)."""
 
     model_config = ConfigDict(extra="forbid")
     url: str

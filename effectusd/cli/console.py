@@ -5,18 +5,14 @@ from __future__ import annotations
 import click
 
 from effectusd.cli.app import Context, log_level_option, main
+from effectusd.cli.stores import store_option
 
 
 @main.command("console")
 @click.option("--host", help="Address to listen on (default: console.host, 127.0.0.1).")
 @click.option("--port", type=click.IntRange(0, 65535), help="Port (default: console.port, 8089).")
 @log_level_option
-@click.option(
-    "--store",
-    "store_label",
-    metavar="LABEL",
-    help="Serve this store of [database.stores] (the console serves one store).",
-)
+@store_option("Serve this store of [database.stores] (the console serves one store).")
 @click.pass_obj
 def console_command(
     obj: Context, host: str | None, port: int | None, log_level: str, store_label: str | None

@@ -23,6 +23,7 @@ from effectusd.cli.app import (
     log_level_option,
     main,
 )
+from effectusd.cli.stores import store_option
 from effectusd.core.database_url import (
     PostgresDatabase,
     SqliteDatabase,
@@ -106,12 +107,7 @@ def auto_processes(sqlite: bool) -> int:
         "first failure's code."
     ),
 )
-@click.option(
-    "--store",
-    "store_label",
-    metavar="LABEL",
-    help="Serve this store of [database.stores] (one daemon per store in this release).",
-)
+@store_option("Serve this store of [database.stores] (one daemon per store in this release).")
 @click.pass_obj
 def run(
     obj: Context,

@@ -34,7 +34,7 @@ class Refusal(Exception):
 @click.option(
     "--check", "check_only", is_flag=True, help="Only report; exit 6 if anything is pending."
 )
-@store_option
+@store_option()
 @json_option
 @click.pass_obj
 def migrate(obj: Context, check_only: bool, store_label: str | None, as_json: bool) -> None:

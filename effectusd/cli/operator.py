@@ -84,7 +84,12 @@ def _operator_action(
         if as_json:
             emit({"ok": False, "refused": "ambiguous", "error": str(exc)}, True, str)
         fail_ambiguous(exc)
-    emit(report.as_dict(), as_json, lambda _: report.summary())
+    if store.label is None:
+        emit(report.as_dict(), as_json, lambda _: report.summary())
+        return
+    # several stores: which one held the saga
+    data = {**report.as_dict(), "store": store.label}
+    emit(data, as_json, lambda _: f"{report.summary()}\n  store     {store.label}")
 
 
 def _saga_action(
@@ -129,7 +134,7 @@ def _saga_action(
     ),
 )
 @actor_option
-@store_option
+@store_option()
 @json_option
 @click.pass_obj
 def resolve(
@@ -190,7 +195,7 @@ def resolve(
 @saga_id_argument()
 @evidence_option("Why it is safe to send again now (goes on the timeline).")
 @actor_option
-@store_option
+@store_option()
 @json_option
 @click.pass_obj
 def retry_command(
@@ -215,7 +220,7 @@ def retry_command(
 @saga_id_argument()
 @evidence_option("Why it is canceled (goes on the timeline).")
 @actor_option
-@store_option
+@store_option()
 @json_option
 @click.pass_obj
 def cancel(
@@ -240,7 +245,7 @@ def cancel(
 @click.option("--verb", help="Every saga blocked_contract on this verb (instead of SAGA_ID).")
 @evidence_option("Why the changed contract is right for these sagas (required).")
 @actor_option
-@store_option
+@store_option()
 @json_option
 @click.pass_obj
 def adopt_contract(

@@ -20,6 +20,7 @@ from effectusd.cli.app import (
     read_json_file,
     report_check_error,
 )
+from effectusd.cli.stores import store_option
 from effectusd.core.canonical import MAX_JSON_DEPTH, parse_json
 from effectusd.core.checker import PlanCheckError, check
 from effectusd.core.submission import SubmitConflict, SubmitError
@@ -71,12 +72,7 @@ def check_command(obj: Context, plan_file: str, output: str | None, as_json: boo
     type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S"]),
     help="Do not dispatch the first step before this time (ISO 8601; UTC if no offset).",
 )
-@click.option(
-    "--store",
-    "store_label",
-    metavar="LABEL",
-    help="Into this store of [database.stores], in its namespace (needed with several).",
-)
+@store_option("Into this store of [database.stores], in its namespace (needed with several).")
 @json_option
 @click.pass_obj
 def submit(

@@ -38,7 +38,7 @@ DEFAULT_KEEP_TOMBSTONES = "30d"  # longer than the destination kit keeps idempot
 )
 @click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
 @click.option("--batch-size", default=500, show_default=True, type=click.IntRange(1, 100_000))
-@store_option
+@store_option()
 @json_option
 @click.pass_obj
 def prune(

@@ -61,7 +61,7 @@ class _StateChoice(click.Choice):  # type: ignore[type-arg]
     "--older-than", type=Duration(), help="Only sagas created longer ago than this (e.g. 1h, 7d)."
 )
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100_000))
-@store_option
+@store_option()
 @json_option
 @click.pass_obj
 def sagas_list(
@@ -111,7 +111,7 @@ def sagas_list(
     help="Name the saga by its execution id instead (in the configured namespace).",
 )
 @click.option("--plan", "plan_id", help="With --execution-id: the saga of this plan.")
-@store_option
+@store_option()
 @json_option
 @click.pass_obj
 def sagas_show(
@@ -154,7 +154,10 @@ def sagas_show(
     if view is None:
         missing = _missing(saga_id, execution_id, plan_id, store.config.namespace)
         _not_found([store], found, missing)
-    emit(view, as_json, render.saga_detail)
+    if store.label is None:
+        emit(view, as_json, render.saga_detail)
+    else:  # several stores: the text says which one holds it (the JSON is the saga's view)
+        emit(view, as_json, lambda shown: f"store      {store.label}\n{render.saga_detail(shown)}")
 
 
 def _missing(

@@ -1,6 +1,6 @@
-"""Commands over several stores (``[database.stores]``, docs/operations.md section "Running
-many stores"): each store in turn, named by its label (never its URL); a store that cannot be
-reached is named, and the others are still served."""
+"""Commands over several stores (``[database.stores]``, docs/operations.md section 10): each
+store in turn, named by its label (never its URL); a store that cannot be reached is named,
+and the others are still served."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ T = TypeVar("T")
 # What keeps one store from answering while the others do: it is down, or not migrated.
 STORE_TROUBLE: tuple[type[BaseException], ...] = (*UNAVAILABLE, SchemaNotReady)
 
-store_option = click.option(
-    "--store",
-    "store_label",
-    metavar="LABEL",
-    help="Only the store of [database.stores] with this label (default: every store).",
-)
+
+def store_option(
+    help: str = "Only the store of [database.stores] with this label (default: every store).",
+) -> Callable[[Any], Any]:
+    """--store LABEL (the ``store_label`` parameter): one store of [database.stores]."""
+    return click.option("--store", "store_label", metavar="LABEL", help=help)
 
 
 @dataclass(frozen=True)

@@ -226,7 +226,12 @@ def test_show_and_cancel_find_the_saga_in_whichever_store_holds_it(
     assert refused.exit_code == 4  # found in west, and running: nothing to retry
     assert json.loads(refused.stdout)["refused"] == "conflict"
     assert canceled.exit_code == 0, canceled.output
-    assert json.loads(canceled.stdout)["saga_id"] == west
+    assert (json.loads(canceled.stdout)["saga_id"], json.loads(canceled.stdout)["store"]) == (
+        west,
+        "west",
+    )
+    text = cli(live, "sagas", "show", prefix)
+    assert text.stdout.startswith(f"store      west\nsaga       {west}\n")
     assert state(two_stores["west"], west) == "compensated"
     assert state(two_stores["east"], east) == "running"
 
