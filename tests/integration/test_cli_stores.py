@@ -21,9 +21,16 @@ from effectusd.cli import main
 from effectusd.client import Client
 from effectusd.config import Config
 from tests.conftest import create_database, drop_database
+from tests.integration.test_operator import UNKNOWN, answer
 from tests.support import backends
 from tests.support.destination import running
-from tests.support.harness import fetch, make_config, serial_plan, write_config_file
+from tests.support.harness import (
+    fetch,
+    make_config,
+    run_until_idle,
+    serial_plan,
+    write_config_file,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -336,3 +343,40 @@ def test_submit_needs_store_with_several_and_writes_into_its_namespace(
     [row] = fetch(two_stores["west"], "SELECT saga_id, namespace FROM effectus_saga_instances")
     assert (row["saga_id"], row["namespace"]) == (saga, NAMESPACES["west"])
     assert fetch(two_stores["east"], "SELECT saga_id FROM effectus_saga_instances") == []
+
+
+def test_adopt_contract_by_verb_reports_each_store_and_names_one_down(
+    two_stores: dict[str, str], tmp_path: Path
+) -> None:
+    both = stores_file(tmp_path, CONFIG, two_stores)
+    one_down = stores_file(tmp_path, CONFIG, {"east": two_stores["east"], "down": DOWN})
+    args = ("adopt-contract", "--verb", "do", "--evidence", "contract reviewed", "--json")
+
+    result = cli(both, *args)
+    partial = cli(one_down, *args)
+
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert sorted(report["stores"]) == ["east", "west"]
+    assert all(each["adopted"] == [] for each in report["stores"].values())
+    assert partial.exit_code == 1
+    assert list(json.loads(partial.stdout)["unreached"]) == ["down"]
+    assert "warning: store 'down' could not be searched" in partial.stderr
+
+
+async def test_resolve_settles_a_blocked_saga_in_the_store_that_holds_it(
+    two_stores: dict[str, str], tmp_path: Path
+) -> None:
+    with running(answer({("s1", "forward", None): UNKNOWN})) as dest:
+        config = make_config(dest.base_url, {"do": {}})
+        submit(config, two_stores["east"], "east", "e-1")
+        west = submit(config, two_stores["west"], "west", "w-1")
+        await run_until_idle(config, two_stores["west"])
+        assert state(two_stores["west"], west) == "blocked_unknown"
+        live = stores_file(tmp_path, config, two_stores)
+
+        result = cli(live, "resolve", west[:16], "s1", "--committed", "--evidence", "seen")
+
+        assert result.exit_code == 0, result.output
+        assert "  store     west" in result.stdout
+        assert state(two_stores["west"], west) == "completed"
