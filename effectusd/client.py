@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import getpass
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from effectusd import tracing
@@ -31,7 +32,7 @@ from effectusd.backends.connections import (
     require_pool,
 )
 from effectusd.backends.errors import UNAVAILABLE
-from effectusd.backends.operation import Operation
+from effectusd.backends.operation import Operation, finished
 from effectusd.config import Config, load_config
 from effectusd.core.canonical import JsonValue
 from effectusd.core.errors import (
@@ -207,8 +208,41 @@ class _ClientBase:
         return summarize(rows)
 
 
-def _waited_too_long(view: SagaView, timeout: float) -> WaitTimeout:
-    return WaitTimeout(f"saga {view.saga_id} still {view.state.value} after {timeout}s", view)
+async def _waited(
+    saga_id: str,
+    timeout: float,
+    until: Until,
+    read: Callable[[], Awaitable[SagaView | None]],
+    pause: Callable[[str, float], Awaitable[object]],
+    poll_interval_s: float,
+) -> SagaView:
+    """``wait``, once for both clients: ``read`` the saga, ``pause`` on its notifications for
+    at most the seconds given. The sync client's ``read`` and ``pause`` finish at their first
+    step (``finished`` runs it); the async client's await its connections."""
+    done, states = until_predicate(until), until_states(until)
+    deadline = time.monotonic() + timeout
+    last: SagaView | None = None
+    while True:
+        try:
+            view = await read()
+        except UNAVAILABLE:  # once the saga was read: a restart or failover, wait on
+            if last is None or time.monotonic() >= deadline:
+                raise
+            await pause(last.saga_id, min(deadline - time.monotonic(), WAIT_RETRY_S))
+            continue
+        last = view
+        if view is None:
+            raise SagaNotFound(f"saga {saga_id} does not exist")
+        if done(view):
+            return view
+        if (final := never_reached(states, view)) is not None:
+            raise final
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise WaitTimeout(
+                f"saga {view.saga_id} still {view.state.value} after {timeout}s", view
+            )
+        await pause(view.saga_id, min(left, poll_interval_s))
 
 
 class Client(_ClientBase):
@@ -297,30 +331,17 @@ class Client(_ClientBase):
         ``until`` does not name. Once it has read the saga, a database that goes away (a
         restart, a failover to a standby) is read again until the timeout, and the LISTEN
         connection opened again."""
-        done, states = until_predicate(until), until_states(until)
-        deadline = time.monotonic() + timeout
-        last: SagaView | None = None
+        poll_s = self.backend.notifications.poll_interval_s
         # listening before the first read
         with self.backend.notifications.saga_changes() as changes:
-            while True:
-                try:
-                    view = self.get(saga_id)
-                except UNAVAILABLE:  # once the saga was read: a restart or failover, wait on
-                    if last is None or time.monotonic() >= deadline:
-                        raise
-                    changes.wait(last.saga_id, min(deadline - time.monotonic(), WAIT_RETRY_S))
-                    continue
-                last = view
-                if view is None:
-                    raise SagaNotFound(f"saga {saga_id} does not exist")
-                if done(view):
-                    return view
-                if (final := never_reached(states, view)) is not None:
-                    raise final
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise _waited_too_long(view, timeout)
-                changes.wait(view.saga_id, min(left, self.backend.notifications.poll_interval_s))
+
+            async def read() -> SagaView | None:
+                return self.get(saga_id)
+
+            async def pause(saga: str, seconds: float) -> None:
+                changes.wait(saga, seconds)
+
+            return finished(_waited(saga_id, timeout, until, read, pause, poll_s))
 
 
 class AsyncClient(_ClientBase):
@@ -399,28 +420,7 @@ class AsyncClient(_ClientBase):
 
     async def wait(self, saga_id: str, timeout: float = 30.0, *, until: Until = None) -> SagaView:
         """``Client.wait``, asynchronously."""
-        done, states = until_predicate(until), until_states(until)
-        deadline = time.monotonic() + timeout
-        last: SagaView | None = None
+        poll_s = self.backend.notifications.poll_interval_s
         async with self.backend.notifications.saga_changes_async() as changes:
-            while True:
-                try:
-                    view = await self.get(saga_id)
-                except UNAVAILABLE:
-                    if last is None or time.monotonic() >= deadline:
-                        raise
-                    await changes.wait(last.saga_id, min(deadline - time.monotonic(), WAIT_RETRY_S))
-                    continue
-                last = view
-                if view is None:
-                    raise SagaNotFound(f"saga {saga_id} does not exist")
-                if done(view):
-                    return view
-                if (final := never_reached(states, view)) is not None:
-                    raise final
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise _waited_too_long(view, timeout)
-                await changes.wait(
-                    view.saga_id, min(left, self.backend.notifications.poll_interval_s)
-                )
+            read = partial(self.get, saga_id)
+            return await _waited(saga_id, timeout, until, read, changes.wait, poll_s)

@@ -82,10 +82,7 @@ class ConfigError(EffectusError, ValueError):
 
 def not_utf8(error: UnicodeDecodeError) -> str:
     """Why a file could not be read as UTF-8 text, without quoting what it holds."""
-    return (
-        f"is not UTF-8 text (byte {error.start + 1} cannot be decoded); save it as UTF-8, "
-        "without a byte order mark"
-    )
+    return f"is not UTF-8 text (byte {error.start + 1} cannot be decoded); save it as UTF-8"
 
 
 def _database_url(value: str) -> str:
@@ -216,6 +213,9 @@ class DestinationConfig(BaseModel):
     timeout: Duration = timedelta(seconds=10)
     connect_timeout: Duration = timedelta(seconds=5)
     max_concurrency: int = Field(default=16, ge=1, le=10_000)
+    # Probes in flight to this destination at once, beside its calls (never in their slots):
+    # it may see max_concurrency + probe_concurrency connections (docs/design.md section 7).
+    probe_concurrency: int = Field(default=2, ge=1, le=1_000)
     headers: dict[str, str] = Field(default_factory=dict)
     bearer_token_env: str | None = None
     verify_tls: bool = True
@@ -278,6 +278,11 @@ class DestinationConfig(BaseModel):
         if broken:
             raise ValueError(f"{', '.join(broken)}: the value holds control characters")
         return value
+
+    @property
+    def connections(self) -> int:
+        """The most connections its executor opens: its calls' and its probes' bounds."""
+        return self.max_concurrency + self.probe_concurrency
 
     def bearer_token(self, name: str, environ: Mapping[str, str]) -> str | None:
         """The token ``bearer_token_env`` names, from ``environ`` (None without one).
@@ -359,6 +364,16 @@ class Config(BaseModel):
             fence_wait_limit=self.fence_wait_limit(),
         )
 
+    def warnings(self) -> list[str]:
+        """What this configuration allows but an operator should change: logged when the
+        daemon starts and listed by /readyz (never a reason to refuse)."""
+        return [
+            f"verbs.{name}.probe.path names no {{key}}: one answer is read for every blocked "
+            "dispatch of the verb whose arguments and facts fill it alike; put {key} in it"
+            for name, verb in self.verbs.items()
+            if verb.probe is not None and not verb.probe.names_key
+        ]
+
     def fence_wait_limit(self) -> timedelta:
         """``fencing.wait_limit``, or by default twice the longest dispatch lease (call timeout
         plus lease margin) and at least 5 minutes: a dead holder's fence has run out by then."""
@@ -395,21 +410,24 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
         raise ConfigError(_format_validation_error(source, exc)) from None
 
 
+def read_toml(file: Path) -> dict[str, Any]:
+    """The TOML document in ``file``, or a ConfigError naming the file. A leading UTF-8
+    byte order mark is dropped (it is UTF-8 text all the same, as editors on Windows save it)."""
+    try:
+        return tomllib.loads(file.read_text(encoding="utf-8-sig"))
+    except FileNotFoundError:
+        raise ConfigError(f"{file}: file not found") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{file}: {not_utf8(exc)}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise ConfigError(f"{file}: not valid TOML: arrays or tables nested too deeply") from None
+
+
 def load_config(path: str | os.PathLike[str] | None) -> Config:
     """Load a TOML config; no path means defaults. EFFECTUSD_DATABASE_URL overrides the URL."""
-    if path is None:
-        config = Config()
-    else:
-        file = Path(path)
-        try:
-            data = tomllib.loads(file.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{file}: file not found") from None
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{file}: {not_utf8(exc)}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{file}: not valid TOML: {exc}") from None
-        config = parse_config(data, str(file))
+    config = Config() if path is None else parse_config(read_toml(Path(path)), str(path))
     env_url = os.environ.get("EFFECTUSD_DATABASE_URL")
     if env_url:
         override_database_urls(config, [env_url], "EFFECTUSD_DATABASE_URL")
@@ -430,7 +448,8 @@ def override_database_urls(config: Config, values: list[str], source: str) -> No
                 f"{', '.join(labels)}: give LABEL=URL for the store to override"
             )
         if label is None:
-            config.database.url = url
+            # parsed where it is read: a DatabaseURLError quotes nothing of it (exit 3)
+            config.database.url = _database_url(url)
             continue
         store = config.database.stores.get(label)
         if store is None:

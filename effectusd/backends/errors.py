@@ -57,6 +57,16 @@ def failure_name(error: BaseException) -> str:
     return " ".join(parts)
 
 
+def unavailable_text(error: BaseException) -> str:
+    """What the command line and the log may say of a database that could not be reached or
+    used: for PostgreSQL, ``failure_name`` only (its class and SQLSTATE), because the driver's
+    message may quote the server's host, the user or part of the connection string; SQLite's
+    message names a file at most, and says what to do about it."""
+    if isinstance(error, sqlite3.Error):
+        return str(error).strip()
+    return failure_name(error)
+
+
 def is_busy(exc: BaseException) -> bool:
     """Whether ``exc`` is SQLITE_BUSY: the lock was not had in time, the statement did nothing."""
     code = getattr(exc, "sqlite_errorcode", None)

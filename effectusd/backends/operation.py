@@ -8,7 +8,7 @@ whatever the driver (this module sits below all of them: it imports nothing of e
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -76,3 +76,14 @@ async def drive_async(steps: Generator[Y, S, T], perform: Callable[[Y], Awaitabl
     while not isinstance(step, Done):
         step = advance(steps, await perform(step))
     return step.value
+
+
+def finished(coroutine: Coroutine[Any, Any, T]) -> T:
+    """What a coroutine returns when none of its awaits suspends (a blocking caller's reads and
+    writes under logic written once, async): run to its end without an event loop."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coroutine.close()
+    raise RuntimeError("a blocking caller's coroutine suspended")

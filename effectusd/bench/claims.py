@@ -14,8 +14,8 @@ from effectusd.bench import database
 from effectusd.bench.database import drop_database, scratch_database
 from effectusd.bench.measures import percentile
 from effectusd.config import Config
+from effectusd.dispatcher.assembly import new_owner_id
 from effectusd.dispatcher.capacity import Capacity
-from effectusd.dispatcher.daemon import new_owner_id
 from effectusd.store.postgres.dispatch import claim_ready_params
 from effectusd.store.sql import POSTGRES_MIGRATIONS, POSTGRES_STATEMENTS
 

@@ -2,7 +2,7 @@
 does not move.
 
 On a shared VM the same code's steps/s, and its CPU µs per step too, moved by about a
-factor of two within an hour (docs/performance.md, round six): a change worth 5% cannot be
+factor of two within an hour (docs/performance-log.md, round six): a change worth 5% cannot be
 seen in them. This runs the in-process drain of ``effectusd bench`` under valgrind's
 callgrind twice, over N and over 2N sagas of K steps, counting only the drain (the counters
 are zeroed once the sagas are submitted and dumped when the daemon is idle; the no-op sink

@@ -2,13 +2,15 @@
 
 Exit codes scripts can rely on: 0 success; 1 operational failure (database unreachable, …);
 2 usage error (click's own, and our checks of option values); 3 invalid input (plan, facts or
-config, including the database URL, and a duration without its unit, option or key alike);
+config, including the database URL, a duration without its unit (option or key alike), a
+port that cannot be listened on, and a server that takes no writes for a command that writes);
 4 conflict (the state or an existing saga does not allow it); 5 not found; 6 the schema needs
 `effectusd migrate` (pending migrations, or none at all).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -21,7 +23,7 @@ import click
 from pydantic import BaseModel
 
 from effectusd.backends import Backend, Connection
-from effectusd.backends.errors import UNAVAILABLE
+from effectusd.backends.errors import UNAVAILABLE, unavailable_text
 from effectusd.client import Client
 from effectusd.config import Config, ConfigError, load_config, not_utf8, override_database_urls
 from effectusd.core.canonical import MAX_JSON_DEPTH, parse_json
@@ -30,6 +32,7 @@ from effectusd.core.database_url import DatabaseURLError
 from effectusd.core.display import escape_hidden
 from effectusd.core.durations import parse_duration
 from effectusd.core.errors import SchemaNotReady
+from effectusd.core.replication import ReadOnlyServer
 from effectusd.core.stores import Store
 from effectusd.store.sql import store_backend
 
@@ -61,13 +64,26 @@ class StoreContext:
         return Client(self.config, database_url=self.url)
 
     @contextmanager
-    def connect(self, *, create: bool = False) -> Iterator[Connection]:
-        """A connection to this store; unreachable: exit 1 naming it."""
+    def open(self, *, create: bool = False, write: bool = False) -> Iterator[Connection]:
+        """A connection to this store. ``write``: the command writes, so a server that takes
+        no writes raises ReadOnlyServer first; that and a store that cannot be reached raise
+        (a command over several stores names the store and goes on to the others)."""
+        runner = self.backend.runner
+        with runner.connect(create=create) as conn:
+            if write:
+                runner.check_writable(conn)
+            yield conn
+
+    @contextmanager
+    def connect(self, *, create: bool = False, write: bool = False) -> Iterator[Connection]:
+        """``open``, for a command on this store alone: unreachable, exit 1 naming it (never
+        its URL or the driver's text); read-only, the daemon's line and exit code
+        (EffectusGroup)."""
         with ExitStack() as stack:
             try:
-                conn = stack.enter_context(self.backend.runner.connect(create=create))
+                conn = stack.enter_context(self.open(create=create, write=write))
             except UNAVAILABLE as exc:
-                fail(f"cannot connect to {self.name}: {str(exc).strip()}", EXIT_FAILURE)
+                cannot_connect(exc, self.name)
             yield conn
 
 
@@ -77,6 +93,8 @@ class Context:
         self._database_urls = list(database_urls)
         self._config: Config | None = None
         self.selected: str | None = None  # --store LABEL of the command, if it has one
+        # Each store's URL parsed once, when a command first asks for it.
+        self._stores: dict[str | None, StoreContext] = {}
 
     @property
     def config(self) -> Config:
@@ -100,7 +118,12 @@ class Context:
                 known = ", ".join(labels) if labels else "none (the config has no database.stores)"
                 fail(f"--store {label}: no such store; stores: {known}", EXIT_USAGE)
             stores = [store for store in stores if store.label == label]
-        return [StoreContext(store, self.config) for store in stores]
+        return [self._store_context(store) for store in stores]
+
+    def _store_context(self, store: Store) -> StoreContext:
+        if store.label not in self._stores:
+            self._stores[store.label] = StoreContext(store, self.config)
+        return self._stores[store.label]
 
     def store(self) -> StoreContext:
         """The one store of a command that works on one: with several configured and none
@@ -121,18 +144,55 @@ class Context:
 
     @property
     def backend(self) -> Backend:
+        """The store's backend, its URL parsed once; a DatabaseURLError exits 3
+        (EffectusGroup)."""
         return self.store().backend
 
     def client(self) -> Client:
         return self.store().client()
 
-    def connect(self, *, create: bool = False) -> AbstractContextManager[Connection]:
-        return self.store().connect(create=create)
+    def connect(
+        self, *, create: bool = False, write: bool = False
+    ) -> AbstractContextManager[Connection]:
+        """A connection to the command's one store (StoreContext.connect)."""
+        return self.store().connect(create=create, write=write)
+
+    def check_writable(self) -> None:
+        """For a command that writes on connections of its own (submit, through the client)."""
+        with self.connect(write=True):
+            pass
 
 
 def fail(message: str, code: int) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
+
+
+# Why a port cannot be listened on: in use, not this host's, or privileged. A setting to
+# change, so one line and exit 3 rather than a traceback.
+UNBINDABLE = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES})
+
+
+@contextmanager
+def listening(host: str, port: int | None, setting: str) -> Iterator[None]:
+    """Exit 3 in one line if what runs inside cannot listen on ``host:port``; ``setting``
+    names the option (and config key) that chose the port."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in UNBINDABLE:
+            raise
+        fail(
+            f"cannot serve on {host}:{port}: {exc.strerror}; choose another {setting}, or "
+            "stop what holds it",
+            EXIT_INVALID,
+        )
+
+
+def cannot_connect(error: BaseException, name: str = "the database") -> NoReturn:
+    """Exit 1 for a database that could not be reached, never quoting the driver's message;
+    ``name``: how to name it (a store's label with several)."""
+    fail(f"cannot connect to {name}: {unavailable_text(error)}", EXIT_FAILURE)
 
 
 def _json_default(value: object) -> Any:
@@ -230,10 +290,10 @@ class EffectusGroup(click.Group):
             return super().invoke(ctx)
         except SchemaNotReady as exc:
             fail(str(exc), EXIT_PENDING)
-        except (DatabaseURLError, ConfigError) as exc:
-            fail(str(exc), EXIT_INVALID)
+        except (DatabaseURLError, ConfigError, ReadOnlyServer) as exc:
+            fail(str(exc), EXIT_INVALID)  # ReadOnlyServer: as the daemon refuses to start
         except UNAVAILABLE as exc:
-            fail(f"database: {str(exc).strip()}", EXIT_FAILURE)
+            fail(f"database: {unavailable_text(exc)}", EXIT_FAILURE)
 
 
 @click.group(cls=EffectusGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from effectusd.cli.app import Context, log_level_option, main
+from effectusd.cli.app import Context, listening, log_level_option, main
 from effectusd.cli.stores import store_option
 
 
@@ -35,6 +35,7 @@ def console_command(
         with store.connect() as conn:
             backend.migrator.require_current(conn)
         where = (host or config.console.host, config.console.port if port is None else port)
-        asyncio.run(serve(config, backend, *where))
+        with listening(*where, "--port (console.port)"):
+            asyncio.run(serve(config, backend, *where))
     except KeyboardInterrupt:
         pass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import sys
 from collections.abc import Sequence
@@ -10,6 +9,7 @@ from datetime import timedelta
 
 import click
 
+from effectusd.backends.errors import UNAVAILABLE
 from effectusd.backends.migrations import MigrationError
 from effectusd.cli.app import (
     EXIT_CONFLICT,
@@ -17,9 +17,11 @@ from effectusd.cli.app import (
     Context,
     Duration,
     StoreContext,
+    cannot_connect,
     emit,
     fail,
     json_option,
+    listening,
     log_level_option,
     main,
 )
@@ -141,21 +143,20 @@ def run(
     if processes > 1:
         _run_processes(obj, store, processes, until_idle, workers, log_format, log_level, console)
     daemon = Daemon(config, store.url, web=for_daemon(config, store.backend))
+    observability = config.observability
     try:
-        code = asyncio.run(daemon.run(until_idle=until_idle))
+        with listening(
+            observability.http_host,
+            observability.http_port,
+            "--http-port (observability.http_port)",
+        ):
+            code = asyncio.run(daemon.run(until_idle=until_idle))
     except SchemaNotReady:
         raise  # exits 6 (EffectusGroup): SchemaBehind too, though it is a MigrationError
     except MigrationError as exc:
         fail(str(exc), EXIT_CONFLICT)
-    except OSError as exc:
-        if exc.errno not in UNBINDABLE:
-            raise
-        where = f"{config.observability.http_host}:{config.observability.http_port}"
-        fail(
-            f"cannot serve on {where}: {exc.strerror}; choose another --http-port "
-            "(observability.http_port), or stop what holds it",
-            EXIT_INVALID,
-        )
+    except UNAVAILABLE as exc:  # the daemon rides out a database lost once it has started
+        cannot_connect(exc, store.name)
     sys.exit(code)
 
 
@@ -171,11 +172,6 @@ def _served_store(obj: Context, label: str | None) -> StoreContext:
             EXIT_INVALID,
         )
     return stores[0]
-
-
-# Why the observability/console port cannot be listened on: in use, not this host's, or
-# privileged. A setting to change, so one line and exit 3 rather than a traceback.
-UNBINDABLE = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES})
 
 
 def require_postgres(url: str, what: str) -> None:

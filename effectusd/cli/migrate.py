@@ -7,10 +7,12 @@ from typing import Any
 
 import click
 
+from effectusd.backends.errors import UNAVAILABLE, unavailable_text
 from effectusd.backends.migrations import MigrationError
 from effectusd.cli.app import (
     EXIT_CONFLICT,
     EXIT_FAILURE,
+    EXIT_INVALID,
     EXIT_PENDING,
     Context,
     StoreContext,
@@ -19,7 +21,8 @@ from effectusd.cli.app import (
     json_option,
     main,
 )
-from effectusd.cli.stores import STORE_TROUBLE, store_option
+from effectusd.cli.stores import store_option
+from effectusd.core.replication import ReadOnlyServer
 
 
 class Refusal(Exception):
@@ -80,7 +83,7 @@ def _migrate(store: StoreContext, check_only: bool) -> dict[str, Any]:
     """Migrate (or check) one store: what it applied (or its status); Refusal otherwise."""
     backend = store.backend
     try:
-        with backend.runner.connect(create=not check_only) as conn:
+        with store.open(create=not check_only, write=not check_only) as conn:
             if not check_only:
                 return {
                     "applied": [f"{m.version}_{m.name}" for m in backend.migrator.migrate(conn)]
@@ -88,8 +91,12 @@ def _migrate(store: StoreContext, check_only: bool) -> dict[str, Any]:
             current = backend.migrator.status(conn)
     except MigrationError as exc:
         raise Refusal(EXIT_CONFLICT, str(exc)) from None
-    except STORE_TROUBLE as exc:
-        raise Refusal(EXIT_FAILURE, f"cannot connect to the database: {str(exc).strip()}") from None
+    except ReadOnlyServer as exc:  # as the daemon refuses to start on it
+        raise Refusal(EXIT_INVALID, str(exc)) from None
+    except UNAVAILABLE as exc:  # its class and SQLSTATE: the driver's text may quote the URL
+        raise Refusal(
+            EXIT_FAILURE, f"cannot connect to the database: {unavailable_text(exc)}"
+        ) from None
     data: dict[str, Any] = {
         "applied": current.applied,
         "pending": [f"{m.version}_{m.name}" for m in current.pending],

@@ -31,10 +31,13 @@ from effectusd.core.identity import SAGA_ID_CHARS
 
 def _one_line(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """--actor and --evidence go on the timeline and into the log: a control character (a
-    newline that would print as a line of its own) is a usage error naming the option."""
+    newline that would print as a line of its own), and in --actor a character that shows as
+    nothing (a zero-width space), is a usage error naming the option."""
     from effectusd.core.canonical import unprintable_problem
+    from effectusd.core.operator_decisions import name_problem
 
-    problem = None if value is None else unprintable_problem(value)
+    check = name_problem if param.name == "actor" else unprintable_problem
+    problem = None if value is None else check(value)
     if problem is not None:
         raise click.BadParameter(problem, ctx=ctx, param=param)
     return value
@@ -74,7 +77,7 @@ def _operator_action(
         if store is None:
             labels = ", ".join(str(each.label) for each in obj.stores())
             raise Refused(RefusalKind.NOT_FOUND, f"{name}: in none of the stores ({labels})")
-        with store.connect() as conn:
+        with store.connect(write=True) as conn:
             report = store.backend.runner.run(conn, operation)
     except Refused as exc:
         if as_json:
@@ -340,7 +343,7 @@ def _adopt_verb(
     report = VerbAdoptionReport(verb, actor, evidence)
     runner = store.backend.runner
     # alone: the one store's connection error exits 1 at once; else it raises, for each_store
-    with store.connect() if alone else runner.connect() as conn:
+    with store.connect(write=True) if alone else store.open(write=True) as conn:
         for saga_id in runner.run(conn, candidates()):
             operation = adopt_contract(
                 saga_id, registry=registry, actor=actor, evidence=evidence, verb=verb

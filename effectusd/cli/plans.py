@@ -97,6 +97,7 @@ def submit(
         from datetime import UTC
 
         not_before = not_before.replace(tzinfo=UTC)
+    obj.check_writable()
     try:
         result = obj.client().submit(
             plan, execution_id=execution_id, facts=facts, not_before=not_before, actor="cli"

@@ -63,13 +63,13 @@ def prune(
         return operator.prune(store.backend, conn, *args)
 
     if len(stores) == 1 and stores[0].label is None:
-        with stores[0].connect() as conn:
+        with stores[0].connect(write=not dry_run) as conn:
             report = prune_store(stores[0], conn)
         emit(report.as_dict(), as_json, lambda _: report.summary())
         return
 
     def prune_own(store: StoreContext) -> PruneReport:
-        with store.backend.runner.connect() as conn:
+        with store.open(write=not dry_run) as conn:
             return prune_store(store, conn)
 
     done, unreached = each_store(stores, prune_own)

@@ -21,7 +21,9 @@ from effectusd.core.display import (
     probe_answers,
     shown,
 )
+from effectusd.core.states import OutcomeClass
 from effectusd.core.views import (
+    AttemptView,
     DispatchView,
     SagaSummary,
     SagaView,
@@ -50,6 +52,18 @@ def _when(at: datetime | None, empty: str = "-") -> str:
     return empty if at is None else at.isoformat()
 
 
+def _sent(attempt: AttemptView, unmarked: str = "-") -> str:
+    """Whether an attempt's request left: "not sent" when it ended before its write (its
+    sent_at, written ahead, says only that it may have); a known-not-committed answer was sent
+    and refused."""
+    if attempt.not_sent:
+        return "not sent"
+    sent = f"sent {_when(attempt.sent_at, unmarked)}"
+    if attempt.outcome is OutcomeClass.RETRYABLE and attempt.sent_at is not None:
+        return f"{sent} (refused, not committed)"
+    return sent
+
+
 def _evidence(step: StepView, dispatch: DispatchView) -> list[str]:
     """What to ask the destination: "did you get this key, with this argument hash?"."""
     lines = [
@@ -63,7 +77,7 @@ def _evidence(step: StepView, dispatch: DispatchView) -> list[str]:
     for attempt in dispatch.attempts:
         grants = ", ".join(f"{g.resource}={g.token}" for g in attempt.grants or ()) or "-"
         lines.append(
-            f"    attempt {attempt.attempt}  sent {_when(attempt.sent_at, 'never')}  "
+            f"    attempt {attempt.attempt}  {_sent(attempt, 'never')}  "
             f"http {attempt.status_code if attempt.status_code is not None else '-'}  "
             f"{attempt.outcome or 'in progress'}  grants {grants}"
         )
@@ -179,11 +193,13 @@ def _step_lines(
     for dispatch in step.dispatches:
         lines.append(
             f"     {dispatch.direction:12} {dispatch.state:18} "
-            f"attempt {dispatch.attempt}/{dispatch.max_attempts}  "
+            f"attempt {dispatch.requests}/{dispatch.max_attempts}  "
             f"key {_short(dispatch.idempotency_key, 16)}  -> {dispatch.destination}"
         )
         check = args_check(dispatch.args_canonical, dispatch.args_hash)
         lines.append(f"       args ({check})  {bounded(dispatch.args_canonical)}")
+        if dispatch.waiting:
+            lines.append(f"       {dispatch.waiting}")
         if dispatch.last_error:
             lines.append(f"       last error: {dispatch.last_error}")
         for attempt in dispatch.attempts:
@@ -192,7 +208,7 @@ def _step_lines(
             lines.append(
                 f"       #{attempt.attempt} {attempt.outcome or 'in progress':38} "
                 f"http {status!s:4} fencing {attempt.fencing_status or '-':14} "
-                f"sent {_when(attempt.sent_at)}{late}"
+                f"{_sent(attempt)}{late}"
             )
             if attempt.error:
                 lines.append(f"          error: {attempt.error}")

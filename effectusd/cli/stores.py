@@ -11,15 +11,13 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from effectusd.backends.errors import UNAVAILABLE
+from effectusd.backends.errors import UNAVAILABLE, unavailable_text
 from effectusd.backends.operation import Operation
 from effectusd.cli.app import EXIT_FAILURE, EXIT_USAGE, Context, StoreContext, emit, fail
 from effectusd.core.errors import SchemaNotReady
+from effectusd.core.replication import ReadOnlyServer
 
 T = TypeVar("T")
-
-# What keeps one store from answering while the others do: it is down, or not migrated.
-STORE_TROUBLE: tuple[type[BaseException], ...] = (*UNAVAILABLE, SchemaNotReady)
 
 
 def store_option(
@@ -31,7 +29,8 @@ def store_option(
 
 @dataclass(frozen=True)
 class Unreached:
-    """A store a command could not read or act on, and why (the driver's words)."""
+    """A store a command could not read or act on, and why (for a store that could not be
+    reached, its error's class and SQLSTATE only: the driver's words may quote the URL)."""
 
     store: StoreContext
     error: str
@@ -50,16 +49,17 @@ def each_store(
     for store in stores:
         try:
             done.append((store, work(store)))
-        except STORE_TROUBLE as exc:
+        except UNAVAILABLE as exc:
+            unreached.append(Unreached(store, unavailable_text(exc)))
+        except (SchemaNotReady, ReadOnlyServer) as exc:  # their text quotes no URL
             unreached.append(Unreached(store, " ".join(str(exc).split())))
     return done, unreached
 
 
 def run_in(store: StoreContext, operation: Operation[T]) -> T:
     """``operation`` in one transaction on a connection of its own to ``store``."""
-    runner = store.backend.runner
-    with runner.connect() as conn:
-        return runner.run(conn, operation)
+    with store.open() as conn:
+        return store.backend.runner.run(conn, operation)
 
 
 def warn(unreached: Sequence[Unreached], what: str) -> None:

@@ -8,6 +8,7 @@ its own by ``effectusd console`` (``serve``).
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 from collections.abc import Callable, Mapping
 from urllib.parse import parse_qs, quote
@@ -54,6 +55,13 @@ async def form_fields(request: web.Request) -> dict[str, str]:
     except UnicodeDecodeError:
         raise BadInput("the form's fields are not UTF-8 text") from None
     return {k: v[-1] for k, v in fields.items()}
+
+
+def _too_many_sign_ins(wait: float) -> web.Response:
+    seconds = max(1, math.ceil(wait))
+    text = f"Too many sign-ins from here or with that token; try again in {seconds} s."
+    body = page("Sign in", render("login.html", message=tag("p", text, class_="error")))
+    return html_response(429, body, {"Retry-After": str(seconds)})
 
 
 class Console:
@@ -171,12 +179,20 @@ class Console:
             return redirect("/")
         if request.method == "GET":
             return self._ok("Sign in", render("login.html", message=""), "")
+        peer = request.remote or ""
+        wait = self.guard.failed_sign_ins.wait(peer)
+        if wait:
+            return _too_many_sign_ins(wait)
         form = await form_fields(request)
         principal = self.guard.match_token(form.get("token", "")) if form.get("token") else None
         if principal is None or not self.guard.same_origin(request.headers):
+            self.guard.failed_sign_ins.spend(peer)
             message = tag("p", "That token is not valid here.", class_="error")
             body = page("Sign in", render("login.html", message=message))
             return html_response(401, body)
+        wait = self.guard.sign_ins.spend(principal.name)
+        if wait:
+            return _too_many_sign_ins(wait)
         cookie, _ = self.guard.open_session(principal)
         return redirect("/", {"Set-Cookie": self.guard.set_cookie(request, cookie)})
 

@@ -118,7 +118,7 @@ def _blocking_table(blocking: Sequence[Mapping[str, Any]]) -> Html:
                 tag("span", b["effect_id"], class_="mono"),
                 b["direction"],
                 state(b["state"]),
-                f"{b['attempt']} of {b['max_attempts']}",
+                f"{b['requests']} of {b['max_attempts']}",
                 b["destination"],
                 b["verb"],
                 join(tag("div", line) for line in attempts) if attempts else "-",
@@ -242,7 +242,7 @@ def _attempts(dispatch: Mapping[str, Any]) -> Html:
                 a["status_code"] if a.get("status_code") is not None else "-",
                 _error(a),
                 a.get("fencing_status") or "-",
-                _when(a.get("sent_at")),
+                "not sent" if a.get("not_sent") else _when(a.get("sent_at")),
                 _when(a.get("completed_at")),
                 late or "-",
             )
@@ -281,7 +281,7 @@ def _dispatch(dispatch: Mapping[str, Any], probes: Sequence[str] = ()) -> Html:
             (
                 dispatch["direction"],
                 state(dispatch["state"]),
-                f"{dispatch['attempt']} of {dispatch['max_attempts']}",
+                f"{dispatch['requests']} of {dispatch['max_attempts']}",
                 dispatch["destination"],
                 tag(
                     "span",
@@ -295,7 +295,9 @@ def _dispatch(dispatch: Mapping[str, Any], probes: Sequence[str] = ()) -> Html:
     )
     error = dispatch.get("last_error")
     last = tag("p", join(["Last error: ", tag("span", error, class_="mono")])) if error else ""
-    return join([facts, _arguments(dispatch), last, _attempts(dispatch), _probes(probes)])
+    waiting = dispatch.get("waiting")
+    wait = tag("p", waiting, class_="waiting") if waiting else ""
+    return join([facts, wait, _arguments(dispatch), last, _attempts(dispatch), _probes(probes)])
 
 
 def _step(

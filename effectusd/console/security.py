@@ -1,9 +1,10 @@
 """Who may use the console, and the checks every request passes (docs/operations.md section 8).
 
 * Tokens live in environment variables the config names (``[console.tokens.NAME]``); they
-  are read once at start and compared in constant time. ``read`` tokens read; ``write``
-  tokens also act. An action is recorded as done by ``console:NAME`` (and the operator's own
-  name when the form or the JSON gives one).
+  are read once at start (one shorter than MIN_TOKEN_CHARS, or with fewer than
+  MIN_DISTINCT_CHARS different characters, is refused) and compared in constant time.
+  ``read`` tokens read; ``write`` tokens also act. An action is recorded as done by
+  ``console:NAME`` (and the operator's own name when the form or the JSON gives one).
 * Without tokens the console binds only to loopback, reads, and acts only when
   ``loopback_actions`` says so; its Host header must then name loopback, so that a web page
   whose DNS name is rebound to 127.0.0.1 cannot read it through the operator's browser.
@@ -14,7 +15,12 @@
   the session's CSRF token and its Origin (or Referer) must be the console's own. The cookie
   is named after the port the console listens on, so two consoles on one host keep their own,
   and names a session of this process only: sessions live in memory, keyed by a keyed hash
-  under a secret drawn when the process starts. Browsers send loopback cookies to every port
+  under a secret drawn when the process starts. A request that carries the console's cookie
+  twice (one of them set by another local program) is not signed in. Each token name keeps
+  at most MAX_SESSIONS_PER_TOKEN sessions, its oldest going first: signing in with one
+  token never signs out a holder of another.
+* ``/login`` is rate-limited (console.limits): failed sign-ins per peer address, sign-ins
+  per token name. Browsers send loopback cookies to every port
   of the host, so any local program a browser visits can see it; docs/operations.md section
   8 says what that means and what to put in front on a shared machine.
 * The console without tokens makes no sessions at all: everyone on loopback is the same
@@ -38,10 +44,16 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from effectusd.config import ConfigError, ConsoleConfig
+from effectusd.console.limits import Buckets
 
 COOKIE_PREFIX = "effectusd_console_"
-MIN_TOKEN_CHARS = 16
-MAX_SESSIONS = 1_000  # the oldest go first; a console has a handful of operators
+MIN_TOKEN_CHARS = 32
+MIN_DISTINCT_CHARS = 16
+MAX_SESSIONS_PER_TOKEN = 100  # the name's oldest go first; a console has a few operators
+# /login: each peer may fail 10 times at once, then once every 6 s; each token name may
+# sign in 10 times at once, then once every 6 s. Past either: 429 with Retry-After.
+SIGN_IN_BURST = 10
+SIGN_IN_EVERY_S = 6.0
 ANONYMOUS = "loopback"  # the name of whoever uses a console that has no tokens
 
 
@@ -84,8 +96,8 @@ class _Token:
 
 
 def load_tokens(console: ConsoleConfig, environ: Mapping[str, str]) -> list[_Token]:
-    """The configured tokens, read from their variables; ConfigError naming the key (never
-    the value) when one is missing or too short to be a secret."""
+    """The configured tokens, read from their variables; ConfigError naming the key and the
+    variable (never the value) when one is missing or too weak to be a secret."""
     tokens = []
     for name, token in console.tokens.items():
         key = f"console.tokens.{name}.env"
@@ -95,6 +107,11 @@ def load_tokens(console: ConsoleConfig, environ: Mapping[str, str]) -> list[_Tok
         if len(value) < MIN_TOKEN_CHARS:
             raise ConfigError(
                 f"{key}: the token in {token.env} is shorter than {MIN_TOKEN_CHARS} characters"
+            )
+        if len(set(value)) < MIN_DISTINCT_CHARS:
+            raise ConfigError(
+                f"{key}: the token in {token.env} has fewer than {MIN_DISTINCT_CHARS} "
+                "different characters (openssl rand -base64 32 makes one)"
             )
         tokens.append(_Token(name, token.scope == "write", _digest(value)))
     return tokens
@@ -142,6 +159,8 @@ class Guard:
         self.ttl = console.session_ttl.total_seconds()
         self._secret = secrets.token_bytes(32)  # this process's: its sessions die with it
         self._sessions: dict[bytes, Session] = {}
+        self.failed_sign_ins = Buckets(SIGN_IN_BURST, SIGN_IN_EVERY_S)  # by peer address
+        self.sign_ins = Buckets(SIGN_IN_BURST, SIGN_IN_EVERY_S)  # by token name
 
     # -- credentials ---------------------------------------------------------------------
     def match_token(self, presented: str) -> Principal | None:
@@ -173,10 +192,15 @@ class Guard:
         return hmac.new(self._secret, cookie.encode("utf-8", "surrogateescape"), "sha256").digest()
 
     def open_session(self, principal: Principal) -> tuple[str, Session]:
-        """A new session and the cookie value that names it."""
-        if len(self._sessions) >= MAX_SESSIONS:
-            oldest = min(self._sessions, key=lambda key: self._sessions[key].expires)
-            del self._sessions[oldest]
+        """A new session and the cookie value that names it; the principal's expired
+        sessions, and its oldest when it has MAX_SESSIONS_PER_TOKEN, go."""
+        now = time.monotonic()
+        mine = [k for k, s in self._sessions.items() if s.principal.name == principal.name]
+        for key in [k for k in mine if self._sessions[k].expires < now]:
+            del self._sessions[key]
+            mine.remove(key)
+        if len(mine) >= MAX_SESSIONS_PER_TOKEN:
+            del self._sessions[min(mine, key=lambda key: self._sessions[key].expires)]
         cookie = secrets.token_urlsafe(32)
         session = Session(principal, secrets.token_urlsafe(32), time.monotonic() + self.ttl)
         self._sessions[self._key(cookie)] = session
@@ -207,9 +231,15 @@ class Guard:
         return f"{COOKIE_PREFIX}{local_port(request)}"
 
     def _cookie(self, request: web.Request) -> str | None:
+        """The console's cookie, unless the request carries it more than once: which of two
+        is the real one cannot be told, and another local program can add one."""
+        name = self.cookie_name(request)
+        pairs = ";".join(request.headers.getall("Cookie", ())).split(";")
+        if sum(pair.partition("=")[0].strip() == name for pair in pairs) != 1:
+            return None
         # aiohttp's parser skips a pair it cannot read (another local app's JSON value)
         # instead of giving up on the whole header
-        return request.cookies.get(self.cookie_name(request))
+        return request.cookies.get(name)
 
     def set_cookie(self, request: web.Request, cookie: str) -> str:
         name = self.cookie_name(request)

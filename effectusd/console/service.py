@@ -62,6 +62,7 @@ SUMMARY_DISPATCH = (
     "direction",
     "state",
     "attempt",
+    "requests",
     "max_attempts",
     "destination",
     "verb",
@@ -71,6 +72,7 @@ SUMMARY_DISPATCH = (
     "last_error",
     "next_attempt_at",
     "updated_at",
+    "waiting",
 )
 SUMMARY_ATTEMPT = (
     "attempt",
@@ -79,6 +81,7 @@ SUMMARY_ATTEMPT = (
     "status_code",
     "error",
     "sent_at",
+    "not_sent",
     "completed_at",
     "late",
     "late_outcome",

@@ -344,10 +344,11 @@ def _runs_before(name: str, target: int, index: int, is_compensation: bool, scop
 def _template_issues(
     contract: VerbContract, args: dict[str, Any], where: str, facts: Collection[str]
 ) -> list[CheckIssue]:
-    """The verb's path and fencing templates: each placeholder fillable by this step, each
-    literal argument usable where it goes, and no rendering already past its limit."""
+    """The verb's path (and its probe's) and fencing templates: each placeholder fillable by
+    this step, each literal argument usable where it goes, and no rendering already past its
+    limit."""
     issues: list[CheckIssue] = []
-    templates = [(contract.path_template, True)]
+    templates = [(template, True) for template in contract.path_templates]
     templates += [(template, False) for template in contract.fencing_templates]
     for template, is_path in templates:
         issues.extend(_rendered_length_issues(template, is_path, args, where))
@@ -416,5 +417,5 @@ def _template_value_issues(
         try:
             encode_path_segment(str(literal))
         except TemplateError as exc:
-            return [CheckIssue(here, str(exc))]
+            return [CheckIssue(here, f"fills template {template.source!r}: {exc}")]
     return []

@@ -26,7 +26,7 @@ from effectusd.core.canonical import (
 )
 from effectusd.core.derived import DerivedOnce
 from effectusd.core.durations import Duration, to_milliseconds
-from effectusd.core.probes import ProbeConfig
+from effectusd.core.probes import KEY_STAND_IN, ProbeConfig
 from effectusd.core.states import Delivery
 from effectusd.core.templates import (
     FENCING_SCOPES,
@@ -36,21 +36,44 @@ from effectusd.core.templates import (
     parse_template,
 )
 
+# What releases before the time budget used where a verb set no value: the legacy contract hash
+# (``VerbContract.legacy_contract_hash``) hashes these for every field the configuration leaves
+# out, so changing the defaults below never changes the hash a saga in flight pinned.
+LEGACY_RETRY_DEFAULTS: dict[str, Any] = {
+    "max_attempts": 5,
+    "initial_backoff": timedelta(milliseconds=500),
+    "max_backoff": timedelta(minutes=1),
+    "multiplier": 2.0,
+}
+
 
 class RetryPolicy(BaseModel):
+    """How a verb is retried (live: never in the contract hash). ``max_attempts`` bounds the
+    requests that may have been sent while the outcome is unknown; a call never sent, or known
+    not committed, is retried until ``give_up_after`` has passed since the dispatch's first
+    claim (docs/design.md section 6)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_attempts: int = Field(default=5, ge=1, le=1000)
-    initial_backoff: Duration = timedelta(milliseconds=500)
-    max_backoff: Duration = timedelta(minutes=1)
+    initial_backoff: Duration = timedelta(seconds=1)
+    max_backoff: Duration = timedelta(minutes=5)
     multiplier: float = Field(default=2.0, ge=1.0, le=100.0)
+    give_up_after: Duration = timedelta(hours=24)
 
-    def canonical(self) -> dict[str, JsonValue]:
+    def legacy_canonical(self) -> dict[str, JsonValue]:
+        """The policy as the legacy contract hash covers it: the fields the configuration set,
+        the legacy defaults for the others, and never ``give_up_after``."""
+        given = self.model_fields_set
+        value = {
+            name: getattr(self, name) if name in given else default
+            for name, default in LEGACY_RETRY_DEFAULTS.items()
+        }
         return {
-            "max_attempts": self.max_attempts,
-            "initial_backoff_ms": to_milliseconds(self.initial_backoff),
-            "max_backoff_ms": to_milliseconds(self.max_backoff),
-            "multiplier": self.multiplier,
+            "max_attempts": value["max_attempts"],
+            "initial_backoff_ms": to_milliseconds(value["initial_backoff"]),
+            "max_backoff_ms": to_milliseconds(value["max_backoff"]),
+            "multiplier": value["multiplier"],
         }
 
 
@@ -154,13 +177,20 @@ class VerbContract(DerivedOnce):
             {
                 **self.canonical(),
                 "timeout_ms": None if self.timeout is None else to_milliseconds(self.timeout),
-                "retry": self.retry.canonical(),
+                "retry": self.retry.legacy_canonical(),
             }
         )
 
     def pins(self, pinned_hash: str) -> bool:
         """Whether a saga pinned to ``pinned_hash`` may be dispatched under this contract."""
         return pinned_hash in (self.contract_hash, self.legacy_contract_hash)
+
+    @property
+    def path_templates(self) -> list[Template]:
+        """Every path this verb's steps render: its own, and its probe's (with a stand-in
+        key), checked alike at check and at submit."""
+        probe = [] if self.probe is None else [self.probe.template(KEY_STAND_IN)]
+        return [self.path_template, *probe]
 
     def render_path(self, args: dict[str, JsonValue]) -> str:
         return self.path_template.render_within(

@@ -11,10 +11,11 @@ Pure (no connection is opened here), so it lives in core, where the kit can use 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from effectusd.core.conninfo import ConninfoError, conninfo_params
 from effectusd.core.errors import EffectusError
 
 Dialect = Literal["postgresql", "sqlite"]
@@ -38,7 +39,11 @@ class SqliteDatabase:
 
 @dataclass(frozen=True, slots=True)
 class PostgresDatabase:
-    conninfo: str  # handed to psycopg unchanged
+    # Neither is in the repr: both may hold a password.
+    conninfo: str = field(repr=False)  # as given
+    # What it sets, parsed once (effectusd/core/conninfo.py): the backend builds its
+    # connection string from these, never from ``conninfo`` again.
+    params: dict[str, str] = field(default_factory=dict, repr=False, hash=False, compare=False)
 
     dialect: ClassVar[Dialect] = "postgresql"
 
@@ -54,11 +59,18 @@ def parse_database_url(url: str) -> Database:
     if scheme.lower() == "sqlite":
         return SqliteDatabase(_sqlite_path(url))
     if separator and scheme.lower() in POSTGRES_SCHEMES and url[len(scheme) :].startswith("://"):
-        return PostgresDatabase(url)
+        return _postgres(url)
     if "://" not in url and "=" in url:
-        return PostgresDatabase(url)  # libpq keyword/value form
+        return _postgres(url)  # libpq keyword/value form
     named = f"scheme {scheme!r}" if separator and scheme.isalnum() else "no known scheme"
     raise DatabaseURLError(f"database URL: {named}; {EXPECTED}")
+
+
+def _postgres(url: str) -> PostgresDatabase:
+    try:
+        return PostgresDatabase(url, conninfo_params(url))
+    except ConninfoError as exc:  # its text is fixed: it quotes nothing of the URL
+        raise DatabaseURLError(f"PostgreSQL database URL: {exc}") from None
 
 
 def _sqlite_path(url: str) -> Path:

@@ -58,3 +58,14 @@ Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 def to_milliseconds(value: timedelta) -> int:
     """Whole milliseconds, the form durations take inside hashes and rows."""
     return round(value.total_seconds() * 1000)
+
+
+def format_duration(value: timedelta) -> str:
+    """``value`` as the config writes it, in the largest unit up to hours that holds it whole
+    ("24h", "90s", "400ms"): what parse_duration reads back."""
+    ms = to_milliseconds(value)
+    for unit in ("h", "m", "s"):
+        size = round(_UNITS[unit] * 1000)
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"

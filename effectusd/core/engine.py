@@ -10,8 +10,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from effectusd.core.answers import PresetClass
-from effectusd.core.backoff import backoff_delay
+from effectusd.core.backoff import backoff_delay, retry_delay
+from effectusd.core.budgets import not_committed_budget_spent
 from effectusd.core.contracts import RetryPolicy, VerbContract
+from effectusd.core.durations import format_duration
 from effectusd.core.frozen import frozen
 from effectusd.core.next_step import TransitionBuilder
 from effectusd.core.registry import Registry, retry_budget
@@ -57,6 +59,9 @@ __all__ = [
 ]
 
 FENCE_WAIT_MAX_DELAY = timedelta(seconds=5)
+# Timeline events of a wait for a busy fencing resource (docs/design.md section 8).
+FENCE_WAIT_STARTED = "fence_wait_started"
+FENCE_WAIT_ENDED = "fence_wait_ended"
 
 
 def settle(
@@ -103,7 +108,8 @@ def _settle_fence_wait(
 ) -> None:
     """Waiting for a busy resource is not an attempt of the retry budget; it has its own bound."""
     contract = registry.verbs.get(dispatch.verb)
-    if wait.waited >= registry.fence_wait_limit or contract is None:
+    blocks = wait.waited >= registry.fence_wait_limit or contract is None
+    if blocks:
         builder.block(
             DispatchState.BLOCKED_FENCE,
             SagaState.BLOCKED_FENCE,
@@ -112,7 +118,17 @@ def _settle_fence_wait(
             f"held by {wait.holder}; nothing was sent",
         )
     else:
+        assert contract is not None
         builder.retry(fence_wait_delay(contract.retry, dispatch.fence_waits, jitter))
+    # the wait's start and, when it blocks, its end are stored on the timeline (a wait that
+    # ends in a write-ahead is ended by the write-ahead: store.write_ahead)
+    detail = {"resource": wait.resource, "holder": wait.holder}
+    if wait.started:
+        builder.note(FENCE_WAIT_STARTED, detail)
+    if blocks:
+        builder.note(
+            FENCE_WAIT_ENDED, {**detail, "ended": "blocked", "waits": dispatch.fence_waits}
+        )
 
 
 def _settle_failure(
@@ -122,7 +138,8 @@ def _settle_failure(
     registry: Registry,
     jitter: float,
 ) -> None:
-    """Every outcome but success: retry, block on uncertainty or a stale fence, or fail."""
+    """Every outcome but success: retry, block on uncertainty or a stale fence, or fail,
+    under the two budgets of ``core.budgets`` (requests written, and time)."""
     if completion.preset is not None and _settle_preset_answer(
         builder, completion, dispatch, registry, jitter
     ):
@@ -130,15 +147,18 @@ def _settle_failure(
     outcome = completion.outcome
     contract = registry.verbs.get(dispatch.verb)
     budget = retry_budget(dispatch.max_attempts, dispatch.budget_base, contract)
-    budget_left = dispatch.attempt - dispatch.fence_waits < budget
+    # the requests written so far, this one included when it may have been
+    written = dispatch.attempt - dispatch.unsent - (0 if completion.written else 1)
+    budget_left = written < budget
     retry_policy = contract.retry if contract is not None else None
+    time_spent = not_committed_budget_spent(dispatch.budget_elapsed, retry_policy)
     uncertain = dispatch.uncertain_attempt
     at_least_once = dispatch.delivery is Delivery.AT_LEAST_ONCE
     if outcome is OutcomeClass.UNKNOWN:
         uncertain = dispatch.attempt if uncertain is None else min(uncertain, dispatch.attempt)
         builder.transition.uncertain_attempt = uncertain
         if at_least_once and budget_left and retry_policy:
-            builder.retry(backoff_delay(retry_policy, dispatch.attempt, jitter))
+            builder.retry(retry_delay(retry_policy, dispatch.attempt, jitter, completion.evidence))
         else:
             why = (
                 "at_most_once: a call that may have reached the destination is never re-sent"
@@ -155,7 +175,7 @@ def _settle_failure(
     elif (
         uncertain is not None
         and not (outcome is OutcomeClass.PERMANENT and at_least_once)
-        and (outcome is OutcomeClass.PERMANENT or not budget_left)
+        and (outcome is OutcomeClass.PERMANENT or not budget_left or time_spent)
     ):
         # A later answer must not mask an earlier attempt that may have committed. An
         # at_least_once destination dedupes and replays by key, so its definite "no" is the
@@ -165,15 +185,24 @@ def _settle_failure(
             SagaState.BLOCKED_UNKNOWN,
             f"attempt {uncertain} may have committed; a later {outcome.value} cannot settle it",
         )
-    elif outcome is OutcomeClass.RETRYABLE and budget_left and retry_policy:
-        builder.retry(backoff_delay(retry_policy, dispatch.attempt, jitter))
+    elif outcome is OutcomeClass.RETRYABLE and time_spent:
+        builder.fail(_gave_up(retry_policy, completion))
+    elif outcome is OutcomeClass.RETRYABLE:
+        assert retry_policy is not None  # no policy: the time budget is spent
+        builder.retry(retry_delay(retry_policy, dispatch.attempt, jitter, completion.evidence))
+        spent = dispatch.budget_elapsed or timedelta(0)
+        builder.transition.gives_up_in = retry_policy.give_up_after - spent
     else:
-        why = (
-            f"permanent failure: {completion.error or 'no detail'}"
-            if outcome is OutcomeClass.PERMANENT
-            else f"retry budget of {budget} attempt(s) exhausted"
-        )
-        builder.fail(why)
+        builder.fail(f"permanent failure: {completion.error or 'no detail'}")
+
+
+def _gave_up(policy: RetryPolicy | None, completion: Completion) -> str:
+    """The stop reason of a call never sent or known not committed whose time budget ran out."""
+    last = completion.error or "no detail"
+    if policy is None:
+        return f"the verb is no longer configured; the last call: {last}"
+    spent = format_duration(policy.give_up_after)
+    return f"gave up after retry.give_up_after ({spent}) of calls not committed: {last}"
 
 
 # -- answers classified by the destination's `answers` preset (core/answers.py) --------------
@@ -192,11 +221,14 @@ def destination_problem_budget(
     dispatch: DispatchFacts, contract: VerbContract | None
 ) -> DestinationBudget:
     """The retry budget of a dispatch whose destination answered that nothing was committed
-    for a reason of its own or of our configuration (401, 403, ...): the attempt budget."""
-    budget = retry_budget(dispatch.max_attempts, dispatch.budget_base, contract)
+    for a reason of its own or of our configuration (401, 403, ...): the time budget of every
+    call not committed (``core.budgets``), never the attempt budget."""
+    policy = None if contract is None else contract.retry
+    spent = not_committed_budget_spent(dispatch.budget_elapsed, policy)
+    if policy is None:
+        return DestinationBudget(spent, "its verb is no longer configured")
     return DestinationBudget(
-        spent=dispatch.attempt - dispatch.fence_waits >= budget,
-        until=f"attempt {budget + dispatch.fence_waits}",
+        spent, f"retry.give_up_after ({format_duration(policy.give_up_after)})"
     )
 
 
@@ -233,12 +265,15 @@ def _settle_preset_answer(
         builder.block(
             DispatchState.BLOCKED_DESTINATION,
             SagaState.BLOCKED_DESTINATION,
-            f"{answered}; retried until {budget.until}: fix the credential or the route, "
+            f"{answered}; retried for {budget.until}: fix the credential or the route, "
             "then retry (or cancel)",
         )
     else:
-        builder.retry(backoff_delay(contract.retry, dispatch.attempt, jitter))
-        builder.transition.last_error = f"{answered}; retrying until {budget.until}"
+        policy = contract.retry
+        builder.retry(retry_delay(policy, dispatch.attempt, jitter, completion.evidence))
+        spent = dispatch.budget_elapsed or timedelta(0)
+        builder.transition.gives_up_in = policy.give_up_after - spent
+        builder.transition.last_error = f"{answered}; retrying for {budget.until}"
     return True
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from effectusd.core.canonical import (
+    MAX_PATH_CHARS,
     CanonicalJSONError,
     JsonValue,
     canonical_bytes,
@@ -24,7 +25,7 @@ from effectusd.core.identity import argument_hash, idempotency_key
 from effectusd.core.plan import CheckedStep
 from effectusd.core.registry import Registry
 from effectusd.core.states import Direction
-from effectusd.core.templates import Template, TemplateError
+from effectusd.core.templates import Template, TemplateError, encode_path_segment
 
 
 @frozen
@@ -129,10 +130,15 @@ def submit_time_problems(
     direction: Direction,
     registry: Registry,
     facts: Mapping[str, JsonValue],
+    *,
+    built: bool = False,
 ) -> list[str]:
     """What is already certain to fail when this step is enqueued, found at submit from the
     facts alone (no result exists yet): arguments nested too deeply once facts are in, and
-    path or fencing templates whose values are all known rendering unusable or too long."""
+    path, probe path or fencing templates whose values are all known rendering unusable or
+    too long. ``built``: the call itself was built at submit (a first step), so only its
+    probe's path is left to check (build_dispatch never renders it: the probe is live
+    configuration, and a change that breaks it is a probe failure, not a refused step)."""
     verb, _, args_expr = _call(step, direction)
     contract = registry.verbs.get(verb)
     if contract is None:
@@ -141,13 +147,13 @@ def submit_time_problems(
     try:
         args = resolve(args_expr, facts, {}, results_pending=True)
     except ResolutionError as exc:
-        return [f"{where}: {exc}"]
+        return [] if built else [f"{where}: {exc}"]
     if not isinstance(args, dict):
         return []
-    problems = json_problems(args, "args")
+    problems = [] if built else json_problems(args, "args")
     if problems:
         return [f"{where}: {problem}" for problem in problems]
-    if contract.args_schema is not None:
+    if contract.args_schema is not None and not built:
         known_args = substitute_facts(args_expr, facts)
         issues = literal_schema_issues(known_args, contract.args_schema, "args")
         problems += [f"{where}: {issue}" for issue in issues]
@@ -156,10 +162,13 @@ def submit_time_problems(
     def known(template: Template) -> bool:
         return not any(p.scope == "args" and p.name in pending for p in template.placeholders)
 
+    paths = contract.path_templates[1:] if built else contract.path_templates
+    fencing = () if built else contract.fencing_templates
     try:
-        if known(contract.path_template):
-            contract.render_path(args)
-        for template in contract.fencing_templates:
+        for template in paths:  # the call's and its probe's
+            if known(template):
+                template.render_within(MAX_PATH_CHARS, "path", args, facts, encode_path_segment)
+        for template in fencing:
             if known(template):
                 render_fencing(template, args, facts)
     except TemplateError as exc:

@@ -14,7 +14,9 @@ nothing else until the block is settled.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any
 
 from effectusd.core.branches import (
     Branch,
@@ -124,6 +126,21 @@ class TransitionBuilder:
         if moved.direction is Direction.FORWARD:
             self.dispatch_states[moved.effect_id] = state
             self.uncertain[moved.effect_id] = self.transition.uncertain_attempt is not None
+
+    def note(self, kind: str, detail: Mapping[str, Any]) -> None:
+        """A stored timeline event of the settled dispatch, after its settlement."""
+        moved = self.dispatch_facts
+        completion = self.completion
+        self.transition.events.append(
+            Event(
+                kind,
+                moved.effect_id,
+                moved.direction.value,
+                completion.attempt,
+                actor=completion.actor,
+                detail=detail,
+            )
+        )
 
     def retry(self, delay: timedelta) -> None:
         if self._cancels_instead():

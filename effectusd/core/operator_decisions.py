@@ -8,6 +8,7 @@ learns what the winner left behind.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Collection, Sequence
 from enum import StrEnum
 
@@ -232,11 +233,31 @@ def optional_evidence(evidence: str | None) -> str | None:
 def operator_text(actor: str, evidence: str | None) -> None:
     """Refused (INVALID, naming the field) when the actor or the evidence holds a character
     that would not show as itself on the timeline, in the log or on a terminal: a newline in
-    evidence would print as a line of its own, one that can pass for another action."""
-    for name, text in (("actor", actor), ("evidence", evidence)):
-        problem = None if text is None else unprintable_problem(text)
+    evidence would print as a line of its own, one that can pass for another action; and
+    when the actor holds one that shows as nothing (``name_problem``)."""
+    for name, problem in (
+        ("actor", name_problem(actor)),
+        ("evidence", None if evidence is None else unprintable_problem(evidence)),
+    ):
         if problem is not None:
             raise Refused(RefusalKind.INVALID, f"{name} {problem}")
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` may not name who acted: ``unprintable_problem``'s reasons, or a format
+    character (Unicode category Cf: a zero-width space or joiner, a word joiner, a byte-order
+    mark, a soft hyphen), which shows as nothing, so that two names that look alike could
+    be two names."""
+    problem = unprintable_problem(name)
+    if problem is not None:
+        return problem
+    for position, char in enumerate(name, 1):
+        if unicodedata.category(char) == "Cf":
+            return (
+                f"holds U+{ord(char):04X}, a character that shows as nothing (character "
+                f"{position}): give a name of visible characters"
+            )
+    return None
 
 
 def resolve_target(

@@ -21,8 +21,11 @@ from effectusd.core.canonical import MAX_PATH_CHARS, JsonValue
 from effectusd.core.document_checks import schema_issues
 from effectusd.core.durations import Duration
 from effectusd.core.expressions import ResolutionError, json_pointer
+from effectusd.core.identity import idempotency_key
+from effectusd.core.states import Direction
 from effectusd.core.templates import (
     FENCING_SCOPES,
+    Placeholder,
     Template,
     TemplateError,
     encode_path_segment,
@@ -31,6 +34,8 @@ from effectusd.core.templates import (
 
 PROBE_ACTOR = "probe"
 KEY_PLACEHOLDER = "{key}"
+# A key as long as every Idempotency-Key: what a probe path is checked with before its own.
+KEY_STAND_IN = idempotency_key("", "", "", Direction.FORWARD)
 # What the kit allows between the daemon's database clock and the service's (its clock_skew).
 DEFAULT_CLOCK_SKEW = timedelta(seconds=5)
 # A probe answer's body kept as evidence: its first characters, escaped (never the whole page).
@@ -62,6 +67,11 @@ class ProbeConfig(BaseModel):
         literal = sum(piece.literal_length for piece in pieces)
         if literal > MAX_PATH_CHARS:
             raise ValueError(f"is longer than the limit of {MAX_PATH_CHARS} characters")
+        if len(pieces) == 1 and not pieces[0].placeholders:
+            raise ValueError(
+                "names no placeholder, so one answer would settle every blocked dispatch of "
+                f"the verb: put {KEY_PLACEHOLDER} (the dispatch's Idempotency-Key) in it"
+            )
         return value
 
     @field_validator("committed", "not_committed")
@@ -112,16 +122,27 @@ class ProbeConfig(BaseModel):
             parse_template(piece, FENCING_SCOPES) for piece in self.path.split(KEY_PLACEHOLDER)
         )
 
+    @property
+    def names_key(self) -> bool:
+        """Whether the path names the dispatch's own key: without it, an answer is read for
+        every dispatch of the verb whose arguments and facts fill the path alike."""
+        return len(self.templates) > 1
+
+    def template(self, key: str) -> Template:
+        """The path with ``key`` in place of each ``{key}``: one template of arguments and
+        facts, as the checks and the probe render it."""
+        parts: list[str | Placeholder] = []
+        for index, piece in enumerate(self.templates):
+            parts += ([key] if index else []) + list(piece.parts)
+        return Template(self.path, tuple(parts))
+
     def render_path(
         self, key: str, args: Mapping[str, JsonValue], facts: Mapping[str, JsonValue]
     ) -> str:
         """The probe's path for ``key``; TemplateError naming the placeholder (never a value)."""
-        rendered = KEY_PLACEHOLDER.join(
-            template.render(args, facts, encode_path_segment) for template in self.templates
-        ).replace(KEY_PLACEHOLDER, key)
-        if len(rendered) > MAX_PATH_CHARS:
-            raise TemplateError(f"the probe path would be over {MAX_PATH_CHARS} characters")
-        return rendered
+        return self.template(key).render_within(
+            MAX_PATH_CHARS, "probe path", args, facts, encode_path_segment
+        )
 
 
 class Verdict(StrEnum):

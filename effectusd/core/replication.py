@@ -23,7 +23,8 @@ class ReplicationMode(StrEnum):
 
 
 class ReadOnlyServer(Exception):
-    """A connection landed on a server in recovery (a standby): it is dropped, never used."""
+    """A connection landed on a server that takes no writes (a standby in recovery, or
+    ``default_transaction_read_only`` on): the daemon drops it, a command that writes stops."""
 
 
 class SynchronousReplicationRequired(Exception):
@@ -54,6 +55,7 @@ class ServerReplication:
     synchronous_commit: str  # the connection's, after the daemon raised it
     standbys: int  # WAL senders streaming to standbys
     synchronous_standbys: int  # of those, the ones a commit waits for ("sync" or "quorum")
+    read_only: bool = False  # transactions are read-only by default (a setting, or recovery)
 
     @property
     def mode(self) -> ReplicationMode:
@@ -85,14 +87,29 @@ def raised_commit_level(current: str) -> str | None:
     return None
 
 
-def check_server(server: ServerReplication, *, require_synchronous: bool) -> None:
-    """Refuse a server this daemon must not use: a standby (read-only), or one whose
-    standbys do not take commits synchronously when synchronous replication is required."""
+def require_writable(server: ServerReplication) -> None:
+    """Refuse a server that takes no writes: a standby in recovery, or one whose transactions
+    are read-only by default (``default_transaction_read_only``, set for the server, the
+    database or the role). The daemon's check at start and on every connection, and that of
+    every command that writes."""
     if server.in_recovery:
         raise ReadOnlyServer(
             "database: the server is a standby in recovery (read-only); the connection is "
             "dropped (give every host in the URL and target_session_attrs=read-write)"
         )
+    if server.read_only:
+        raise ReadOnlyServer(
+            "database: the server takes no writes (default_transaction_read_only is on for "
+            "it, this database or this role); the connection is dropped (point the URL at a "
+            "writable database, or turn the setting off)"
+        )
+
+
+def check_server(server: ServerReplication, *, require_synchronous: bool) -> None:
+    """Refuse a server this daemon must not use: one that takes no writes
+    (``require_writable``), or one whose standbys do not take commits synchronously when
+    synchronous replication is required."""
+    require_writable(server)
     if require_synchronous and server.mode is ReplicationMode.ASYNCHRONOUS:
         raise SynchronousReplicationRequired(
             "database.require_synchronous_replication: the server has standbys but commits do "

@@ -35,6 +35,8 @@ from effectusd.core.frozen import frozen
 from effectusd.core.registry import Registry
 from effectusd.core.states import Cause, Delivery, DispatchState, OutcomeClass, SettledBy
 from effectusd.core.transition import (
+    MAYBE_SENT,
+    NOT_SENT,
     Completion,
     DispatchFacts,
     HeldAttempt,
@@ -185,6 +187,7 @@ def reclaimed(held: HeldAttempt, sent: bool, lease_owner: str, actor: str) -> Co
     return Completion.of(
         held,
         OutcomeClass.UNKNOWN if sent else OutcomeClass.RETRYABLE,
+        evidence={"sent": MAYBE_SENT if sent else NOT_SENT},
         settled_by=SettledBy.RECLAIM,
         error=f"lease of {lease_owner} expired {when}",
         actor=actor,
@@ -209,6 +212,7 @@ def as_locked(completion: Completion, attempt: AttemptFacts) -> Completion:
         return replace(
             completion,
             outcome=OutcomeClass.UNKNOWN,
+            evidence={**completion.evidence, "sent": MAYBE_SENT},
             error=(completion.error or "lease expired") + SENT_AFTER_RECLAIM_READ,
             cause=Cause.RECLAIMED_SENT,
         )

@@ -181,13 +181,15 @@ def later_problems(
     facts: Mapping[str, JsonValue],
     roots: Sequence[str],
 ) -> list[str]:
-    """Every step but the ``roots`` (built for real at submit) and every compensation, as far
-    as the facts decide them: what must fail later is refused now, while nothing is written."""
+    """Every step (of the ``roots``, built for real at submit, only the probe's path) and every
+    compensation, as far as the facts decide them: what must fail later is refused now, while
+    nothing is written."""
     built = set(roots)
     problems = []
     for step in plan.steps:
-        if step.id not in built:
-            problems += submit_time_problems(step, Direction.FORWARD, registry, facts)
+        problems += submit_time_problems(
+            step, Direction.FORWARD, registry, facts, built=step.id in built
+        )
         if step.compensate is not None:
             problems += submit_time_problems(step, Direction.COMPENSATION, registry, facts)
     return problems

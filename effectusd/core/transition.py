@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from effectusd.core.answers import PresetClass
@@ -28,6 +29,10 @@ from effectusd.core.states import (
 )
 
 ENGINE = "engine"
+# An attempt's evidence says whether its request may have been written ("sent"): this value
+# means it ended before the write, so nothing reached the destination.
+NOT_SENT = "not_sent"
+MAYBE_SENT = "maybe_sent"
 
 
 @frozen
@@ -78,6 +83,12 @@ class DispatchFacts:
     # nothing was sent, so they are not attempts of the retry budget.
     fence_waits: int = 0
     budget_base: int | None = 0
+    # Claims that ended before their request was written (fence waits included), this one's
+    # not yet: attempt - unsent requests may have been written, what retry.max_attempts bounds.
+    unsent: int = 0
+    # How long the time budget of calls never sent or known not committed has run (database
+    # clock, from the dispatch's first claim or an operator's retry); None: not started.
+    budget_elapsed: timedelta | None = None
 
 
 @frozen
@@ -88,6 +99,8 @@ class FenceWait:
 
     waited: timedelta
     holder: str
+    resource: str | None = None  # the busy resource, for the timeline only (never an error)
+    started: bool = False  # this busy write-ahead started the wait (none was in progress)
 
 
 class HeldAttempt(Protocol):
@@ -103,6 +116,16 @@ class HeldAttempt(Protocol):
 
     @property
     def lease_token(self) -> str | None: ...
+
+
+@frozen
+class HeldClaim:
+    """A HeldAttempt by value: the claim an invocation carries out, when the request's own
+    number (X-Effectus-Attempt) is not the claim's."""
+
+    dispatch_id: int
+    attempt: int
+    lease_token: str | None = field(repr=False)
 
 
 @frozen
@@ -131,6 +154,14 @@ class Completion:
     def __post_init__(self) -> None:
         # Callers outside core (tests, adapters) may still pass the stored string.
         object.__setattr__(self, "settled_by", SettledBy(self.settled_by))
+
+    @property
+    def written(self) -> bool:
+        """Whether the attempt's request may have been written to the wire: False only where
+        its evidence says it ended before the write (the executor's "not sent", a pre-send
+        guard, a lease that ran out unsent). Such a claim is no request: it spends no attempt
+        of ``retry.max_attempts`` and does not advance X-Effectus-Attempt."""
+        return self.evidence.get("sent") != NOT_SENT
 
     @classmethod
     def of(cls, held: HeldAttempt, outcome: OutcomeClass, **details: Any) -> Completion:
@@ -188,10 +219,14 @@ class Completion:
             OutcomeClass.RETRYABLE,
             settled_by=SettledBy.GUARD,
             error=reason,
+            evidence=NOT_SENT_EVIDENCE,
             actor=actor,
             cause=cause,
             fence_wait=fence_wait,
         )
+
+
+NOT_SENT_EVIDENCE: Mapping[str, Any] = MappingProxyType({"sent": NOT_SENT})
 
 
 @frozen
@@ -276,6 +311,9 @@ class Transition:
     # Forward dispatches of other steps to cancel (parallel plans): each was not sent
     # (queued, or retry_wait with no uncertain attempt) when the facts were read under lock.
     cancel_dispatches: list[str] = field(default_factory=list)
+    # A retry of a call never sent or known not committed: how long its time budget has left
+    # (the views show when it gives up); None for every other transition.
+    gives_up_in: timedelta | None = None
 
 
 def _fencing_after_call(

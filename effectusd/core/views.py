@@ -23,6 +23,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from effectusd.core.budgets import answered_not_committed
 from effectusd.core.operator_decisions import cancel_offered
 from effectusd.core.states import (
     Delivery,
@@ -34,6 +35,7 @@ from effectusd.core.states import (
     SettledBy,
     StepState,
 )
+from effectusd.core.transition import NOT_SENT
 
 __all__ = [
     "AttemptView",
@@ -82,7 +84,12 @@ class AttemptView(_View):
     settled_by: SettledBy | None
     fencing_status: FencingStatus | None
     grants: list[Grant] | None
-    sent_at: Timestamp | None  # None: never sent (nothing can have reached the destination)
+    # None: never written ahead. Set does not mean sent: see not_sent.
+    sent_at: Timestamp | None
+    # The call ended before its request was written (connection refused, a pre-send guard, a
+    # fence wait, a lease run out unsent): nothing reached the destination, and it is no
+    # request of X-Effectus-Attempt or of retry.max_attempts. Read from its evidence.
+    not_sent: bool = False
     completed_at: Timestamp | None
     status_code: int | None
     error: str | None
@@ -102,7 +109,10 @@ class DispatchView(_View):
 
     direction: Direction
     state: DispatchState
-    attempt: int
+    attempt: int  # claims made (the settlement guard's counter)
+    # requests that may have been written (claims that ended before their write aside): the
+    # X-Effectus-Attempt of the latest, and what max_attempts bounds; the attempt a person sees
+    requests: int
     max_attempts: int
     idempotency_key: str
     destination: str
@@ -124,6 +134,15 @@ class DispatchView(_View):
     last_error: str | None
     created_at: Timestamp
     updated_at: Timestamp
+    fence_waits: int  # claims that found a fencing resource busy (nothing sent)
+    fence_wait_since: Timestamp | None  # the wait in progress began then (None: none)
+    # when the time budget of calls never sent or known not committed started (the first
+    # claim, or the claim after an operator's retry; retry.give_up_after runs from here)
+    budget_started_at: Timestamp | None
+    gives_up_at: Timestamp | None  # while it waits for its destination: when it gives up
+    # what it waits for while retry_wait: its destination refusing, or a busy fencing
+    # resource (``waiting_detail``); None otherwise
+    waiting: str | None
     attempts: list[AttemptView]
 
 
@@ -237,13 +256,14 @@ def build_saga_view(
     """The view of a saga's rows as the store reads them (either store)."""
     attempts_by_dispatch: dict[Any, list[dict[str, Any]]] = {}
     for attempt in attempts:
-        attempts_by_dispatch.setdefault(attempt["dispatch_id"], []).append(
-            _pick(attempt, AttemptView)
-        )
+        row = _pick(attempt, AttemptView)
+        row["not_sent"] = (attempt.get("evidence") or {}).get("sent") == NOT_SENT
+        attempts_by_dispatch.setdefault(attempt["dispatch_id"], []).append(row)
     dispatches_by_step: dict[str, list[dict[str, Any]]] = {}
     for dispatch in dispatches:
         row = _pick(dispatch, DispatchView)
         row["attempts"] = attempts_by_dispatch.get(dispatch["dispatch_id"], [])
+        row["waiting"] = waiting_detail(row)
         dispatches_by_step.setdefault(dispatch["effect_id"], []).append(row)
     step_rows = []
     for step in steps:
@@ -257,6 +277,36 @@ def build_saga_view(
     )
     typed = SagaView.model_validate(view)
     return typed.model_copy(update={"next_actions": next_actions(typed)})
+
+
+def waiting_detail(dispatch: Mapping[str, Any]) -> str | None:
+    """What a dispatch in retry_wait waits for, from its row and attempts: a busy fencing
+    resource, or its destination while the latest calls were never sent or answered known
+    not committed (an outage ridden out under retry.give_up_after, not a failure)."""
+    if dispatch["state"] != DispatchState.RETRY_WAIT.value:
+        return None
+    next_try = _iso(dispatch["next_attempt_at"])
+    if dispatch.get("fence_wait_since") is not None:
+        since = _iso(dispatch["fence_wait_since"])
+        return f"waiting for a fencing resource since {since}, next look at {next_try}"
+    run: list[Mapping[str, Any]] = []
+    for attempt in reversed(dispatch["attempts"]):
+        if not answered_not_committed(attempt["settled_by"], attempt["outcome"]):
+            break
+        run.insert(0, attempt)
+    if not run:
+        return None
+    how = "not sent" if run[-1]["not_sent"] else "refused, not committed"
+    gives_up = dispatch.get("gives_up_at")
+    until = "" if gives_up is None else f", gives up at {_iso(gives_up)}"
+    return (
+        f"waiting for destination {dispatch['destination']} since {_iso(run[0]['claimed_at'])} "
+        f"({how}: {run[-1]['error'] or 'no detail'}), next try at {next_try}{until}"
+    )
+
+
+def _iso(value: Any) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
 
 
 def summarize(rows: Sequence[Mapping[str, Any]]) -> list[SagaSummary]:

@@ -424,6 +424,22 @@ def is_retry_after(value: str) -> bool:
     return _RETRY_AFTER.fullmatch(value.strip()) is not None
 
 
+def retry_after_seconds(value: str, now: datetime) -> float | None:
+    """How long a valid ``Retry-After`` asks to wait from ``now`` (when the answer arrived,
+    timezone-aware): its delay seconds, or the time to its HTTP-date (0 when past); None when
+    it is not one RFC 9110 allows or names no real date."""
+    stripped = value.strip()
+    if not is_retry_after(stripped):
+        return None
+    if stripped.isdigit():
+        return float(stripped)
+    try:
+        when = datetime.strptime(stripped, "%a, %d %b %Y %H:%M:%S GMT").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return max((when - now).total_seconds(), 0.0)
+
+
 def echo_matches(echoed: str, request_id: str) -> bool:
     """Whether an echoed ``X-Effectus-Request-ID`` names this attempt's request."""
     return echoed.strip() == request_id

@@ -251,7 +251,7 @@ def effectus_app(
         }
         pool: SqlitePool | AsyncPool = sqlite_pool
     else:
-        pg_pool = service_pool(database.conninfo, min_size, max_size)
+        pg_pool = service_pool(database, min_size, max_size)
         lifespan = _postgres_lifespan(pg_pool, cast(Setup | None, setup))
         endpoints = {
             path: effectus_endpoint(

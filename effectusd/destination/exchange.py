@@ -31,21 +31,23 @@ unknown_outcome with nothing run. An operator's ``keys forget`` re-issues the ke
 forget, so the retry it was done for runs. A request without the header (an older daemon) is
 not checked.
 
-``Exchange.steps`` is a generator of named SQL steps; ``drive`` (or ``drive_async``: the
-store's operations run with the same, effectusd.backends.operation) sends each step to a
-``perform`` of the database's (ledger.py for PostgreSQL, sqlite.py for SQLite) and the answer
-back, and ``Exchange.settle`` turns what ended the transaction into the reply, so the two
-backends cannot drift apart in what they decide.
+``Exchange.steps`` is a generator of named SQL steps; ``Exchange.carry_out`` runs them in a
+handler's transaction, sending each step to the handler's ``perform`` (ledger.py for
+PostgreSQL, sqlite.py for SQLite) and the answer back, and turns what ended the transaction
+into the reply (``Exchange.settle``), so the handlers cannot drift apart in what they decide:
+each says only how its database begins, commits and runs a step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from effectusd.backends.errors import CONNECTION_FAILED, DATABASE_ERRORS, conflict
+from effectusd.backends.operation import drive_async, finished
 from effectusd.core.canonical import canonical_bytes
 from effectusd.core.states import OutcomeClass
 from effectusd.core.wire import DEADLINE, FENCING_GRANTS, KEY_ISSUED_AT
@@ -62,6 +64,8 @@ DEFAULT_RETENTION = timedelta(days=7)  # must outlast every retry budget of ever
 # COMMIT may take once the deadline was checked before it).
 DEFAULT_CLOCK_SKEW = timedelta(seconds=5)
 Clock = Callable[[], datetime]
+# What a handler's transaction gives its steps to run on: a cursor, a connection.
+On = TypeVar("On")
 
 
 def wall_clock() -> datetime:
@@ -157,6 +161,37 @@ class Exchange:
     def steps(self) -> Generator[Step, Any, Reply]:
         reply = yield from self._steps()
         return self.echo(reply)
+
+    async def carry_out(
+        self,
+        transaction: AbstractAsyncContextManager[On],
+        perform: Callable[[On, Step], Awaitable[Any]],
+    ) -> Reply:
+        """The request answered: ``steps`` run by ``perform`` in ``transaction`` (entering it
+        begins, leaving it commits; what raised rolls back and is settled). Written once for
+        every handler: each says only how its database begins, ends and runs a step."""
+        steps = self.steps()
+        began = False
+        try:
+            async with transaction as on:
+                began = True
+                reply = await drive_async(steps, lambda step: perform(on, step))
+            return reply  # committed
+        except SETTLED as exc:
+            return self.settle(exc, began=began)
+        finally:
+            steps.close()
+
+    def carry_out_blocking(
+        self, transaction: AbstractContextManager[On], perform: Callable[[On, Step], Any]
+    ) -> Reply:
+        """``carry_out`` over a blocking connection: the same code, whose awaits never suspend,
+        run without an event loop."""
+
+        async def performed(on: On, step: Step) -> Any:
+            return perform(on, step)
+
+        return finished(self.carry_out(_entered(transaction), performed))
 
     def echo(self, reply: Reply) -> Reply:
         """``reply`` naming the request it answers (every reply does, replays included)."""
@@ -263,6 +298,12 @@ class Exchange:
         of this exchange ran, so nothing was committed (and no fence was checked)."""
         message = "database connection failed before the transaction began; nothing was done"
         return error_reply(503, OutcomeClass.RETRYABLE, message)
+
+
+@asynccontextmanager
+async def _entered(transaction: AbstractContextManager[On]) -> AsyncIterator[On]:
+    with transaction as on:
+        yield on
 
 
 def _stored(reply: Reply) -> dict[str, Any]:

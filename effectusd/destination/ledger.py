@@ -12,7 +12,8 @@ is ambiguous and propagates (the server answers 500: unknown).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,12 +23,11 @@ from effectusd.backends.connections import (
     PostgresConnection,
     PostgresCursor,
 )
-from effectusd.backends.operation import drive, drive_async
+from effectusd.backends.operation import drive_async
 from effectusd.backends.postgres.runner import connection_state
 from effectusd.destination.exchange import (
     DEFAULT_CLOCK_SKEW,
     DEFAULT_RETENTION,
-    SETTLED,
     Clock,
     Exchange,
     Query,
@@ -83,8 +83,6 @@ async def handle(
     exchange = Exchange(request, retention, clock_skew, clock)
     if not _usable(conn):
         return exchange.not_begun()
-    steps = exchange.steps()
-    began = False
 
     async def perform(cur: AsyncPostgresCursor, step: Step) -> Any:
         if isinstance(step, Query):
@@ -96,15 +94,7 @@ async def handle(
         except PermanentFailure as failure:
             return Refused(failure)
 
-    try:
-        async with conn.transaction(), conn.cursor() as cur:
-            began = True
-            reply = await drive_async(steps, lambda step: perform(cur, step))
-        return reply  # committed
-    except SETTLED as exc:
-        return exchange.settle(exc, began=began)
-    finally:
-        steps.close()
+    return await exchange.carry_out(_transaction(conn), perform)
 
 
 def handle_sync(
@@ -120,8 +110,6 @@ def handle_sync(
     exchange = Exchange(request, retention, clock_skew, clock)
     if not _usable(conn):
         return exchange.not_begun()
-    steps = exchange.steps()
-    began = False
 
     def perform(cur: PostgresCursor, step: Step) -> Any:
         if isinstance(step, Query):
@@ -133,15 +121,19 @@ def handle_sync(
         except PermanentFailure as failure:
             return Refused(failure)
 
-    try:
-        with conn.transaction(), conn.cursor() as cur:
-            began = True
-            reply = drive(steps, lambda step: perform(cur, step))
-        return reply  # committed
-    except SETTLED as exc:
-        return exchange.settle(exc, began=began)
-    finally:
-        steps.close()
+    return exchange.carry_out_blocking(_transaction_sync(conn), perform)
+
+
+@asynccontextmanager
+async def _transaction(conn: AsyncPostgresConnection) -> AsyncIterator[AsyncPostgresCursor]:
+    async with conn.transaction(), conn.cursor() as cur:
+        yield cur
+
+
+@contextmanager
+def _transaction_sync(conn: PostgresConnection) -> Iterator[PostgresCursor]:
+    with conn.transaction(), conn.cursor() as cur:
+        yield cur
 
 
 async def probe(conn: AsyncPostgresConnection, key: str) -> Reply:

@@ -35,7 +35,6 @@ from effectusd.destination.exchange import (
     DEFAULT_CLOCK_SKEW,
     DEFAULT_RETENTION,
     MUTATE,
-    SETTLED,
     Clock,
     Exchange,
     Query,
@@ -133,9 +132,8 @@ def handle_sqlite(
     """
     require_own_transaction(conn, "handle_sqlite")
     exchange = Exchange(request, retention, clock_skew, clock)
-    steps = exchange.steps()
 
-    def perform(step: Step) -> Any:
+    def perform(conn: SqliteConnection, step: Step) -> Any:
         if isinstance(step, Query):
             # fetchall, not fetchone: a RETURNING statement is finished only once read to the end.
             rows = conn.execute(sqlite_sql(step.name), adapted(step.params)).fetchall()
@@ -143,15 +141,8 @@ def handle_sqlite(
         assert step is MUTATE
         return _mutate(conn, request, mutation)
 
-    try:
-        with backend.write_transaction(conn):
-            reply = drive(steps, perform)
-        return reply  # committed
-    except SETTLED as exc:
-        # BEGIN IMMEDIATE or a refused COMMIT that stayed busy: nothing committed
-        return exchange.settle(exc, began=True)
-    finally:
-        steps.close()
+    # BEGIN IMMEDIATE, or a COMMIT refused, that stayed busy: settled, nothing committed
+    return exchange.carry_out_blocking(backend.write_transaction(conn), perform)
 
 
 def _mutate(conn: SqliteConnection, request: EffectusRequest, mutation: SqliteMutation) -> Any:

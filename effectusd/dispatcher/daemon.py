@@ -6,15 +6,15 @@ import asyncio
 import logging
 import os
 import signal
-import socket
 import time
-import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from effectusd.backends.errors import DATABASE_ERRORS, LISTEN_LOST, failure_name
 from effectusd.config import Config, ConfigError
 from effectusd.core.replication import REFUSED_SERVERS
+from effectusd.dispatcher.assembly import destination_executors, fencing_provider, new_owner_id
 from effectusd.dispatcher.capacity import Capacity, wait_limits
 from effectusd.dispatcher.heap import settle_heap
 from effectusd.dispatcher.loops import Loop, Round
@@ -22,11 +22,7 @@ from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.observability import ObservabilityServer
 from effectusd.dispatcher.pipeline import Pipeline
 from effectusd.dispatcher.probes import Prober
-from effectusd.executors.factory import executor_for
 from effectusd.executors.protocol import Executor
-from effectusd.fencing.memory import MemoryFencing
-from effectusd.fencing.protocol import FencingProvider
-from effectusd.fencing.store import StoreFencing
 from effectusd.store.dialects import open_dispatch_store
 from effectusd.store.dispatch import DispatchStore
 from effectusd.store.sql import store_backend
@@ -49,20 +45,23 @@ REPEATED_SIGNAL_S = 1.0  # a second SIGTERM sooner than this is the first one, d
 _HEALTH_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *DATABASE_ERRORS)
 
 
-def fencing_provider(config: Config) -> FencingProvider:
-    if config.fencing.provider == "memory":
-        if not config.fencing.test_setup:
-            raise ConfigError(
-                'fencing.provider = "memory" is local_advisory: its tokens die with the process '
-                "and protect nothing across daemons. It is for tests only; set "
-                "fencing.test_setup = true to use it there, or use the store provider."
-            )
-        return MemoryFencing()
-    return StoreFencing()
+@dataclass
+class _Opened:
+    """What ``Daemon.run`` has opened so far, for closing on the way out."""
+
+    executors: Mapping[str, Executor]
+    store: DispatchStore | None = None
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    server: ObservabilityServer | None = None
 
 
-def new_owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+async def _close_within(store: DispatchStore, bound_s: float) -> None:
+    """Close ``store`` (its pool stops its workers); give up waiting after ``bound_s``."""
+    try:
+        async with asyncio.timeout(bound_s):
+            await store.close()
+    except TimeoutError:
+        log.warning("closing the store took over %.0fs; exiting anyway", bound_s)
 
 
 class Daemon:
@@ -101,12 +100,15 @@ class Daemon:
         self._store: DispatchStore | None = None
         self._background: list[asyncio.Task[Any]] = []
         self.claimer: Loop | None = None
+        self.prober: Prober | None = None
 
     def check_startup(self) -> None:
         """Refuse to run on a schema we do not match, with test-only fencing in a real setup,
         or with extra routes (a console) nobody may use safely, before touching anything
-        else."""
+        else; and say what the configuration allows but should change."""
         fencing_provider(self.config)
+        for warning in self.config.warnings():
+            log.warning("%s", warning)
         serving = self.config.observability.http_port is not None
         if self._web is not None and serving:
             self._extra_routes = [self._web(self.metrics.outcome_totals)]
@@ -130,13 +132,32 @@ class Daemon:
         )
 
     async def run(self, until_idle: bool = False) -> int:
+        """Start, claim until stopped (or idle), drain, stop. A start that fails after
+        opening something (the store, the loops) closes it all again before raising."""
         self.check_startup()
+        opened = _Opened(executors=self._executors or destination_executors(self.config))
+        try:
+            store = self._store = opened.store = await self._open_store()
+            pipeline = self.pipeline = self._pipeline(store, opened.executors)
+            settle_heap()
+            opened.tasks = self._background = [
+                loop.start() for loop in self._loops(pipeline, store)
+            ]
+            opened.server = await self._serve()
+            self.started = True
+            self._install_signals()
+            log.info("daemon %s started (%d destination(s))", self.owner, len(opened.executors))
+            await self._claim_until_stopped(pipeline, store, until_idle)
+            await self._drain(pipeline)
+        finally:
+            was_started, self.started = self.started, False
+            await self._close(opened, own_executors=self._executors is None)
+            if was_started:
+                log.info("daemon %s stopped", self.owner)
+        return 0
+
+    def _pipeline(self, store: DispatchStore, executors: Mapping[str, Executor]) -> Pipeline:
         settings = self.config.dispatcher
-        store = self._store = await self._open_store()
-        executors = self._executors or {
-            name: executor_for(name, destination)
-            for name, destination in self.config.destinations.items()
-        }
         limits = {name: d.max_concurrency for name, d in self.config.destinations.items()}
         longest_call_s = {
             name: self.registry.longest_timeout(name).total_seconds() for name in limits
@@ -146,7 +167,7 @@ class Daemon:
             total_limit=settings.concurrency,
             wait_limits=wait_limits(limits, longest_call_s, settings.lease_margin.total_seconds()),
         )
-        pipeline = Pipeline(
+        return Pipeline(
             store,
             executors,
             self.registry,
@@ -156,41 +177,39 @@ class Daemon:
             claim_batch=settings.batch_size,
             tracer=AttemptTracer.configured(self.tracer_provider),
         )
-        self.pipeline = pipeline
-        settle_heap()
-        background = self._background = [loop.start() for loop in self._loops(pipeline, store)]
+
+    async def _serve(self) -> ObservabilityServer | None:
+        """The observability endpoints (and the routes added beside them), if configured; an
+        OSError if the port cannot be listened on."""
         observability = self.config.observability
-        server = None
-        if observability.http_port is not None:
-            server = ObservabilityServer(
-                self.metrics, self._healthy, self._ready, self._extra_routes
-            )
-            self.http_port = await server.start(observability.http_host, observability.http_port)
-            log.info("serving /healthz and /readyz on port %d", self.http_port)
-        self.started = True
-        self._install_signals()
-        log.info("daemon %s started (%d destination(s))", self.owner, len(executors))
+        if observability.http_port is None:
+            return None
+        server = ObservabilityServer(self.metrics, self._healthy, self._ready, self._extra_routes)
+        self.http_port = await server.start(observability.http_host, observability.http_port)
+        log.info("serving /healthz and /readyz on port %d", self.http_port)
+        return server
+
+    async def _close(self, opened: _Opened, *, own_executors: bool) -> None:
+        """Close what ``run`` opened within CLOSE_BOUND_S whatever is stuck; the store last,
+        under a bound of its own, so that it is closed whatever happened before: a pool left
+        open holds the process forever (a worker caught connecting swallows the cancellation
+        that ends the event loop, and waits for work that never comes)."""
+        for task in opened.tasks:
+            task.cancel()
+        if self.pipeline is not None:
+            self.pipeline.spans.close()
         try:
-            await self._claim_until_stopped(pipeline, store, until_idle)
-            await self._drain(pipeline)
-        finally:
-            self.started = False
-            for task in background:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
-            pipeline.spans.close()
-            try:
-                async with asyncio.timeout(CLOSE_BOUND_S):
-                    if server is not None:
-                        await server.close()
-                    if self._executors is None:
-                        for executor in executors.values():
-                            await executor.aclose()
-                    await store.close()
-            except TimeoutError:
-                log.warning("closing connections took over %.0fs; exiting anyway", CLOSE_BOUND_S)
-            log.info("daemon %s stopped", self.owner)
-        return 0
+            async with asyncio.timeout(CLOSE_BOUND_S):
+                await asyncio.gather(*opened.tasks, return_exceptions=True)
+                if opened.server is not None:
+                    await opened.server.close()
+                if own_executors:
+                    for executor in opened.executors.values():
+                        await executor.aclose()
+        except TimeoutError:
+            log.warning("closing connections took over %.0fs; exiting anyway", CLOSE_BOUND_S)
+        if opened.store is not None:
+            await _close_within(opened.store, CLOSE_BOUND_S)
 
     def _loops(self, pipeline: Pipeline, store: DispatchStore) -> list[Loop]:
         """The background actors beside the claimer."""
@@ -202,8 +221,14 @@ class Daemon:
         if self.backend.notifications.notifies:  # else (SQLite) the claimer polls
             loops.append(Loop("listener", self._listen_round, self.metrics))
         if any(verb.probe is not None for verb in self.config.verbs.values()):
-            prober = Prober(self.config, store.session, pipeline.executors, self.metrics)
-            loops.append(Loop("prober", prober.round, self.metrics))
+            prober = self.prober = Prober(
+                self.config,
+                store.session,
+                pipeline.executors,
+                self.metrics,
+                on_settled=self.wake.set,
+            )
+            loops.append(Loop("prober", prober.round, self.metrics, prober.sleep))
         return loops
 
     async def _claim_until_stopped(
@@ -245,8 +270,10 @@ class Daemon:
             if until_idle and pipeline.idle:
                 in_flight, due_soon = await store.outbox_counts(IDLE_HORIZON_S)
                 if in_flight == 0 and due_soon == 0 and pipeline.idle:
-                    log.info("idle: nothing queued, in flight or due soon")
-                    return None
+                    probes = await self._probes_idle()
+                    if probes is not None:
+                        log.info("idle: nothing queued, in flight or due soon%s", probes)
+                        return None
             wait = poll
             if pipeline.free():  # a full pipeline is woken by its calls, or by its recorder
                 due_in = await store.seconds_until_due(destinations)
@@ -255,6 +282,26 @@ class Daemon:
             return wait
 
         return claim_round
+
+    async def _probes_idle(self) -> str | None:
+        """For --until-idle: None while a probe is due or in flight (the due ones are taken
+        now), else what is left (the probes scheduled later, as the exit line's tail)."""
+        prober = self.prober
+        if prober is None:
+            return ""
+        await prober.take()
+        if prober.in_flight:
+            return None
+        pending = await prober.pending()
+        if pending.due or pending.unscheduled:
+            return None
+        if not pending.later or pending.next_at is None or pending.db_now is None:
+            return "; no probe scheduled"
+        due_in = (pending.next_at - pending.db_now).total_seconds()
+        return (
+            f"; {pending.later} probe(s) scheduled later, the next at "
+            f"{pending.next_at.isoformat(timespec='seconds')} (in {due_in:.0f}s)"
+        )
 
     @staticmethod
     def _reclaim_round(pipeline: Pipeline) -> Round:
@@ -276,12 +323,32 @@ class Daemon:
                 waiter.cancel()
 
     async def _drain(self, pipeline: Pipeline) -> None:
-        """Stop claiming; let in-flight calls finish within the grace period; record them.
-        Bounded whatever is stuck: what is not recorded by then is left to its lease, whose
-        reclaim by the next daemon settles it from what the database says."""
+        """Stop claiming; let in-flight calls and probes finish within the grace period; record
+        them. Bounded whatever is stuck: what is not recorded by then is left to its lease,
+        whose reclaim by the next daemon settles it from what the database says (a probe, to
+        its hold: it is asked again after it)."""
         pipeline.claiming = False  # the recorder claims nothing more either
         grace = self.config.dispatcher.shutdown_grace.total_seconds()
         deadline = time.monotonic() + grace
+        try:
+            await self._drain_calls(pipeline, deadline)
+        finally:
+            await self._drain_probes(deadline)
+
+    async def _drain_probes(self, deadline: float) -> None:
+        """Take no more probes; wait for those in flight until ``deadline``."""
+        if self.prober is None:
+            return
+        for task in self._background:
+            if task.get_name() == "prober":
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if self.prober.in_flight:
+            log.info("waiting for %d probe(s) in flight", self.prober.in_flight)
+        await self.prober.drain(max(deadline - time.monotonic(), 0.0))
+
+    async def _drain_calls(self, pipeline: Pipeline, deadline: float) -> None:
+        grace = self.config.dispatcher.shutdown_grace.total_seconds()
         if pipeline.calls:
             log.info("draining %d in-flight batch(es) for up to %.0fs", len(pipeline.calls), grace)
         while True:  # a record that claimed before the stop starts those calls: drain them too
@@ -372,6 +439,7 @@ class Daemon:
             "notifications": "listening" if self.listening else "polling",
             "store": self.backend.dialect,
             **({} if self.replication is None else {"replication": self.replication.report()}),
+            **({"warnings": warnings} if (warnings := self.config.warnings()) else {}),
         }
 
     async def _listen_round(self) -> float:

@@ -99,9 +99,22 @@ class Metrics:
             "committed, not_committed, kept_blocked, given_up, moved_on, failed.",
             ("verb", "answer"),
         )
+        self.http_refused = self._counter(
+            "effectusd_http_connections_refused_total",
+            "Connections to the HTTP server refused for want of room: busy (answered 503 past "
+            "the connection cap), crowded (closed waiting for their request, for newer ones).",
+            ("reason",),
+        )
         self.fencing_conflicts = self._counter(
             "effectusd_fencing_conflicts_total",
             "Dispatches held back because a resource was leased by another.",
+        )
+        self.waiting_for_destination = self._counter(
+            "effectusd_destination_waits_total",
+            "Calls answered by waiting for the destination: retried under retry.give_up_after "
+            "because the call was never sent (sent=no: connection refused, connect timeout, "
+            "DNS, TLS) or was refused as known not committed (sent=yes).",
+            ("destination", "sent"),
         )
 
     def _declare_failures(self) -> None:

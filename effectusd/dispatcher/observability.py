@@ -18,6 +18,7 @@ from effectusd.web import Install, WebServer, text_response
 
 Check = Callable[[], Awaitable[tuple[bool, dict[str, object]]]]
 OWN_PATHS = ("/metrics", "/healthz", "/readyz")
+ALWAYS = ("/healthz", "/readyz")  # answered even past the server's connection cap
 log = logging.getLogger("effectusd.dispatcher")  # the transitions are the pipeline's
 
 
@@ -32,13 +33,16 @@ class ObservabilityServer:
         self.healthy = healthy
         self.ready = ready
         what = "metrics, health and added routes (the console)" if extra else "metrics and health"
-        self.http = WebServer(what, self._install, *extra)
+        self.http = WebServer(what, self._install, *extra, always=ALWAYS, on_refused=self._refused)
 
     async def start(self, host: str, port: int) -> int:
         return await self.http.start(host, port)
 
     async def close(self) -> None:
         await self.http.close()
+
+    def _refused(self, why: str) -> None:
+        self.metrics.child(self.metrics.http_refused, why).inc()
 
     def _install(self, app: web.Application) -> None:
         for path in OWN_PATHS:  # any method: a POST is ours to refuse, not the next route's

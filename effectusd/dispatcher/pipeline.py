@@ -21,10 +21,11 @@ from datetime import timedelta
 
 from effectusd import faults
 from effectusd.backends.errors import TRANSIENT_ERRORS, failure_name
+from effectusd.core.budgets import answered_not_committed
 from effectusd.core.engine import Completion
 from effectusd.core.registry import Registry
 from effectusd.core.settlement import LEASE_TOO_SHORT, pre_send
-from effectusd.core.states import Cause, FencingStatus
+from effectusd.core.states import Cause, DispatchState, FencingStatus
 from effectusd.dispatcher.capacity import Capacity, RecordSlots
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.observability import log_transition
@@ -207,7 +208,7 @@ class Pipeline:
             execution_id=claim.execution_id,
             saga_id=claim.saga_id,
             effect_id=claim.effect_id,
-            attempt=claim.attempt,
+            attempt=claim.request_number,  # X-Effectus-Attempt: requests written
             direction=claim.direction,
             verb=claim.verb,
             method=claim.method,
@@ -224,6 +225,7 @@ class Pipeline:
             lease_token=claim.lease_token,
             fencing_sent=ahead.fencing_status,
             trace_headers=trace_headers,
+            claim_attempt=claim.attempt,
         )
         metrics = self.metrics
         in_flight = metrics.child(metrics.in_flight, claim.destination)
@@ -302,6 +304,13 @@ class Pipeline:
                 row["direction"],
                 completion.outcome.value,
             ).inc()
+            waits = transition.dispatch_state is DispatchState.RETRY_WAIT
+            if waits and answered_not_committed(completion.settled_by, completion.outcome):
+                self.metrics.child(
+                    self.metrics.waiting_for_destination,
+                    row["destination"],
+                    "yes" if completion.written else "no",
+                ).inc()
             log_transition(completion, transition, row)
         if report.notified or report.applied:
             self.wake.set()

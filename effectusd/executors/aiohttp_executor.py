@@ -157,8 +157,8 @@ class _TransportRetryRefused(aiohttp.ClientError):
 
 
 class AiohttpExecutor(BaseHttpExecutor[tuple[str, URL, bytes, dict[str, str], Any], _Wire]):
-    """Executor for one HTTP destination on aiohttp. Callers limit concurrency to
-    ``max_concurrency``."""
+    """Executor for one HTTP destination on aiohttp (callers limit concurrency, see
+    BaseHttpExecutor)."""
 
     def __init__(
         self, name: str, config: DestinationConfig, *, environ: Mapping[str, str] | None = None
@@ -179,7 +179,7 @@ class AiohttpExecutor(BaseHttpExecutor[tuple[str, URL, bytes, dict[str, str], An
         if self._closed:
             raise RuntimeError("executor is closed")
         connector = _CheckedConnector(
-            limit=self.max_concurrency,
+            limit=self.connections,
             limit_per_host=0,
             ssl=self._tls,
             keepalive_timeout=KEEPALIVE_S if self._keep_alive else None,

@@ -5,8 +5,8 @@ destination.
 Same request, same classification as the other transports (``effectusd.executors.base`` and
 ``effectusd.executors.classify``). What it adds is exact evidence: the request goes out in one
 ``transport.write`` on a connection this executor opened or took from its own pool, so "not
-sent" is what it looks like: the call ended before that write (waiting for a slot under
-``max_concurrency``, connecting, the TLS handshake). From the write on, every failure is
+sent" is what it looks like: the call ended before that write (waiting for one of the pool's
+``connections``, connecting, the TLS handshake). From the write on, every failure is
 unknown. It never re-sends, follows no redirect, sends no cookie back and takes no proxy from
 the environment.
 
@@ -28,7 +28,6 @@ import asyncio
 import select
 import ssl
 import time
-import zlib
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
@@ -45,6 +44,7 @@ from effectusd.executors.base import (
     verifying_tls_context,
 )
 from effectusd.executors.classify import ANSWER_HEADERS, Wire
+from effectusd.executors.inflate import ACCEPT_ENCODING, inflated
 from effectusd.executors.protocol import Invocation
 
 # Response headers kept, by their lowercased name: what classification reads, the length, and
@@ -245,7 +245,7 @@ def _close_delimited(answer: _Answer) -> bool:
 
 class AsyncioExecutor(BaseHttpExecutor[bytes, _Wire]):
     """Executor for one HTTP destination on asyncio's transports. Callers limit concurrency
-    to ``max_concurrency``; the pool never opens more connections than that."""
+    (see BaseHttpExecutor); the pool never opens more than ``connections``."""
 
     def __init__(
         self, name: str, config: DestinationConfig, *, environ: Mapping[str, str] | None = None
@@ -263,7 +263,7 @@ class AsyncioExecutor(BaseHttpExecutor[bytes, _Wire]):
         # Built once: the request line's tail and every header that is the same for each call.
         static = {"Host": parts.netloc, "User-Agent": USER_AGENT}
         configured = {name.lower() for name in self._static_headers}
-        for name, value in (("Accept", "*/*"), ("Accept-Encoding", "gzip, deflate")):
+        for name, value in (("Accept", "*/*"), ("Accept-Encoding", ACCEPT_ENCODING)):
             if name.lower() not in configured:
                 static[name] = value
         static.update(self._static_headers)
@@ -272,7 +272,7 @@ class AsyncioExecutor(BaseHttpExecutor[bytes, _Wire]):
         self._head_tail = "".join(f"{k}: {v}\r\n" for k, v in static.items()).encode()
         self._hold = _held(self._max_response_bytes)
         self._idle: list[_Connection] = []
-        self._slots = asyncio.Semaphore(self.max_concurrency)
+        self._slots = asyncio.Semaphore(self.connections)
         self._closed = False
         self._open: set[_Connection] = set()
 
@@ -365,7 +365,7 @@ class AsyncioExecutor(BaseHttpExecutor[bytes, _Wire]):
         while not (answer.over or answer.size > hold):
             if answer.complete:
                 raw = b"".join(answer.body)
-                return _decode(raw, answer.headers.get("Content-Encoding", ""), limit)
+                return inflated(raw, answer.headers.get("Content-Encoding", "").split(","), limit)
             await self._next(answer)
         return None
 
@@ -374,37 +374,6 @@ def _held(limit: int) -> int:
     """Body bytes held for a decoded limit: enough to decode ``limit`` bytes (compressed data is
     not much larger than what it decodes to) and to tell that a body is over it."""
     return 2 * limit + 1024
-
-
-def _decode(raw: bytes, encodings: str, limit: int) -> bytes | None:
-    """``raw`` with every listed coding undone, last applied first; None past ``limit``."""
-    data = raw
-    for coding in reversed([c.strip().lower() for c in encodings.split(",") if c.strip()]):
-        if coding in ("gzip", "x-gzip"):
-            decoded = _inflate(data, zlib.MAX_WBITS | 16, limit)
-        elif coding == "deflate":
-            try:
-                decoded = _inflate(data, zlib.MAX_WBITS, limit)  # zlib-wrapped, as specified
-            except zlib.error:
-                decoded = _inflate(data, -zlib.MAX_WBITS, limit)  # raw, as some servers send
-        elif coding == "identity":
-            decoded = data
-        else:
-            return data  # not ours to decode: the body then is not JSON, so unknown
-        if decoded is None:
-            return None
-        data = decoded
-    return None if len(data) > limit else data
-
-
-def _inflate(data: bytes, wbits: int, limit: int) -> bytes | None:
-    decoder = zlib.decompressobj(wbits)
-    out = decoder.decompress(data, limit + 1)
-    if len(out) > limit:
-        return None
-    if not decoder.eof:
-        raise zlib.error("compressed body ends before its stream does")
-    return out
 
 
 def _unverified() -> ssl.SSLContext:

@@ -106,7 +106,9 @@ def error_name(exc: BaseException) -> str:
 
 
 class BaseHttpExecutor(Generic[Request, WireT]):
-    """One destination over one HTTP transport. Callers limit concurrency to max_concurrency.
+    """One destination over one HTTP transport. Callers limit concurrency: the pipeline's calls
+    to max_concurrency, the probe loop's probes to probe_concurrency; the connection pool holds
+    both (``connections``), so neither waits for the other.
 
     Subclasses build a transport request and exchange it; this class owns the invariant parts:
     validation, the overall deadline, classification, and what an error may say.
@@ -117,6 +119,7 @@ class BaseHttpExecutor(Generic[Request, WireT]):
     ) -> None:
         self.name = name
         self.max_concurrency = config.max_concurrency
+        self.connections = config.connections
         self._base_url = config.base_url.rstrip("/")
         self._timeout = config.timeout.total_seconds()
         self._connect_timeout = config.connect_timeout.total_seconds()

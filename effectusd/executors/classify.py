@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from effectusd.core.answers import (
@@ -22,18 +23,21 @@ from effectusd.core.answers import (
     describe,
     preset_class,
 )
+from effectusd.core.backoff import RETRY_AFTER_S
 from effectusd.core.canonical import JsonValue, parse_json, printable
 from effectusd.core.states import OutcomeClass
-from effectusd.core.transition import Completion
+from effectusd.core.transition import MAYBE_SENT, NOT_SENT, Completion
 from effectusd.core.wire import (
     FENCING,
     OUTCOME,
     REPLY_HEADERS,
     REQUEST_ID,
+    RETRY_AFTER,
     decode_fencing,
     decode_outcome,
     echo_matches,
     is_retry_after,
+    retry_after_seconds,
 )
 from effectusd.executors.protocol import Invocation
 from effectusd.executors.storable import body_digest, unstorable_reasons
@@ -43,8 +47,6 @@ MAX_ERROR_CHARS = 500
 # A refusal's reason: its body is read only this far, and what it says is cut to REASON_CHARS.
 REASON_BYTES = 4096
 REASON_CHARS = 200
-NOT_SENT = "not_sent"
-MAYBE_SENT = "maybe_sent"
 
 
 class Wire:
@@ -96,6 +98,11 @@ class Wire:
         }
         if self.echo is not None:
             evidence["request_id_echo"] = self.echo
+        retry_after = self.headers.get(RETRY_AFTER)
+        if retry_after is not None:  # kept verbatim only when valid (``answered``)
+            delay = retry_after_seconds(retry_after, datetime.now(UTC))
+            if delay is not None:
+                evidence[RETRY_AFTER_S] = delay
         if self.body is not None:
             evidence["body"] = self.body
         if preset is not None:
@@ -107,7 +114,7 @@ class Wire:
                 error = f"{error}: {self.reason}"
         invocation = self.invocation
         return Completion.answered(
-            invocation,
+            invocation.held,
             outcome,
             status_code=self.status_code,
             result=result,

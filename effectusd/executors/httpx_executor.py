@@ -9,8 +9,7 @@ write path. Request building and classification are shared with the other transp
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
@@ -22,6 +21,7 @@ from effectusd.config import DestinationConfig
 from effectusd.core.transition import Completion
 from effectusd.executors.base import USER_AGENT, BaseHttpExecutor, tls_context
 from effectusd.executors.classify import Wire
+from effectusd.executors.inflate import ACCEPT_ENCODING, Inflater
 from effectusd.executors.protocol import Invocation
 
 # httpcore trace events that only happen while opening a new connection, before any request byte.
@@ -31,9 +31,6 @@ _CONNECT_EVENTS = frozenset(
     for phase in ("started", "failed")
 )
 _REQUEST_IO_PREFIXES = ("http11.", "http2.")
-# Decoded by us, in bounded steps (httpx inflates each network chunk whole: ~1000x its size).
-ACCEPT_ENCODING = "gzip, deflate"
-_WBITS = {"gzip": zlib.MAX_WBITS | 16, "x-gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
 
 
 class _Wire(Wire):
@@ -74,7 +71,8 @@ class _Wire(Wire):
 
 
 class HttpxExecutor(BaseHttpExecutor[httpx.Request, _Wire]):
-    """Executor for one HTTP destination on httpx. Callers limit concurrency to max_concurrency."""
+    """Executor for one HTTP destination on httpx (callers limit concurrency, see
+    BaseHttpExecutor)."""
 
     def __init__(
         self, name: str, config: DestinationConfig, *, environ: Mapping[str, str] | None = None
@@ -83,8 +81,8 @@ class HttpxExecutor(BaseHttpExecutor[httpx.Request, _Wire]):
         self._trace_works = False
         self._static = _encode(self._static_headers)
         limits = httpx.Limits(
-            max_connections=config.max_concurrency,
-            max_keepalive_connections=config.max_concurrency if config.keep_alive else 0,
+            max_connections=config.connections,
+            max_keepalive_connections=config.connections if config.keep_alive else 0,
         )
         verify = (tls_context(config) or True) if config.verify_tls else False
         transport = httpx.AsyncHTTPTransport(
@@ -131,67 +129,29 @@ def _encode(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
     return [(name.encode("ascii"), value.encode("utf-8")) for name, value in headers.items()]
 
 
-class UndecodableBody(Exception):
-    """A body in an encoding we did not offer, or that does not decode."""
-
-
 def _body_reader(response: httpx.Response) -> Callable[[int], Awaitable[bytes | None]]:
     async def read(limit: int) -> bytes | None:
         """The decoded body, or None once it is known to exceed ``limit`` bytes: never more
         than about ``limit`` decoded bytes are held, however well the body compresses."""
-        layers = _decoders(response.headers.get_list("Content-Encoding", split_commas=True))
+        # Decoded by us, in bounded steps (httpx inflates each network chunk whole).
+        inflater = Inflater(response.headers.get_list("Content-Encoding", split_commas=True))
         chunks: list[bytes] = []
-        size = received = 0
+        size = 0
         # The stream itself, not aiter_raw(): that hands the connection back to the pool at
         # the end of the body, before _retire_if_bytes_left could look at what is left on it.
         stream = response.stream
         assert isinstance(stream, httpx.AsyncByteStream)  # an AsyncClient's always is
         async for raw in stream:
-            received += len(raw)
-            for chunk in _inflate(layers, raw, limit + 1):
+            for chunk in inflater.feed(raw, limit + 1):
                 size += len(chunk)
                 if size > limit:
                     return None
                 chunks.append(chunk)
-        for layer in layers:
-            if received and not layer.eof:
-                raise UndecodableBody()  # truncated: the answer may be cut anywhere
+        inflater.close()  # a truncated stream: the answer may be cut anywhere
         _retire_if_bytes_left(response)
         return b"".join(chunks)
 
     return read
-
-
-def _decoders(encodings: list[str]) -> list[Any]:
-    """One zlib decoder per applied encoding, in decoding order (the last applied first)."""
-    layers = []
-    for encoding in reversed([name.strip().lower() for name in encodings]):
-        if encoding in ("", "identity"):
-            continue
-        if encoding not in _WBITS:
-            raise UndecodableBody()
-        layers.append(zlib.decompressobj(_WBITS[encoding]))
-    return layers
-
-
-def _inflate(layers: list[Any], data: bytes, most: int) -> Iterator[bytes]:
-    """``data`` through every layer, never more than ``most`` bytes out of a layer at once."""
-    if not layers:
-        if data:
-            yield data
-        return
-    head, rest = layers[0], layers[1:]
-    out = b""
-    # A full output may leave decoded bytes inside zlib even with no input left to feed.
-    while data or len(out) == most:
-        try:
-            out = head.decompress(data, most)
-        except zlib.error:
-            raise UndecodableBody() from None
-        data = head.unconsumed_tail
-        yield from _inflate(rest, out, most)
-        if head.eof:
-            return
 
 
 def _retire_if_bytes_left(response: httpx.Response) -> None:

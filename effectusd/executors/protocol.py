@@ -8,7 +8,7 @@ from typing import Protocol
 
 from effectusd.core.frozen import frozen
 from effectusd.core.states import FencingStatus
-from effectusd.core.transition import Completion
+from effectusd.core.transition import Completion, HeldAttempt, HeldClaim
 from effectusd.core.wire import FencingGrant, RequestIdentity
 
 __all__ = ["Executor", "FencingGrant", "Invocation"]
@@ -32,6 +32,17 @@ class Invocation(RequestIdentity):
     fencing_sent: FencingStatus  # the write-ahead's; not_requested without grants
     # traceparent (and tracestate) of the attempt's span; None while tracing is off
     trace_headers: Mapping[str, str] | None = None
+    # The claim's number, the settlement guard's counter, where it differs from ``attempt``
+    # (X-Effectus-Attempt counts requests written: claims that ended before their write are
+    # none); None: the same.
+    claim_attempt: int | None = None
+
+    @property
+    def held(self) -> HeldAttempt:
+        """The attempt its completion answers: the claim, by the guard's counter."""
+        if self.claim_attempt is None:
+            return self
+        return HeldClaim(self.dispatch_id, self.claim_attempt, self.lease_token)
 
 
 class Executor(Protocol):

@@ -154,7 +154,7 @@ def _live_budget(target: DispatchFacts, pinned: str, registry: Registry) -> int:
     )
     if refusal is not None or live is None:
         raise refusal or Refused(RefusalKind.CONFLICT, f"verb {target.verb!r} is not configured")
-    return fresh_budget(target.attempt, live.retry.max_attempts)
+    return fresh_budget(target.attempt - target.unsent, live.retry.max_attempts)
 
 
 def _reset_budget(target: DispatchFacts, budget: int) -> Operation[None]:
@@ -164,7 +164,8 @@ def _reset_budget(target: DispatchFacts, budget: int) -> Operation[None]:
         {
             "dispatch_id": target.dispatch_id,
             "max_attempts": budget,
-            "budget_base": target.attempt,
+            # the requests written so far: the budget counts requests, not claims
+            "budget_base": target.attempt - target.unsent,
             "expected_state": target.state.value,
         },
     )

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -82,11 +82,26 @@ class ProbeTicket:
 class Taken:
     scheduled: list[tuple[str, str]]  # (verb, saga_id) of each dispatch scheduled now
     tickets: list[ProbeTicket]
+    # each dispatch (its row) given up when taken, its last probe unanswered, and why
+    given_up: list[tuple[dict[str, Any], str]] = field(default_factory=list)
 
 
-def take_probes(probes: Mapping[str, ProbeConfig], limit: int) -> Operation[Taken]:
+# The verbs of one destination, and how many of their probes may be taken now.
+Group = tuple[Sequence[str], int]
+
+
+def take_probes(
+    probes: Mapping[str, ProbeConfig],
+    limit: int,
+    *,
+    hold: Mapping[str, timedelta] | None = None,
+    groups: Sequence[Group] | None = None,
+) -> Operation[Taken]:
     """Schedule the blocked dispatches of verbs with a probe that have none yet (an event
-    each), then take the due probes (at most ``limit``), each moved on by its ``every``."""
+    each), then take the due probes: of each group's verbs at most its room (and ``limit``;
+    without groups, of every verb at most ``limit``). Each probe counts when taken and is held
+    for its verb's ``hold`` (by default its ``every``); one whose probes were all spent before
+    (the last answer lost) is given up instead of sent."""
     taken = Taken([], [])
     verbs = sorted(probes)
     if not verbs:
@@ -104,11 +119,11 @@ def take_probes(probes: Mapping[str, ProbeConfig], limit: int) -> Operation[Take
                 "probe_scheduled",
                 {"first_probe_at": first.isoformat(), "max_probes": config.max_probes},
             )
-    every = {verb: probes[verb].every.total_seconds() for verb in verbs}
-    due = yield (
-        "probe_take",
-        {"limit": limit, "verbs": verbs, "every_s": [every[v] for v in verbs], "every": every},
-    )
+    held = {verb: max(probes[verb].every, (hold or {}).get(verb, timedelta(0))) for verb in verbs}
+    due: list[dict[str, Any]] = []
+    for group, room in [(verbs, limit)] if groups is None else groups:
+        if room > 0 and group:
+            due += yield _take(probes, sorted(group), min(room, limit), held)
     if not due:
         return taken
     targets = yield ("probe_targets", {"dispatch_ids": [row["dispatch_id"] for row in due]})
@@ -122,10 +137,71 @@ def take_probes(probes: Mapping[str, ProbeConfig], limit: int) -> Operation[Take
             or target["verb"] not in probes
         ):
             # Settled, sent again or no longer probed since it was scheduled: nothing to ask.
-            yield _update(row["dispatch_id"], row["attempt"], None, None)
-            continue
-        taken.tickets.append(ProbeTicket(dict(target), int(row["probes"]), row["db_now"]))
+            yield _update(row["dispatch_id"], row["attempt"], int(row["probes"]), None, None)
+        elif row["next_probe_at"] is None:  # its probes were all spent: closed
+            reason = yield from _give_up_lost(target, int(row["probes"]), probes[target["verb"]])
+            if reason is not None:
+                taken.given_up.append((dict(target), reason))
+        else:
+            taken.tickets.append(ProbeTicket(dict(target), int(row["probes"]), row["db_now"]))
     return taken
+
+
+def _take(
+    probes: Mapping[str, ProbeConfig], verbs: list[str], limit: int, held: Mapping[str, timedelta]
+) -> tuple[str, dict[str, Any]]:
+    """probe_take for ``verbs``; each store reads the per-verb plan its own way."""
+    hold_s = [held[verb].total_seconds() for verb in verbs]
+    max_probes = [probes[verb].max_probes for verb in verbs]
+    plan = {
+        verb: {"hold": h, "max": m} for verb, h, m in zip(verbs, hold_s, max_probes, strict=True)
+    }
+    params = {"limit": limit, "verbs": verbs, "hold_s": hold_s, "max_probes": max_probes}
+    return ("probe_take", {**params, "plan": plan})
+
+
+def _give_up_lost(
+    target: Mapping[str, Any], probes: int, config: ProbeConfig
+) -> Operation[str | None]:
+    """Give up a dispatch whose last probe was taken and never answered (lost with its daemon,
+    or still unanswered after its hold): it counted, and no more are allowed. Once: None when
+    the probes were given up already, else why."""
+    moved = yield _update(
+        target["dispatch_id"], target["attempt"], probes, None, None, given_up=True
+    )
+    if not moved:
+        return None
+    reason = f"max_probes {config.max_probes} spent (probe {probes} went unanswered)"
+    detail = {"probe": probes, "max_probes": config.max_probes, "verdict": Verdict.GIVE_UP.value}
+    yield _probe_event(target, "probe_given_up", {**detail, "status": None}, reason)
+    return reason
+
+
+@dataclass(frozen=True)
+class Pending:
+    """The probes of blocked dispatches not yet settled: what ``run --until-idle`` waits for
+    (due now, or a blocked dispatch not yet scheduled) and what it leaves (scheduled later)."""
+
+    due: int
+    unscheduled: bool
+    later: int
+    next_at: datetime | None  # when the first of those scheduled later is due
+    db_now: datetime | None
+
+
+def probes_pending(verbs: Sequence[str]) -> Operation[Pending]:
+    """How the probes of ``verbs`` stand now (the database clock)."""
+    if not verbs:
+        return Pending(0, False, 0, None, None)
+    unscheduled = yield ("probe_unscheduled", {"verbs": sorted(verbs), "limit": 1})
+    [row] = yield ("probe_pending", {"verbs": sorted(verbs)})
+    return Pending(
+        int(row["due"] or 0),
+        bool(unscheduled),
+        int(row["later"] or 0),
+        row["next_at"],
+        row["db_now"],
+    )
 
 
 def settle_probe(
@@ -153,7 +229,7 @@ def settle_probe(
     if row is None or tuple(_comparable(row[name]) for name in GUARDED) != ticket.guard():
         detail["guard"] = "missed: the dispatch moved on after the probe was taken"
         yield _probe_event(ticket.row, "probe_answered", detail, decision.reason)
-        yield _update(ticket.dispatch_id, attempt, None, status)
+        yield _update(ticket.dispatch_id, attempt, ticket.probes, None, status)
         return Settled.MOVED_ON
     target = dispatch_facts(row)
     if decision.verdict in (Verdict.COMMITTED, Verdict.NOT_COMMITTED):
@@ -169,15 +245,19 @@ def settle_probe(
             to_state=transition.dispatch_state.value,
         )
         yield from write_transition(ticket.saga_id, transition, completion, row)
-        yield _update(ticket.dispatch_id, attempt, None, status)
+        yield _update(ticket.dispatch_id, attempt, ticket.probes, None, status)
         committed = decision.verdict is Verdict.COMMITTED
         return Settled.COMMITTED if committed else Settled.NOT_COMMITTED
     if decision.verdict is Verdict.GIVE_UP:
-        yield _probe_event(ticket.row, "probe_given_up", detail, decision.reason)
-        yield _update(ticket.dispatch_id, attempt, None, status, given_up=True)
-        return Settled.GIVEN_UP
+        given_up = _update(ticket.dispatch_id, attempt, ticket.probes, None, status, given_up=True)
+        if (yield given_up):
+            yield _probe_event(ticket.row, "probe_given_up", detail, decision.reason)
+            return Settled.GIVEN_UP
+        # Given up already (this probe's answer came after its hold): evidence only.
+        yield _probe_event(ticket.row, "probe_answered", detail, decision.reason)
+        return Settled.KEPT_BLOCKED
     yield _probe_event(ticket.row, "probe_answered", detail, decision.reason)
-    yield _update(ticket.dispatch_id, attempt, decision.next_at, status)
+    yield _update(ticket.dispatch_id, attempt, ticket.probes, decision.next_at, status)
     return Settled.KEPT_BLOCKED
 
 
@@ -223,6 +303,7 @@ def _probe_event(
 def _update(
     dispatch_id: int,
     attempt: int,
+    probes: int,
     next_at: datetime | None,
     status: int | None,
     *,
@@ -233,6 +314,7 @@ def _update(
         {
             "dispatch_id": dispatch_id,
             "attempt": attempt,
+            "probes": probes,
             "next_probe_at": next_at,
             "last_status": status,
             "given_up": given_up,

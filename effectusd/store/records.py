@@ -39,15 +39,32 @@ class Claim:
     created_at: datetime  # when the dispatch row was enqueued (database clock)
     max_attempts: int | None = None  # the budget in force for this attempt (live, see claim)
     fence_waits: int = 0  # earlier attempts that only waited for a busy fencing resource
+    # earlier claims that ended before their request was written (fence waits included): the
+    # request this claim writes is number attempt - unsent (X-Effectus-Attempt)
+    unsent: int = 0
+    uncertain_attempt: int | None = None  # an earlier attempt that may have committed
+    fence_waiting: bool = False  # a wait for a busy fencing resource is in progress
     # Born written ahead: the claim itself committed "may have been sent" (PostgreSQL, an
     # unfenced row claimed by the daemon, see claim_ready.sql): call it with no write-ahead.
     written_ahead: bool = False
 
     @property
     def budget_spent(self) -> bool:
-        """This attempt is past the budget in force (lowered in config since the last one);
-        attempts that only waited for a fencing resource never count."""
-        return self.max_attempts is not None and self.attempt - self.fence_waits > self.max_attempts
+        """This attempt would re-send an uncertain attempt past the budget in force (lowered
+        in config since the last one). The budget counts requests written (claims that ended
+        unsent never count) and bounds only the re-sending of a call whose outcome is unknown:
+        a retry of a call never sent or known not committed runs under the time budget."""
+        return (
+            self.max_attempts is not None
+            and self.uncertain_attempt is not None
+            and self.request_number > self.max_attempts
+        )
+
+    @property
+    def request_number(self) -> int:
+        """The number of the request this claim writes: X-Effectus-Attempt, and the attempt a
+        person sees (claims that ended before their write are not requests)."""
+        return self.attempt - self.unsent
 
     @property
     def lease_seconds(self) -> float:
@@ -84,6 +101,9 @@ def claim_from_row(row: Mapping[str, Any]) -> Claim:
         timeout_ms=row["timeout_ms"],
         max_attempts=row["max_attempts"],
         fence_waits=row["fence_waits"],
+        unsent=row["unsent"],
+        uncertain_attempt=row["uncertain_attempt"],
+        fence_waiting=bool(row["fence_waiting"]),
         attempt=row["attempt"],
         lease_token=str(row["lease_token"]),
         lease_expires_at=row["lease_expires_at"],

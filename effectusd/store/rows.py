@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from datetime import timedelta
 from typing import Any
 
 from effectusd.backends.operation import Operation
@@ -151,6 +152,13 @@ class TransitionRows:
                 "last_error": transition.last_error,
                 "result": None if success is None else json.dumps(success.result),
                 "succeeded_order": None if success is None else success.succeeded_order,
+                # a claim that ended before its write is no request (migration 10024)
+                "unsent": 0 if completion.written else 1,
+                "gives_up_in_s": (
+                    None
+                    if transition.gives_up_in is None
+                    else transition.gives_up_in.total_seconds()
+                ),
             }
         )
 
@@ -253,7 +261,13 @@ def dispatch_facts(row: Row) -> DispatchFacts:
         uncertain_attempt=row["uncertain_attempt"],
         fence_waits=row["fence_waits"],
         budget_base=row["budget_base"],
+        unsent=row["unsent"],
+        budget_elapsed=_seconds(row["budget_elapsed_s"]),
     )
+
+
+def _seconds(value: float | None) -> timedelta | None:
+    return None if value is None else timedelta(seconds=value)
 
 
 def locked_dispatch(row: Row) -> LockedDispatch:

@@ -16,10 +16,12 @@ from effectusd.backends.batches import isolate
 from effectusd.backends.errors import failure_name
 from effectusd.backends.operation import Operation
 from effectusd.core.canonical import canonical_text
+from effectusd.core.engine import FENCE_WAIT_ENDED
 from effectusd.core.states import Cause, FencingStatus
-from effectusd.core.transition import Completion, FenceWait
+from effectusd.core.transition import Completion, Event, FenceWait
 from effectusd.fencing.protocol import FenceBusy, FenceHolder, FencingProvider
 from effectusd.store.records import Claim, WriteAhead
+from effectusd.store.rows import event_params
 
 T = TypeVar("T")
 log = logging.getLogger("effectusd.store")
@@ -109,7 +111,23 @@ class WriteAheadStore:
             },
         )
         marked = {row["dispatch_id"] for row in marked_rows}
-        return [w for w in ready if w.claim.dispatch_id in marked], busy
+        sent = [w for w in ready if w.claim.dispatch_id in marked]
+        ended = [w.claim for w in sent if w.claim.fence_waiting]
+        if ended:  # the write-ahead ends a wait for a busy resource: stored on the timeline
+            yield ("insert_event", [self._fence_wait_ended(claim) for claim in ended])
+        return sent, busy
+
+    def _fence_wait_ended(self, claim: Claim) -> dict[str, Any]:
+        detail = {"ended": "sent", "waits": claim.fence_waits}
+        event = Event(
+            FENCE_WAIT_ENDED,
+            claim.effect_id,
+            claim.direction.value,
+            claim.attempt,
+            actor=self.owner,
+            detail=detail,
+        )
+        return event_params(claim.saga_id, event)
 
     def _fence_waits(self, waiting: Sequence[tuple[Claim, str]]) -> Operation[list[Completion]]:
         """Count each busy claim as a fence wait (not an attempt of the retry budget) and tell
@@ -123,6 +141,7 @@ class WriteAheadStore:
             },
         )
         waited = {row["dispatch_id"]: float(row["waited_s"] or 0.0) for row in marked}
+        started = {row["dispatch_id"] for row in marked if row["started"]}
         holders = {
             row["resource"]: row
             for row in (
@@ -141,7 +160,10 @@ class WriteAheadStore:
                     "nothing was sent",
                     actor=self.owner,
                     fence_wait=FenceWait(
-                        timedelta(seconds=max(waited.get(claim.dispatch_id, 0.0), 0.0)), who
+                        timedelta(seconds=max(waited.get(claim.dispatch_id, 0.0), 0.0)),
+                        who,
+                        resource,
+                        claim.dispatch_id in started,
                     ),
                 )
             )

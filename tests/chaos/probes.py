@@ -105,7 +105,7 @@ def pending(url: str, rows: Rows) -> int:
 def drain(
     spawn: Callable[[], subprocess.Popen[bytes]], url: str, rows: Rows, timeout: float
 ) -> None:
-    """After the settling daemon (``run --until-idle`` does not wait for probes): a clean
+    """After the settling daemon (``run --until-idle`` leaves probes scheduled later): a clean
     daemon runs until no saga is running and no blocked dispatch has a probe to come (the
     answers settled, the retries they allowed sent), then stops; what is still pending at
     ``timeout`` is left to ``check``."""

@@ -238,7 +238,7 @@ def run_scenario(scenario: Scenario, seed: int = 0) -> Report:
             _drive(scenario, daemons, url, rng, started, operator)
             daemons.stop()
             _settle(config, url)
-            if scenario.probes:  # --until-idle does not wait for probes
+            if scenario.probes:  # --until-idle leaves probes scheduled later
                 probes.drain(lambda: daemons.spawn(None), url, _rows, scenario.timeout_s)
             report.kills, report.restarts = daemons.kills, daemons.restarts
             _check(report, scenario, url, dest_url)

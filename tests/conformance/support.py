@@ -178,6 +178,14 @@ class StoreUnderTest:
             " WHERE state IN ('queued', 'retry_wait')"
         )
 
+    def spend_time_budget(self) -> None:
+        """Start every dispatch's time budget (retry.give_up_after) far enough back that it is
+        spent (instead of sleeping through it)."""
+        self.execute(
+            "UPDATE effectus_saga_outbox SET budget_since = "
+            f"{self.now_sql()} - {self.seconds_sql(400 * 86400)}"
+        )
+
     def backdate_finished(self, saga_id: str, seconds: float) -> None:
         mark = "?" if self.sqlite else "%s"
         self.execute(

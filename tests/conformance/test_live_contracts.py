@@ -11,6 +11,7 @@ import pytest
 
 from effectusd.core.operator_decisions import Refused
 from effectusd.core.states import Cause, OutcomeClass
+from effectusd.core.transition import Completion
 from effectusd.operator import adopt_contract, retry
 from tests.conformance.support import (
     NOWHERE,
@@ -27,7 +28,7 @@ from tests.conformance.support import (
 from tests.support.harness import make_config, serial_plan
 
 OPS = "user:ops"
-SUCCESS, RETRYABLE = OutcomeClass.SUCCESS, OutcomeClass.RETRYABLE
+SUCCESS, RETRYABLE, UNKNOWN = OutcomeClass.SUCCESS, OutcomeClass.RETRYABLE, OutcomeClass.UNKNOWN
 
 
 def _reconfigure(store: StoreUnderTest, **verbs: dict[str, Any]) -> None:
@@ -69,19 +70,22 @@ async def test_tuned_timeout_and_retry_apply_to_a_live_saga_without_blocking_it(
     assert store.view(saga)["state"] == "completed"
 
 
-async def test_a_max_attempts_lowered_below_the_attempts_made_spends_the_budget(
+async def test_a_max_attempts_lowered_below_the_requests_made_spends_the_budget(
     store: StoreUnderTest,
 ) -> None:
-    saga = store.submit(serial_plan("p", ["pay"]), "x")
-    await step(await store.dispatch_store(), RETRYABLE)  # attempt 1 of 3
+    saga = store.submit(serial_plan("p", ["pay_alo"]), "x")
+    await step(await store.dispatch_store(), UNKNOWN)  # request 1 of 3 may have committed
     store.make_due()
-    _reconfigure(store, pay={"retry": {**RETRY, "max_attempts": 1}})
-    claim, _ = await step(await store.dispatch_store("daemon-b"), RETRYABLE)
-    assert (claim.attempt, claim.max_attempts) == (2, 1)  # the pipeline does not send it
+    _reconfigure(store, pay_alo={"retry": {**RETRY, "max_attempts": 1}})
+    tuned = await store.dispatch_store("daemon-b")
+    claim = await claim_one(tuned)
+    assert (claim.attempt, claim.max_attempts) == (2, 1)
+    assert claim.budget_spent  # the pipeline does not send it: its guard settles it unsent
+    await tuned.record([Completion.not_sent(claim, Cause.BUDGET_SPENT, "budget spent")])
     view = store.view(saga)
-    assert view["state"] == "failed"
-    assert dispatch_in(view, "s1")["state"] == "failed_permanent"
-    assert "retry budget of 1 attempt(s) exhausted" in view["stop_reason"]
+    assert view["state"] == "blocked_unknown"
+    assert dispatch_in(view, "s1")["state"] == "blocked_unknown"
+    assert "attempt 1 may have committed" in view["stop_reason"]
 
 
 async def test_budgets_count_from_an_operators_retry_and_old_rows_keep_their_own(
@@ -101,13 +105,14 @@ async def test_budgets_count_from_an_operators_retry_and_old_rows_keep_their_own
     _reconfigure(store, pay=lowered, ship=lowered)
     tuned = await store.dispatch_store("daemon-b")
     claim, _ = await step(tuned, RETRYABLE)
-    # the fresh budget counts from the attempt the operator retried at: 1 + the live 1
+    # the fresh budget counts from the request the operator retried at: 1 + the live 1
     assert (claim.attempt, claim.max_attempts) == (2, 2)
-    assert store.view(fenced)["state"] == "failed"
+    # known not committed: retried under the time budget, whatever max_attempts says
+    assert dispatch_in(store.view(fenced), "s1")["state"] == "retry_wait"
 
     claim, _ = await step(tuned, RETRYABLE, destination="other")
     assert (claim.saga_id, claim.max_attempts) == (old, 3)
-    assert dispatch_in(store.view(old), "s1")["state"] == "retry_wait"  # 1 < 3, not 1 < 1
+    assert dispatch_in(store.view(old), "s1")["state"] == "retry_wait"
 
 
 # -- adopt-contract ------------------------------------------------------------------------

@@ -221,12 +221,13 @@ async def test_success_enqueues_the_next_step_then_completes_the_saga(
 # -- retryable ----------------------------------------------------------------------------------
 
 
-async def test_retryable_waits_with_backoff_then_fails_permanently_when_exhausted(
+async def test_retryable_waits_with_backoff_then_fails_permanently_when_its_time_is_spent(
     store: StoreUnderTest,
 ) -> None:
     saga = store.submit(serial_plan("p", ["pay"]), "x")  # max_attempts 3, backoff 10s .. 1m
     daemon = await store.dispatch_store()
-    for attempt, backoff in [(1, 10.0), (2, 20.0)]:
+    # known not committed: retried past max_attempts (3), which bounds unknown outcomes only
+    for attempt, backoff in [(1, 10.0), (2, 20.0), (3, 40.0)]:
         before = datetime.now(UTC)
         await step(daemon, RETRYABLE)
         dispatch = dispatch_in(store.view(saga), "s1")
@@ -236,14 +237,15 @@ async def test_retryable_waits_with_backoff_then_fails_permanently_when_exhauste
         assert await daemon.claim({"dest": 10}) == []  # not before its backoff
         store.make_due()
 
+    store.spend_time_budget()  # retry.give_up_after has passed since its first claim
     await step(daemon, RETRYABLE)
     view = store.view(saga)
     dispatch = dispatch_in(view, "s1")
-    assert (dispatch["state"], dispatch["attempt"]) == ("failed_permanent", 3)
-    assert [a["outcome"] for a in dispatch["attempts"]] == [RETRYABLE.value] * 3
-    assert len({a["request_id"] for a in dispatch["attempts"]}) == 3
+    assert (dispatch["state"], dispatch["attempt"]) == ("failed_permanent", 4)
+    assert [a["outcome"] for a in dispatch["attempts"]] == [RETRYABLE.value] * 4
+    assert len({a["request_id"] for a in dispatch["attempts"]}) == 4
     assert view["state"] == "failed"  # nothing had succeeded: nothing to undo
-    assert "exhausted" in view["stop_reason"]
+    assert "give_up_after" in view["stop_reason"]
     assert step_states(view) == {"s1": "failed"}
 
 
@@ -432,14 +434,16 @@ async def test_a_compensation_that_fails_permanently_blocks_the_saga(
     assert step_states(view)["s1"] == "compensating"
 
 
-async def test_a_compensation_out_of_retries_blocks_the_saga(store: StoreUnderTest) -> None:
+async def test_a_compensation_out_of_time_blocks_the_saga(store: StoreUnderTest) -> None:
     saga, daemon = await _compensating(store)
+    for _ in range(3):  # undo has max_attempts 2: it bounds unknown outcomes only
+        await step(daemon, RETRYABLE)
+        assert dispatch_in(store.view(saga), "s1", "compensation")["state"] == "retry_wait"
+        store.make_due()
+    store.spend_time_budget()
     await step(daemon, RETRYABLE)
-    assert dispatch_in(store.view(saga), "s1", "compensation")["state"] == "retry_wait"
-    store.make_due()
-    await step(daemon, RETRYABLE)  # undo has max_attempts 2
     view = store.view(saga)
-    assert view["state"] == "blocked_compensation" and "exhausted" in view["stop_reason"]
+    assert view["state"] == "blocked_compensation" and "give_up_after" in view["stop_reason"]
 
 
 async def test_record_applies_one_transition_per_saga_per_batch(store: StoreUnderTest) -> None:

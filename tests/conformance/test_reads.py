@@ -61,6 +61,7 @@ DISPATCH = {
     "direction": str,
     "state": str,
     "attempt": int,
+    "requests": int,
     "max_attempts": int,
     "idempotency_key": str,
     "destination": str,
@@ -81,6 +82,11 @@ DISPATCH = {
     "last_error": (str, OPT),
     "created_at": TS,
     "updated_at": TS,
+    "fence_waits": int,
+    "fence_wait_since": (TS, OPT),
+    "budget_started_at": (TS, OPT),
+    "gives_up_at": (TS, OPT),
+    "waiting": (str, OPT),
     "attempts": list,
 }
 ATTEMPT = {
@@ -91,6 +97,7 @@ ATTEMPT = {
     "fencing_status": (str, OPT),
     "grants": (list, OPT),
     "sent_at": (TS, OPT),
+    "not_sent": bool,
     "completed_at": (TS, OPT),
     "status_code": (int, OPT),
     "error": (str, OPT),
@@ -197,7 +204,8 @@ async def test_a_saga_view_has_the_same_shape_on_every_store(store: StoreUnderTe
         "permanent_failure",
         "late no",
     )
-    assert first["evidence"] == {} and first["settled_by"] == "reclaim"
+    # a reclaim says only whether the attempt may have been sent
+    assert first["evidence"] == {"sent": "maybe_sent"} and first["settled_by"] == "reclaim"
     assert s2["attempts"][1]["late"] is False
     assert view["cancel_requested_by"] == "user:ops" and view["cancel_requested_at"]
     assert view["steps"][0]["has_compensation"] is True

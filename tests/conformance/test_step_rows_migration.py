@@ -212,6 +212,17 @@ def before_10020(store: StoreUnderTest, views: dict[str, Any]) -> None:
         for statement in HEX_DOMAIN_UNDONE:
             store.execute(statement)
     # 10023 (tokens above the clock) is not undone: it is written to be applied over itself
+    # 10024: the outbox's count of claims that ended unsent and its time budget's start
+    if not store.sqlite:
+        store.execute(
+            "ALTER TABLE effectus_saga_outbox DROP CONSTRAINT effectus_saga_outbox_unsent"
+        )
+    for column in ("unsent", "budget_since", "gives_up_at"):
+        store.execute(f"ALTER TABLE effectus_saga_outbox DROP COLUMN {column}")
+    for view in views.values():  # as 10024 finds such rows: no budget started, fence waits apart
+        for dispatch in (d for s in view["steps"] for d in s["dispatches"]):
+            dispatch["budget_started_at"] = dispatch["gives_up_at"] = None
+            dispatch["requests"] = dispatch["attempt"] - dispatch["fence_waits"]
     store.execute("DELETE FROM effectus_schema_migrations WHERE version >= 10020")
 
 
@@ -438,7 +449,10 @@ async def test_sagas_submitted_with_step_rows_read_the_same_after_10018_and_go_o
     assert outbox_foreign_key(store)[0][0] == "effectus_saga_instances"
     # every row kept; the attempts gain 10020's column (their last), NULL on every row
     after = store.execute(attempts)
-    assert (store.execute(dispatches), [row[:-1] for row in after]) == before
+    # and the outbox 10024's three (its last): no claim ended unsent, no time budget started
+    outbox = store.execute(dispatches)
+    assert ([row[:-3] for row in outbox], [row[:-1] for row in after]) == before
+    assert {row[-3:] for row in outbox} == {(0, None, None)}
     assert {row[-1] for row in after} == {None}
     if store.sqlite:  # the rebuilt outbox goes on numbering where the old one was
         assert store.execute(sequence) == ids

@@ -112,6 +112,39 @@ def test_the_daemon_refuses_a_standby(asynchronous: cluster.Pair) -> None:
         Daemon(Config(), only_standby).check_startup()
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["migrate"],
+        ["resolve", "0" * 64, "charge", "--committed", "--evidence", "seen"],
+        ["retry", "0" * 64],
+        ["cancel", "0" * 64],
+        ["prune", "--older-than", "1d"],
+    ],
+    ids=["migrate", "resolve", "retry", "cancel", "prune"],
+)
+def test_a_command_that_writes_refuses_a_standby_in_the_daemons_one_line(
+    asynchronous: cluster.Pair, command: list[str]
+) -> None:
+    from click.testing import CliRunner
+
+    from effectusd.cli import main
+
+    only_standby = asynchronous.admin_url(asynchronous.standby_port, "effectusd")
+    with pytest.raises(ConfigError) as daemon:
+        Daemon(Config(), only_standby).check_startup()
+
+    result = CliRunner().invoke(
+        main,
+        ["--database-url", only_standby, *command],
+        env={"EFFECTUSD_CONFIG": None, "EFFECTUSD_DATABASE_URL": None},
+    )
+
+    assert result.exit_code == 3, result.output
+    assert result.stderr.strip().splitlines() == [f"error: {daemon.value}"]
+    assert "ReadOnlySqlTransaction" not in result.output
+
+
 def test_require_synchronous_replication_refuses_an_asynchronous_standby_at_start(
     asynchronous: cluster.Pair,
 ) -> None:

@@ -172,7 +172,10 @@ async def test_not_sent_is_never_said_of_a_request_the_server_read(
     ]
     async with (
         RawServer(chaos.behaviour) as server,
-        executor(destination(server.base_url, max_concurrency=connections)) as ex,
+        # the pool's connections: max_concurrency's plus probe_concurrency's
+        executor(
+            destination(server.base_url, max_concurrency=connections - 1, probe_concurrency=1)
+        ) as ex,
     ):
         workers = asyncio.Semaphore(12)  # more callers than connections: many wait for one
 

@@ -289,10 +289,13 @@ def test_the_probe_loop_reads_only_blocked_dispatches_and_due_probes(db: str) ->
         take = plan_of(
             conn,
             sql("probe_take").as_string(conn),
-            {"limit": 32, "verbs": ["v"], "every_s": [60.0]},
+            {"limit": 32, "verbs": ["v"], "hold_s": [60.0], "max_probes": [20]},
         )
+        pending = plan_of(conn, sql("probe_pending").as_string(conn), {"verbs": ["v"]})
         conn.rollback()
     assert "effectus_saga_outbox_blocked_unknown" in unscheduled, unscheduled
     assert "Seq Scan" not in unscheduled, unscheduled
     assert "effectus_dispatch_probes_due" in take, take
     assert "Seq Scan" not in take, take
+    assert "effectus_dispatch_probes_due" in pending, pending  # --until-idle's question
+    assert "Seq Scan" not in pending, pending

@@ -487,13 +487,17 @@ def test_submit_with_an_execution_id_containing_a_space_exits_3_and_changes_noth
         pytest.param(["sagas", "show", VECTOR_SAGA_ID], id="sagas-show"),
     ],
 )
-def test_unreachable_database_exits_1_with_a_clear_message(command: list[str]) -> None:
+def test_unreachable_database_exits_1_naming_the_failure_never_the_drivers_text(
+    command: list[str],
+) -> None:
+    # The driver's message names the host, the port and the user (and libpq's may quote the
+    # URL): the line gives the failure's class only.
     result = run(*command, database_url=UNREACHABLE_URL)
 
     assert result.exit_code == 1, result.output
     assert result.stderr.startswith("error: ")
-    assert "127.0.0.1" in result.stderr
-    assert "port 1" in result.stderr
+    assert result.stderr.strip().endswith(": OperationalError")
+    assert "127.0.0.1" not in result.output
     assert "Traceback" not in result.output
     assert isinstance(result.exception, SystemExit)
 

@@ -394,3 +394,32 @@ def test_answers_is_declared_by_default_takes_http_and_refuses_anything_else_by_
     message = str(refused.value)
     assert "destinations.payments.answers" in message and "'declared' or 'http'" in message
     assert CONFIG_SECRET not in message
+
+
+def test_a_config_file_starting_with_a_utf8_byte_order_mark_loads_as_without_it(
+    tmp_path: Path,
+) -> None:
+    # Editors on Windows save UTF-8 with a BOM: it is still UTF-8 text, and the same settings.
+    path = tmp_path / "effectusd.toml"
+    text = VALID_TOML.format(headers="", destination="payments")
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+
+    config = load_config(path)
+
+    assert config.destinations["payments"].base_url == "http://127.0.0.1:9"
+    assert list(config.verbs) == ["payments.charge"]
+
+
+@pytest.mark.parametrize("opening", ["a = ", 'a = { b = { c = "d" } }\ne = '])
+def test_a_toml_array_nested_100000_deep_is_one_config_error_naming_the_file(
+    tmp_path: Path, opening: str
+) -> None:
+    path = tmp_path / "effectusd.toml"
+    path.write_text(opening + "[" * 100_000 + "]" * 100_000 + "\n")
+
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+
+    message = str(refused.value)
+    assert message.startswith(f"{path}: not valid TOML: ")
+    assert "nested too deeply" in message and "\n" not in message

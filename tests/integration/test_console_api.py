@@ -195,7 +195,7 @@ def _normal(value: Any, saga: str, actor: str) -> Any:
         return {
             k: _normal(v, saga, actor)
             for k, v in value.items()
-            if k not in dropped and not k.endswith("_at") and k != "execution_id"
+            if k not in dropped and not k.endswith(("_at", "_since")) and k != "execution_id"
         }
     if isinstance(value, list):
         return [_normal(v, saga, actor) for v in value]

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tests.integration.test_console_api import _blocked_unknown
+from tests.integration.test_dispatcher_leases import wait_for
 from tests.integration.test_operator import PERMANENT, UNKNOWN, answer, saga_row
 from tests.support.console import (
     READ_TOKEN,
@@ -21,8 +22,15 @@ from tests.support.console import (
     login,
     with_console,
 )
-from tests.support.destination import running
-from tests.support.harness import client_for, make_config, run_until_idle, serial_plan
+from tests.support.destination import go_down, running
+from tests.support.harness import (
+    attempts_of,
+    client_for,
+    daemon_running,
+    make_config,
+    run_until_idle,
+    serial_plan,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -191,3 +199,22 @@ async def test_a_blocked_contract_saga_offers_the_action_its_config_allows(db: s
     assert [a.split()[1] for a in blocked_view.next_actions] == ["adopt-contract", "retry"]
     assert [saga_actions(page) for page in pages["restored"]] == [["retry"]] * 2
     assert adopted.status_code == 303, adopted.text
+
+
+async def test_the_saga_page_shows_a_refusing_destination_as_waiting_and_attempts_not_sent(
+    db: str,
+) -> None:
+    with running() as dest:
+        fast = {"initial_backoff": "20ms", "max_backoff": "50ms"}
+        config = make_config(dest.base_url, {"pay": {"retry": fast}})
+        go_down(dest)  # connections refused: nothing is ever sent
+        saga = client_for(config, db).submit(serial_plan("w", ["pay"]), execution_id="w-1").saga_id
+        async with daemon_running(config, db):
+            await wait_for(lambda: len(attempts_of(db, saga, "s1")) >= 3)
+        # the daemon drained: the dispatch waits for its next try
+        async with console_running(with_console(config, tokens=TOKENS), db) as base:
+            [page] = await _pages(base, READ_TOKEN, f"/sagas/{saga}")
+    s1 = step_card(page, "s1")
+    assert "waiting for destination dest since" in s1 and "gives up at" in s1
+    assert "not sent" in s1
+    assert "0 of 5" in s1  # no request was written: claims that ended unsent are none

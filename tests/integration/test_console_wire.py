@@ -249,3 +249,20 @@ async def test_a_read_only_console_says_why_in_its_own_words(db: str) -> None:
         assert refused.status_code == 422 and "--" not in refused.json()["error"]
     assert no_evidence.json()["error"].startswith("evidence:")
     assert bad_result.json()["error"].startswith("result:")
+
+
+async def test_an_actor_with_a_zero_width_space_is_422_naming_the_field_and_writes_nothing(
+    db: str,
+) -> None:
+    with running(answer({("s1", "forward", None): UNKNOWN})) as dest:
+        config, saga = await _blocked_unknown(db, dest.base_url)
+        before = snapshot(db, saga)
+        fields = {"effect_id": "s1", "decision": "committed", "evidence": "ledger"}
+        async with console_running(with_console(config, tokens=TOKENS), db) as base:
+            async with httpx.AsyncClient(base_url=base, headers=bearer(WRITE_TOKEN)) as http:
+                refused = await http.post(
+                    f"/api/sagas/{saga}/resolve", json={**fields, "actor": "al\u200bice"}
+                )
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"].startswith("actor holds U+200B")
+    assert snapshot(db, saga) == before

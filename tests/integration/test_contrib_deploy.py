@@ -253,7 +253,7 @@ def test_compose_serves_the_console_behind_a_token_it_passes_by_reference() -> N
     assert any(token.scope == "write" for token in config.console.tokens.values())
     for token in config.console.tokens.values():
         assert environment[token.env].startswith(f"${{{token.env}:?")
-    assert "EFFECTUSD_CONSOLE_TOKEN_ONCALL=$(openssl rand -hex 16)" in (
+    assert "EFFECTUSD_CONSOLE_TOKEN_ONCALL=$(openssl rand -base64 32)" in (
         COMPOSE_DIR / "compose.yaml"
     ).read_text(encoding="utf-8")
 

@@ -230,7 +230,7 @@ def refusing_port() -> Iterator[int]:
         yield int(sock.getsockname()[1])
 
 
-async def test_connection_refused_is_retried_as_not_committed_then_compensated(
+async def test_connection_refused_is_retried_past_max_attempts_until_give_up_after(
     store_url: str,
 ) -> None:
     with running() as dest, refusing_port() as port:
@@ -241,7 +241,12 @@ async def test_connection_refused_is_retried_as_not_committed_then_compensated(
                 "undo": {},
                 "gone": {
                     "destination": "down",
-                    "retry": {"max_attempts": 3, "initial_backoff": "10ms"},
+                    "retry": {
+                        "max_attempts": 3,
+                        "initial_backoff": "10ms",
+                        "max_backoff": "40ms",
+                        "give_up_after": "400ms",
+                    },
                 },
             },
             destinations={"down": {"base_url": f"http://127.0.0.1:{port}"}},
@@ -252,9 +257,13 @@ async def test_connection_refused_is_retried_as_not_committed_then_compensated(
         await run_until_idle(config, store_url)
 
         attempts = attempts_of(store_url, saga, "s2")
-        assert [a["outcome"] for a in attempts] == ["retryable_failure_known_not_committed"] * 3
+        # never sent, so max_attempts (3) did not stop it: the time budget did
+        assert len(attempts) > 3
+        assert {a["outcome"] for a in attempts} == {"retryable_failure_known_not_committed"}
+        assert {a["evidence"]["sent"] for a in attempts} == {"not_sent"}
         view = client.get(saga)
         assert view is not None and view.state == "compensated"
+        assert view.stop_reason is not None and "give_up_after" in view.stop_reason
         assert [(r.effect, r.direction) for r in dest.requests] == [
             ("s1", "forward"),
             ("s1", "compensation"),

@@ -8,12 +8,14 @@ import asyncio
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 from click.testing import CliRunner
 
 from effectusd.cli import main
+from effectusd.cli.render import saga_detail
 from effectusd.core.canonical import parse_json
 from effectusd.executors.httpx_executor import HttpxExecutor
 from tests.conformance.support import StoreUnderTest
@@ -112,6 +114,55 @@ async def test_second_saga_on_the_same_account_waits_then_gets_a_larger_token(db
         second_token = attempts_of(db, second, "charge")[-1]["grants"][0]["token"]
         assert second_token > first_token
         assert attempts_of(db, second, "charge")[-1]["fencing_status"] == "acknowledged"
+
+
+def _waiting(client: Any, saga: str) -> str:
+    view = client.get(saga)
+    return (view and view.step("charge").dispatches[0].waiting) or ""
+
+
+async def test_a_fence_wait_is_not_an_attempt_the_request_and_the_views_count(db: str) -> None:
+    first_in, release_first = threading.Event(), threading.Event()
+
+    def handler(request: Request) -> Response:
+        if request.json()["n"] == 1:
+            first_in.set()
+            release_first.wait(20)
+        return Response(200, {"ok": True})
+
+    with running(handler) as dest:
+        retry = {"max_attempts": 4, "initial_backoff": "20ms", "max_backoff": "50ms"}
+        verbs = {"charge": {"fencing": ["account:{args.account_id}"], "retry": retry}}
+        config = make_config(dest.base_url, verbs)
+        client = client_for(config, db)
+        first = client.submit(fenced_plan("acc-7", 1), execution_id="w-1").saga_id
+        async with daemon_running(config, db):
+            assert await asyncio.to_thread(first_in.wait, 20)
+            second = client.submit(fenced_plan("acc-7", 2), execution_id="w-2").saga_id
+            # more waits than max_attempts: none of them is an attempt
+            await wait_for(lambda: len(attempts_of(db, second, "charge")) > 5)
+            # the live wait, read from the row, is what the view says it waits for
+            await wait_for(
+                lambda: "waiting for a fencing resource since" in _waiting(client, second)
+            )
+            release_first.set()
+            await wait_for(lambda: getattr(client.get(second), "state", None) == "completed")
+
+        [sent] = [r for r in dest.requests if r.json()["n"] == 2]
+        assert sent.attempt == 1  # X-Effectus-Attempt counts requests written
+        view = client.get(second)
+        assert view is not None
+        [dispatch] = view.step("charge").dispatches
+        assert (dispatch.requests, dispatch.max_attempts) == (1, 4)
+        assert dispatch.attempt > 5 and dispatch.fence_waits == dispatch.attempt - 1
+        assert [a.not_sent for a in dispatch.attempts] == [True] * (dispatch.attempt - 1) + [False]
+        text = saga_detail(view)
+        assert "attempt 1/4" in text and "not sent" in text
+        waits = [e for e in view.timeline if e.kind.startswith("fence_wait")]
+        assert [e.kind for e in waits] == ["fence_wait_started", "fence_wait_ended"]
+        assert waits[0].detail["resource"] == "account:acc-7"
+        assert f"saga {first}" in str(waits[0].detail["holder"])
+        assert waits[1].detail == {"ended": "sent", "waits": dispatch.fence_waits}
 
 
 async def test_zombie_attempt_is_rejected_stale_and_the_saga_still_completes(db: str) -> None:

@@ -19,7 +19,7 @@ import subprocess
 import threading
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ CONTRACT_HASH = "ab" * 32
 TOKEN = "tok-Zq8mW3xR7vK1pL"
 LEASE_TOKEN = "lease-Hq4nV8cT2yJ6"  # the attempt's lease: named by its completion, never sent
 SHORT = 0.3  # seconds; every stalled exchange ends here, never by sleeping
+SHORT_TIMEOUT = timedelta(seconds=SHORT)  # the same, as a destination's configured timeout
 
 
 class Chosen:
@@ -541,7 +542,7 @@ async def test_a_refusal_whose_body_never_arrives_keeps_its_class_without_a_reas
         await writer.drain()
         await server.release.wait()
 
-    result, _ = await call_raw(behaviour, timeout=SHORT)
+    result, _ = await call_raw(behaviour, timeout=SHORT_TIMEOUT)
     assert (result.outcome, result.error) == (OutcomeClass.PERMANENT, "HTTP 409")
     assert "reason" not in result.evidence
 
@@ -629,6 +630,7 @@ async def test_fencing_acknowledgement_and_retry_after_are_kept_as_evidence(
     assert acked.fencing_status is FencingStatus.ACKNOWLEDGED
     assert acked.evidence["headers"] == {"X-Effectus-Fencing": "acknowledged"}
     assert throttled.evidence["headers"]["Retry-After"] == "7"
+    assert throttled.evidence["retry_after_s"] == 7.0  # what the engine's retry delay reads
     assert silent.fencing_status is FencingStatus.PROPAGATED
     assert isinstance(silent.evidence["elapsed_ms"], int)
 
@@ -739,7 +741,9 @@ async def test_connect_timeout_is_retryable_not_sent() -> None:
     listener.listen(0)
     filler = socket.create_connection(listener.getsockname())  # fills the accept queue
     try:
-        config = destination(f"http://127.0.0.1:{listener.getsockname()[1]}", connect_timeout=SHORT)
+        config = destination(
+            f"http://127.0.0.1:{listener.getsockname()[1]}", connect_timeout=SHORT_TIMEOUT
+        )
         async with executor(config) as ex:
             result = await ex.call(invocation())
     finally:
@@ -782,7 +786,7 @@ async def test_server_that_stalls_past_the_timeout_is_unknown() -> None:
         await server.read_request(reader)
         await server.release.wait()
 
-    result, _ = await call_raw(behaviour, timeout=SHORT)
+    result, _ = await call_raw(behaviour, timeout=SHORT_TIMEOUT)
     assert_unknown_after_sending(result)
     assert result.evidence["elapsed_ms"] < 2000
 
@@ -811,7 +815,7 @@ async def test_slow_trickling_body_is_bounded_by_the_overall_timeout() -> None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.release.wait(), SHORT / 10)
 
-    result, _ = await call_raw(behaviour, timeout=SHORT)
+    result, _ = await call_raw(behaviour, timeout=SHORT_TIMEOUT)
     assert_unknown_after_sending(result)
     assert result.evidence["elapsed_ms"] < 2000
 
@@ -900,18 +904,24 @@ async def test_waiting_for_a_pooled_connection_past_the_deadline_is_retryable() 
         writer.write(response("200 OK", b"{}"))
         await writer.drain()
 
+    # The pool holds a call's connection and a probe's (max_concurrency + probe_concurrency).
+    bounds = {"max_concurrency": 1, "probe_concurrency": 1, "timeout": "10s"}
     async with (
         RawServer(behaviour) as server,
-        executor(destination(server.base_url, max_concurrency=1, timeout="10s")) as ex,
+        executor(destination(server.base_url, **bounds)) as ex,
     ):
-        holder = asyncio.create_task(ex.call(invocation()))
-        await server.request_read.wait()  # the only connection is now busy
+        holders = [
+            asyncio.create_task(ex.call(invocation(request_id=f"req-000{i}"))) for i in (1, 3)
+        ]
+        async with asyncio.timeout(5):
+            while len(server.requests) < 2:  # both connections are now busy
+                await asyncio.sleep(0.01)
         queued = await ex.call(invocation(timeout=SHORT, request_id="req-0002"))
         server.release.set()
-        held = await holder
+        held = await asyncio.gather(*holders)
     assert_retryable_not_sent(queued)
-    assert held.outcome is OutcomeClass.SUCCESS
-    assert server.connections == 1 and len(server.requests) == 1
+    assert [result.outcome for result in held] == [OutcomeClass.SUCCESS] * 2
+    assert server.connections == 2 and len(server.requests) == 2
 
 
 @RESEND_METHODS
@@ -937,7 +947,7 @@ async def test_pooled_connection_the_server_closed_unnoticed_is_not_written_to(
     assert server.connections == 2 and len(server.requests) == 2
 
 
-async def test_connections_never_exceed_max_concurrency() -> None:
+async def test_connections_never_exceed_max_concurrency_plus_probe_concurrency() -> None:
     async def behaviour(server: RawServer, reader: Any, writer: Any) -> None:
         with contextlib.suppress(asyncio.IncompleteReadError):
             while True:
@@ -947,11 +957,11 @@ async def test_connections_never_exceed_max_concurrency() -> None:
 
     async with (
         RawServer(behaviour) as server,
-        executor(destination(server.base_url, max_concurrency=2)) as ex,
+        executor(destination(server.base_url, max_concurrency=2, probe_concurrency=1)) as ex,
     ):
         results = await asyncio.gather(*(ex.call(invocation()) for _ in range(12)))
     assert {result.outcome for result in results} == {OutcomeClass.SUCCESS}
-    assert server.connections <= 2 and len(server.requests) == 12
+    assert server.connections <= 3 and len(server.requests) == 12
 
 
 async def test_literal_characters_in_a_configured_path_are_percent_encoded(
@@ -990,6 +1000,18 @@ async def test_deflate_body_is_decoded_before_parsing() -> None:
     raw = response("200 OK", zlib.compress(b'{"ok":1}'), "Content-Encoding: deflate")
     result, _ = await call_raw(answer_with(raw))
     assert (result.outcome, result.result) == (OutcomeClass.SUCCESS, {"ok": 1})
+
+
+async def test_deflate_without_its_zlib_wrapper_as_some_servers_send_is_decoded() -> None:
+    packer = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    body = packer.compress(b'{"ok":2}') + packer.flush()
+    result, _ = await call_raw(answer_with(response("200 OK", body, "Content-Encoding: deflate")))
+    assert (result.outcome, result.result) == (OutcomeClass.SUCCESS, {"ok": 2})
+
+
+async def test_an_empty_body_labelled_gzip_is_an_empty_success() -> None:
+    result, _ = await call_raw(answer_with(response("200 OK", b"", "Content-Encoding: gzip")))
+    assert (result.outcome, result.result) == (OutcomeClass.SUCCESS, None)
 
 
 async def test_an_interim_100_continue_is_skipped_for_the_answer_after_it() -> None:

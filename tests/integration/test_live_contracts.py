@@ -12,6 +12,7 @@ import pytest
 from tests.integration.test_operator import (
     ALICE,
     NOT_NOW,
+    UNKNOWN,
     answer,
     cli,
     cli_json,
@@ -30,6 +31,7 @@ from tests.support.harness import (
     run_until_idle,
     serial_plan,
 )
+from tests.unit.test_core_contracts import LEGACY_WITHOUT_RETRY_TABLE
 
 pytestmark = pytest.mark.postgres
 
@@ -67,10 +69,11 @@ async def test_tuned_timeout_and_retry_budget_apply_to_live_sagas_without_blocki
             assert attempt["lease_expires_at"] - attempt["claimed_at"] >= timedelta(seconds=30)
 
 
-async def test_a_budget_lowered_below_the_attempts_made_sends_nothing_more(db: str) -> None:
-    with running(answer({("s1", "forward", None): NOT_NOW})) as dest:
+async def test_a_budget_lowered_below_the_requests_made_sends_no_unknown_again(db: str) -> None:
+    # max_attempts bounds the re-sending of a call that may have committed (at_least_once)
+    with running(answer({("s1", "forward", None): UNKNOWN})) as dest:
         slow = {"max_attempts": 3, "initial_backoff": "1h", "max_backoff": "1h"}
-        config = make_config(dest.base_url, {"work": {"retry": slow}})
+        config = make_config(dest.base_url, {"work": {"retry": slow, "delivery": "at_least_once"}})
         saga = client_for(config, db).submit(serial_plan("b", ["work"]), execution_id="b-1").saga_id
         await run_until_idle(config, db)
         assert dispatch_of(db, saga, "s1")["state"] == "retry_wait"  # attempt 2 due in 1h
@@ -80,13 +83,16 @@ async def test_a_budget_lowered_below_the_attempts_made_sends_nothing_more(db: s
             " RETURNING dispatch_id",
             saga,
         )
-        lowered = make_config(dest.base_url, {"work": {"retry": {**slow, "max_attempts": 1}}})
-        await run_until_idle(lowered, db)
+        lowered = {**slow, "max_attempts": 1}
+        lowered_config = make_config(
+            dest.base_url, {"work": {"retry": lowered, "delivery": "at_least_once"}}
+        )
+        await run_until_idle(lowered_config, db)
 
-        assert len(dest.requests) == 1  # attempt 2 was claimed but not sent
+        assert len(dest.requests) == 1  # claim 2 was made but not sent
         row = saga_row(db, saga)
-        assert row["state"] == "failed"
-        assert "retry budget of 1 attempt(s) exhausted" in row["stop_reason"]
+        assert row["state"] == "blocked_unknown"
+        assert "attempt 1 may have committed" in row["stop_reason"]
 
 
 async def test_adopt_contract_moves_blocked_sagas_to_the_changed_path_audited(
@@ -135,9 +141,10 @@ async def test_adopt_contract_moves_blocked_sagas_to_the_changed_path_audited(
         assert [saga_row(db, s)["state"] for s in (one, two)] == ["completed", "completed"]
         assert saga_row(db, three)["state"] == "blocked_contract"
         assert {r.path for r in dest.requests} == {"/v2/work"}
+        # the same key; the first request written under it (the guard's claim sent nothing)
         assert {(r.key, r.attempt) for r in dest.requests if r.effect == "s1"} == {
-            (key(one, "s1"), 2),
-            (key(two, "s1"), 2),
+            (key(one, "s1"), 1),
+            (key(two, "s1"), 1),
         }
         for saga, evidence in ((one, "v2 is the same API"), (two, "rollout 42")):
             [adopted] = events(db, saga, "contract_adopted")
@@ -145,3 +152,34 @@ async def test_adopt_contract_moves_blocked_sagas_to_the_changed_path_audited(
             assert events(db, saga, "operator_adopt_contract")
         shown = cli_json(live, db, "sagas", "show", one)
         assert any(e["kind"] == "contract_adopted" for e in shown["timeline"])
+
+
+async def test_a_saga_pinned_to_the_legacy_hash_of_a_verb_without_retry_table_still_runs(
+    db: str,
+) -> None:
+    # the verb as configured before the retry defaults changed, with no retry table: a saga
+    # an older release submitted pinned its legacy hash, which the new defaults must not move
+    with running() as dest:
+        verb = {"destination": "shipping", "path": "/ship"}
+        config = make_config(
+            dest.base_url,
+            {"shipping.schedule": verb},
+            destinations={"shipping": {"base_url": dest.base_url, "timeout": "2s"}},
+        )
+        client = client_for(config, db)
+        saga = client.submit(
+            serial_plan("legacy", ["shipping.schedule"]), execution_id="l-1"
+        ).saga_id
+        fetch(
+            db,
+            "UPDATE effectus_saga_outbox SET contract_hash = %s WHERE saga_id = %s"
+            " RETURNING dispatch_id",
+            LEGACY_WITHOUT_RETRY_TABLE,
+            saga,
+        )
+        await run_until_idle(config, db)
+
+        assert saga_row(db, saga)["state"] == "completed"  # not blocked_contract
+        assert [r.headers["x-effectus-contract-hash"] for r in dest.requests] == [
+            LEGACY_WITHOUT_RETRY_TABLE
+        ]

@@ -321,8 +321,10 @@ async def test_retry_blocked_contract_refused_while_drifted_then_sent_once_resto
         assert result.exit_code == 0, result.output
         await run_until_idle(config, db)
         assert saga_row(db, saga)["state"] == "completed"
-        [request] = dest.requests  # attempt 1 was stopped by the guard and never sent
-        assert (request.attempt, request.key) == (2, key(saga, "s1"))
+        # claim 1 was stopped by the guard and never sent: the one request written is
+        # request 1 (X-Effectus-Attempt counts requests, not claims)
+        [request] = dest.requests
+        assert (request.attempt, request.key) == (1, key(saga, "s1"))
 
 
 async def test_retry_blocked_contract_at_enqueue_time_builds_the_dispatch_now(

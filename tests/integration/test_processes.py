@@ -248,7 +248,7 @@ def test_children_that_cannot_reach_the_database_make_the_parent_fail(tmp_path: 
     output = stderr.decode()
 
     assert parent.returncode == 1, output
-    assert "error: database:" in output
+    assert "error: cannot connect to the database: " in output
     assert re.search(r"dispatcher process \d \(pid \d+\) failed with exit code 1", output), output
 
 
@@ -261,7 +261,10 @@ def test_run_on_a_missing_sqlite_file_fails_with_exit_1_naming_it(tmp_path: Path
     _, stderr = daemon.communicate(timeout=WAIT_S)
 
     assert daemon.returncode == 1
-    assert f"error: database: SQLite database {missing} does not exist" in stderr.decode()
+    assert (
+        f"error: cannot connect to the database: SQLite database {missing} does not exist"
+        in stderr.decode()
+    )
     assert "Traceback" not in stderr.decode()
 
 

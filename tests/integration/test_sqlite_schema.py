@@ -815,7 +815,7 @@ def test_claim_mark_leases_due_rows_once_with_converted_types(conn: sqlite3.Conn
         "dispatch_id", "saga_id", "effect_id", "direction", "execution_id", "destination",
         "verb", "contract_hash", "delivery", "method", "path", "args_canonical", "args_hash",
         "idempotency_key", "fencing_resources", "timeout_ms", "max_attempts", "fence_waits",
-        "attempt", "lease_token",
+        "unsent", "uncertain_attempt", "fence_waiting", "attempt", "lease_token",
         "lease_expires_at", "created_at", "db_now",
     }  # fmt: skip
     # the row is in flight now: neither due nor markable again
@@ -931,6 +931,8 @@ def test_null_parameters_mean_what_they_mean_on_postgresql(conn: sqlite3.Connect
         "last_error": "boom",
         "result": None,
         "succeeded_order": None,
+        "unsent": 0,
+        "gives_up_in_s": None,
     }
     q(conn, "update_dispatch_settled", [{**settled, "retry_delay_s": None}])
     (next_after,) = conn.execute(
@@ -1032,6 +1034,8 @@ def test_recorder_statements_settle_once_and_keep_late_evidence(conn: sqlite3.Co
                 "last_error": "timeout",
                 "result": None,
                 "succeeded_order": None,
+                "unsent": 0,
+                "gives_up_in_s": None,
             }
         ],
     )

@@ -17,8 +17,8 @@ from effectusd.store.sql import store_backend
 from effectusd.web import WebServer
 from tests.support.harness import daemon_running
 
-WRITE_TOKEN = "write-token-0123456789abcdef"
-READ_TOKEN = "read-token-0123456789abcdef"
+WRITE_TOKEN = "write-token-0123456789abcdefghijklmnop"
+READ_TOKEN = "read-token-0123456789abcdefghijklmnop"
 TOKEN_ENV = {"CONSOLE_WRITE": WRITE_TOKEN, "CONSOLE_READ": READ_TOKEN}
 TOKENS = {
     "oncall": {"env": "CONSOLE_WRITE", "scope": "write"},

@@ -125,18 +125,35 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
 
+def _listen(destination: Destination, port: int = 0) -> None:
+    server = _Server(("127.0.0.1", port), _handler_class(destination))
+    destination.server = server
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
+def go_down(destination: Destination) -> None:
+    """Close the listening socket: connecting is refused until ``come_back`` (a restart)."""
+    assert destination.server is not None
+    destination.server.shutdown()
+    destination.server.server_close()
+
+
+def come_back(destination: Destination) -> None:
+    """Listen again on the port ``go_down`` closed."""
+    assert destination.server is not None
+    _listen(destination, destination.server.server_address[1])
+
+
 @contextlib.contextmanager
 def running(handler: Handler = ok) -> Iterator[Destination]:
     destination = Destination(handler)
-    server = _Server(("127.0.0.1", 0), _handler_class(destination))
-    destination.server = server
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    _listen(destination)
     try:
         yield destination
     finally:
-        server.shutdown()
-        server.server_close()
+        assert destination.server is not None
+        destination.server.shutdown()
+        destination.server.server_close()
 
 
 class HeldUntilMoreThan:

@@ -13,12 +13,13 @@ class is retried, then blocked_destination, never compensated.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from itertools import product
 
 import pytest
 
 from effectusd.core.answers import HTTP_ANSWERS, PresetClass
+from effectusd.core.durations import format_duration
 from effectusd.core.engine import Completion, DispatchFacts, SagaFacts, settle
 from effectusd.core.registry import Registry
 from effectusd.core.states import (
@@ -118,7 +119,11 @@ def settled(
     budget = registry.verbs[verb].retry.max_attempts
     attempt = (2 if uncertain else 1) if budget_left else budget
     # the live verb's budget counts (budget_base 0), the row's max_attempts is its own
-    facts = replace(dispatch(delivery, attempt, 1 if uncertain else None), verb=verb)
+    # the two budgets spent together: the attempts (unknown outcomes) and the time (the rest)
+    elapsed = timedelta(0) if budget_left else registry.verbs[verb].retry.give_up_after
+    facts = replace(
+        dispatch(delivery, attempt, 1 if uncertain else None), verb=verb, budget_elapsed=elapsed
+    )
     transition = settle(
         replace(completion, attempt=attempt), facts, saga(registry, verb), registry, 0
     )
@@ -241,17 +246,20 @@ async def test_a_destination_problem_retries_saying_until_when_then_blocks_for_a
         core_registry, completion, Delivery.AT_MOST_ONCE, False, True
     )
     assert (state, saga_state) == (D.RETRY_WAIT, None)
-    budget = core_registry.verbs["notify"].retry.max_attempts
+    budget = format_duration(core_registry.verbs["notify"].retry.give_up_after)
     assert error == (
         "destination answered HTTP 401 (its or our configuration's problem; not "
-        f"committed): token expired; retrying until attempt {budget}"
+        f"committed): token expired; retrying for retry.give_up_after ({budget})"
     )
     state, saga_state, reason = settled(
         core_registry, completion, Delivery.AT_MOST_ONCE, False, False
     )
     assert (state, saga_state) == (D.BLOCKED_DESTINATION, G.BLOCKED_DESTINATION)
     assert reason is not None and reason.startswith("second (forward): destination answered")
-    assert f"retried until attempt {budget}" in reason and "then retry (or cancel)" in reason
+    assert (
+        f"retried for retry.give_up_after ({budget})" in reason
+        and "then retry (or cancel)" in reason
+    )
 
 
 def compensation_facts(registry: Registry, attempt: int) -> tuple[DispatchFacts, SagaFacts]:
@@ -261,11 +269,13 @@ def compensation_facts(registry: Registry, attempt: int) -> tuple[DispatchFacts,
     steps["second"] = replace(steps["second"], state=StepState.FAILED)
     undoing = replace(facts, state=SagaState.COMPENSATING, steps=steps)
     budget = registry.verbs["ship"].retry.max_attempts
+    spent = attempt >= budget  # and its time with it
     undo = replace(
         dispatch(Delivery.AT_LEAST_ONCE, attempt),
         effect_id="first",
         direction=Direction.COMPENSATION,
         max_attempts=budget,
+        budget_elapsed=registry.verbs["ship"].retry.give_up_after if spent else timedelta(0),
     )
     return undo, undoing
 

@@ -91,6 +91,36 @@ def test_a_saga_pinned_by_an_older_release_still_matches_an_unchanged_contract()
     assert not _contract(path="/charges").pins(LEGACY_BASE_HASH)
 
 
+# The legacy hashes of a verb configured without a retry table, and with a partial one, as the
+# release before give_up_after computed them (old defaults: 5 attempts, 500ms doubling to 1m).
+LEGACY_WITHOUT_RETRY_TABLE = "2ffc6c935d6bfd62d1398aea87e73e15e871ec85d348fcdd8d617f6d0cfe6548"
+LEGACY_WITH_MAX_ATTEMPTS_3 = "93f387c0a0ff6412d0cb0efd9ead07eab9a040ba92eeaa6a71a46c69eb6dcea9"
+
+
+def test_new_retry_defaults_keep_the_legacy_hash_of_an_unchanged_configuration() -> None:
+    plain = {"name": "shipping.schedule", "destination": "shipping", "path": "/ship"}
+    assert VerbContract.model_validate(plain).legacy_contract_hash == LEGACY_WITHOUT_RETRY_TABLE
+    assert VerbContract.model_validate(plain).pins(LEGACY_WITHOUT_RETRY_TABLE)
+    partial = {**plain, "retry": {"max_attempts": 3}}
+    assert VerbContract.model_validate(partial).legacy_contract_hash == LEGACY_WITH_MAX_ATTEMPTS_3
+    # give_up_after is live and never hashed, whatever its value
+    budgeted = {**plain, "retry": {"give_up_after": "2h"}}
+    assert VerbContract.model_validate(budgeted).legacy_contract_hash == LEGACY_WITHOUT_RETRY_TABLE
+    assert VerbContract.model_validate(budgeted).contract_hash == (
+        VerbContract.model_validate(plain).contract_hash
+    )
+
+
+def test_retry_defaults_are_one_second_doubling_to_five_minutes_for_a_day() -> None:
+    policy = RetryPolicy()
+    assert (policy.initial_backoff, policy.multiplier, policy.max_backoff) == (
+        timedelta(seconds=1),
+        2.0,
+        timedelta(minutes=5),
+    )
+    assert (policy.give_up_after, policy.max_attempts) == (timedelta(hours=24), 5)
+
+
 @pytest.mark.parametrize(
     "changes",
     [

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 from effectusd.core.contracts import RetryPolicy
-from effectusd.core.durations import parse_duration, to_milliseconds
+from effectusd.core.durations import format_duration, parse_duration, to_milliseconds
 from effectusd.core.probes import ProbeConfig
 
 UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -125,3 +125,21 @@ def test_to_milliseconds_gives_whole_milliseconds(text: str, milliseconds: int) 
 def test_a_duration_past_a_century_is_refused_naming_the_input() -> None:
     with pytest.raises(ValueError, match="36501d"):
         parse_duration("36501d")
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (timedelta(hours=24), "24h"),
+        (timedelta(days=3), "72h"),
+        (timedelta(seconds=90), "90s"),
+        (timedelta(minutes=5), "5m"),
+        (timedelta(milliseconds=400), "400ms"),
+        (timedelta(0), "0ms"),
+    ],
+)
+def test_a_duration_is_written_in_the_largest_whole_unit_and_reads_back(
+    value: timedelta, text: str
+) -> None:
+    assert format_duration(value) == text
+    assert parse_duration(text) == value

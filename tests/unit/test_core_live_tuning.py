@@ -3,6 +3,8 @@ claim's limits come from the registry, and adoption re-pins a plan (new digest).
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -10,9 +12,10 @@ import pytest
 from effectusd.core.adoption import adopt, drifted_verbs
 from effectusd.core.checker import check, verify_checked
 from effectusd.core.contracts import VerbContract
+from effectusd.core.durations import parse_duration
 from effectusd.core.engine import Completion, DispatchFacts, settle
 from effectusd.core.operator_decisions import Refused
-from effectusd.core.registry import Registry, retry_budget
+from effectusd.core.registry import Registry
 from effectusd.core.states import (
     Delivery,
     Direction,
@@ -51,14 +54,14 @@ def _tuned(registry: Registry, **retry: Any) -> Registry:
     ("attempt", "budget_base", "live_max", "expected"),
     [
         (3, 0, 5, DispatchState.RETRY_WAIT),  # raised: the row's 3 no longer limits it
-        (2, 0, 2, DispatchState.FAILED_PERMANENT),  # lowered to the attempts made: spent
-        (2, 0, 1, DispatchState.FAILED_PERMANENT),  # lowered below them: spent
+        (2, 0, 2, DispatchState.BLOCKED_UNKNOWN),  # lowered to the requests made: spent
+        (2, 0, 1, DispatchState.BLOCKED_UNKNOWN),  # lowered below them: spent
         (4, 3, 2, DispatchState.RETRY_WAIT),  # an operator's fresh budget counts from 3
         (2, None, 1, DispatchState.RETRY_WAIT),  # a row from before live budgets keeps its 3
-        (3, None, 9, DispatchState.FAILED_PERMANENT),
+        (3, None, 9, DispatchState.BLOCKED_UNKNOWN),
     ],
 )
-def test_a_retryable_failure_is_judged_against_the_loaded_retry_budget(
+def test_an_unknown_outcome_is_judged_against_the_loaded_retry_budget(
     core_registry: Registry,
     checkout_plan: dict[str, Any],
     attempt: int,
@@ -66,18 +69,43 @@ def test_a_retryable_failure_is_judged_against_the_loaded_retry_budget(
     live_max: int,
     expected: DispatchState,
 ) -> None:
+    # max_attempts bounds the re-sending of a call that may have committed (at_least_once)
     registry = _tuned(core_registry, max_attempts=live_max)
     facts = saga_facts(
         registry, checkout_plan, {"charge": StepState.IN_PROGRESS, "ship": StepState.PENDING}
     )
-    dispatch = _retrying(attempt, budget_base)
-    completion = Completion(1, attempt, "t", OutcomeClass.RETRYABLE)
+    dispatch = replace(_retrying(attempt, budget_base), delivery=Delivery.AT_LEAST_ONCE)
+    completion = Completion(1, attempt, "t", OutcomeClass.UNKNOWN)
+    transition = settle(completion, dispatch, facts, registry, 0.0)
+    assert transition.dispatch_state is expected
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "live_give_up", "expected"),
+    [
+        (timedelta(hours=2), "1h", DispatchState.FAILED_PERMANENT),  # lowered below it: spent
+        (timedelta(hours=2), "3h", DispatchState.RETRY_WAIT),
+        (timedelta(hours=30), "2d", DispatchState.RETRY_WAIT),  # raised past the default
+    ],
+)
+def test_a_retryable_failure_is_judged_against_the_loaded_give_up_after(
+    core_registry: Registry,
+    checkout_plan: dict[str, Any],
+    elapsed: timedelta,
+    live_give_up: str,
+    expected: DispatchState,
+) -> None:
+    registry = _tuned(core_registry, give_up_after=parse_duration(live_give_up))
+    facts = saga_facts(
+        registry, checkout_plan, {"charge": StepState.IN_PROGRESS, "ship": StepState.PENDING}
+    )
+    dispatch = replace(_retrying(9, 0), budget_elapsed=elapsed)  # past max_attempts: no matter
+    completion = Completion(1, 9, "t", OutcomeClass.RETRYABLE)
     transition = settle(completion, dispatch, facts, registry, 0.0)
     assert transition.dispatch_state is expected
     if expected is DispatchState.FAILED_PERMANENT:
         assert transition.saga is not None
-        budget = retry_budget(3, budget_base, registry.verbs["charge"])
-        assert f"retry budget of {budget} attempt(s)" in str(transition.saga.stop_reason)
+        assert "retry.give_up_after (1h)" in str(transition.saga.stop_reason)
 
 
 def test_the_claim_takes_each_verbs_live_timeout_and_budget(core_registry: Registry) -> None:

@@ -120,13 +120,13 @@ def test_the_probe_is_live_config_outside_the_contract_hash() -> None:
     [
         ({"path": "charges"}, "verbs.pay.probe.path: must start with '/'"),
         ({"path": "/{secret}"}, "verbs.pay.probe.path: template '/{secret}': placeholder"),
-        ({"path": "/c", "committed": [404]}, "verbs.pay.probe.committed: status code 404"),
-        ({"path": "/c", "not_committed": [200]}, "verbs.pay.probe: status 200 is both"),
-        ({"path": "/c", "not_committed": [700]}, "verbs.pay.probe.not_committed: status code"),
-        ({"path": "/c", "every": "0s"}, "verbs.pay.probe.every: must be at least 1s"),
-        ({"path": "/c", "result": "charge"}, "verbs.pay.probe.result: must be a JSON Pointer"),
-        ({"path": "/c", "max_probes": 0}, "verbs.pay.probe.max_probes"),
-        ({"path": "/c", "after": "soon"}, "verbs.pay.probe.after"),
+        ({"path": "/{key}", "committed": [404]}, "verbs.pay.probe.committed: status code 404"),
+        ({"path": "/{key}", "not_committed": [200]}, "verbs.pay.probe: status 200 is both"),
+        ({"path": "/{key}", "not_committed": [700]}, "verbs.pay.probe.not_committed: status code"),
+        ({"path": "/{key}", "every": "0s"}, "verbs.pay.probe.every: must be at least 1s"),
+        ({"path": "/{key}", "result": "charge"}, "verbs.pay.probe.result: must be a JSON Pointer"),
+        ({"path": "/{key}", "max_probes": 0}, "verbs.pay.probe.max_probes"),
+        ({"path": "/{key}", "after": "soon"}, "verbs.pay.probe.after"),
     ],
 )
 def test_a_bad_probe_is_refused_at_load_naming_its_key_path(

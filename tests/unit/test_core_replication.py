@@ -12,6 +12,7 @@ from effectusd.core.replication import (
     check_server,
     raised_commit_level,
     replication_mode,
+    require_writable,
 )
 
 
@@ -70,3 +71,19 @@ def test_a_standby_is_refused_and_asynchronous_standbys_only_when_required() -> 
         check_server(server(standbys=1), require_synchronous=True)
     check_server(server("s1", standbys=1), require_synchronous=True)
     check_server(server(), require_synchronous=True)  # no standby: no failover to lose to
+
+
+def test_a_server_whose_transactions_are_read_only_by_default_is_refused_as_a_standby_is() -> None:
+    # default_transaction_read_only = on (for the server, the database or the role): every
+    # write would fail with ReadOnlySqlTransaction, so the daemon and the commands that write
+    # refuse it up front, as they refuse a standby.
+    read_only = ServerReplication(
+        in_recovery=False, timeline=1, synchronous_standby_names="", synchronous_commit="on",
+        standbys=0, synchronous_standbys=0, read_only=True,
+    )  # fmt: skip
+
+    with pytest.raises(ReadOnlyServer, match="default_transaction_read_only"):
+        check_server(read_only, require_synchronous=False)
+    with pytest.raises(ReadOnlyServer, match="takes no writes"):
+        require_writable(read_only)
+    require_writable(server())  # a writable one passes

@@ -349,3 +349,23 @@ def test_a_sent_time_is_utc_with_milliseconds_truncated_and_a_naive_one_is_refus
     with pytest.raises(wire.WireError) as refused:
         wire.format_time(datetime(2026, 1, 1), wire.KEY_ISSUED_AT)
     assert refused.value.header == wire.KEY_ISSUED_AT
+
+
+NOW = datetime(2026, 12, 6, 3, 0, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("120", 120.0),
+        (" 0 ", 0.0),
+        ("Sun, 06 Dec 2026 03:00:30 GMT", 30.0),  # an HTTP-date, from when the answer came
+        ("Sun, 06 Dec 2026 02:59:00 GMT", 0.0),  # already past: no wait
+        ("Mon, 31 Feb 2026 03:00:30 GMT", None),  # the form of a date, but no real one
+        ("-5", None),
+        ("soon", None),
+        ("1.5", None),
+    ],
+)
+def test_retry_after_is_read_as_seconds_or_an_http_date(value: str, expected: float | None) -> None:
+    assert wire.retry_after_seconds(value, NOW) == expected

@@ -1,4 +1,5 @@
-"""A URL naming several hosts asks for the writable one, unless it says otherwise."""
+"""A URL naming several hosts asks for the writable one, unless it says otherwise; the
+connection string handed to psycopg is built from the parameters parsed when the URL was read."""
 
 from __future__ import annotations
 
@@ -6,6 +7,13 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from effectusd.backends.postgres.hosts import primary_conninfo
+from effectusd.core.database_url import DatabaseURLError, PostgresDatabase, parse_database_url
+
+
+def database(url: str) -> PostgresDatabase:
+    parsed = parse_database_url(url)
+    assert isinstance(parsed, PostgresDatabase)
+    return parsed
 
 
 @pytest.mark.parametrize(
@@ -22,11 +30,21 @@ from effectusd.backends.postgres.hosts import primary_conninfo
 def test_several_hosts_ask_for_the_writable_one_unless_the_url_says(
     given: str, wanted: str | None
 ) -> None:
-    params = conninfo_to_dict(primary_conninfo(given))
+    params = conninfo_to_dict(primary_conninfo(database(given)))
     assert params.get("target_session_attrs") == wanted
     assert params["dbname"] == "app"
 
 
-def test_one_host_is_handed_on_unchanged() -> None:
-    url = "postgresql://u:secret@db1:5432/app?sslmode=require"
-    assert primary_conninfo(url) == url
+def test_one_host_is_handed_on_with_every_parameter_as_given() -> None:
+    url = "postgresql://u:s%40cret@db1:5432/app?sslmode=require"
+    assert conninfo_to_dict(primary_conninfo(database(url))) == conninfo_to_dict(url)
+
+
+def test_a_parameter_libpq_does_not_know_is_a_database_url_error_quoting_nothing() -> None:
+    url = "postgresql://app:SECRET-pw@db1/app?sslmdoe=require"
+
+    with pytest.raises(DatabaseURLError) as refused:
+        primary_conninfo(database(url))
+
+    assert "SECRET-pw" not in str(refused.value) and "sslmdoe" not in str(refused.value)
+    assert refused.value.__suppress_context__

@@ -22,7 +22,7 @@ from effectusd.backends.operation import Operation
 from effectusd.backends.postgres import runner as postgres_runner
 from effectusd.backends.postgres.hosts import primary_conninfo
 from effectusd.backends.postgres.migrations import PostgresMigrator
-from effectusd.backends.postgres.replication import ReplicationWatch
+from effectusd.backends.postgres.replication import ReplicationWatch, server_of
 from effectusd.backends.postgres.session import (
     PoolSession,
     SagaListener,
@@ -32,6 +32,7 @@ from effectusd.backends.postgres.session import (
 )
 from effectusd.backends.statements import Statements
 from effectusd.core.database_url import Dialect, PostgresDatabase
+from effectusd.core.replication import require_writable
 
 T = TypeVar("T")
 
@@ -85,6 +86,11 @@ class PostgresRunner:
         """An autocommit connection, closed afterwards (``create`` is SQLite's: ignored)."""
         with psycopg.connect(self.conninfo, autocommit=True) as conn:
             yield conn
+
+    def check_writable(self, conn: psycopg.Connection[Any]) -> None:
+        """ReadOnlyServer if ``conn``'s server takes no writes: the daemon's check, for a
+        command that writes."""
+        require_writable(server_of(conn))
 
     def run(self, conn: psycopg.Connection[Any], operation: Operation[T]) -> T:
         """Run a store operation in one transaction (a savepoint inside an open one)."""
@@ -170,7 +176,7 @@ class PostgresBackend:
 
     def __init__(self, url: str, database: PostgresDatabase, schema: MigrationSet) -> None:
         self.url = url
-        self.conninfo = primary_conninfo(database.conninfo)  # several hosts: the writable one
+        self.conninfo = primary_conninfo(database)  # several hosts: the writable one
         self.runner = PostgresRunner(self.conninfo, schema.statements)
         self.notifications = PostgresNotifications(self.conninfo, schema.statements)
         self.migrator = PostgresMigrator(schema)

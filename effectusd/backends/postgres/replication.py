@@ -34,6 +34,31 @@ log = logging.getLogger("effectusd.replication")
 STATEMENTS = Statements("effectusd", "sql/postgres/backend")
 
 
+def server_of(conn: psycopg.Connection[Any]) -> ServerReplication:
+    """What ``conn``'s server says (replication_state.sql), its ``synchronous_commit`` as the
+    daemon's connections raise it."""
+    with conn.cursor(row_factory=dict_row) as cursor:
+        cursor.execute(sql(STATEMENTS, "replication_state"))
+        row = cursor.fetchone()
+    assert row is not None
+    level = raised_commit_level(row["synchronous_commit"])
+    if level is not None and not row["in_recovery"]:
+        row = {**row, "synchronous_commit": level}
+    return _server(row)
+
+
+def _server(row: Mapping[str, Any]) -> ServerReplication:
+    return ServerReplication(
+        in_recovery=bool(row["in_recovery"]),
+        timeline=row["timeline"],
+        synchronous_standby_names=str(row["synchronous_standby_names"]),
+        synchronous_commit=str(row["synchronous_commit"]),
+        standbys=int(row["standbys"]),
+        synchronous_standbys=int(row["synchronous_standbys"]),
+        read_only=bool(row["read_only"]),
+    )
+
+
 class ReplicationWatch:
     """What the daemon's connections found about their server (the latest kept), shared by
     its pool and its start-up check."""
@@ -56,33 +81,22 @@ class ReplicationWatch:
             if level is not None and not row["in_recovery"]:
                 await cursor.execute(sql(STATEMENTS, "raise_synchronous_commit"), {"level": level})
                 row = {**row, "synchronous_commit": level}
-        return self._observe(row)
+        try:
+            return self._observe(_server(row))
+        except REFUSED_SERVERS as exc:  # a reconnect: the log says why it was dropped
+            log.error("%s", exc)
+            raise
 
     def connected_sync(self, conn: psycopg.Connection[Any]) -> ServerReplication:
-        """``connected`` on a synchronous connection (the daemon's start-up check)."""
-        with conn.cursor(row_factory=dict_row) as cursor:
-            cursor.execute(sql(STATEMENTS, "replication_state"))
-            row = cursor.fetchone()
-            assert row is not None
-            level = raised_commit_level(row["synchronous_commit"])
-            if level is not None and not row["in_recovery"]:
-                row = {**row, "synchronous_commit": level}  # as the pool's connections will
-        return self._observe(row)
+        """``connected`` on a synchronous connection (the daemon's start-up check, which
+        stops the daemon with the refusal's one line)."""
+        return self._observe(server_of(conn))
 
-    def _observe(self, row: Mapping[str, Any]) -> ServerReplication:
-        server = ServerReplication(
-            in_recovery=bool(row["in_recovery"]),
-            timeline=row["timeline"],
-            synchronous_standby_names=str(row["synchronous_standby_names"]),
-            synchronous_commit=str(row["synchronous_commit"]),
-            standbys=int(row["standbys"]),
-            synchronous_standbys=int(row["synchronous_standbys"]),
-        )
+    def _observe(self, server: ServerReplication) -> ServerReplication:
         try:
             check_server(server, require_synchronous=self.require_synchronous)
-        except REFUSED_SERVERS as exc:
+        except REFUSED_SERVERS:
             self.refused += 1
-            log.error("%s", exc)
             raise
         self.connections += 1
         before = self.current

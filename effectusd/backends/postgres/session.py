@@ -15,6 +15,7 @@ from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
 from effectusd.backends.operation import Operation, one_statement
+from effectusd.backends.postgres.driver_logs import quiet_driver_logs
 from effectusd.backends.postgres.replication import ReplicationWatch
 from effectusd.backends.postgres.runner import loads_document, run_async, sql
 from effectusd.backends.statements import Statements
@@ -47,6 +48,7 @@ class PoolSession:
                 await replication.connected(conn)
             await _configure(conn)
 
+        quiet_driver_logs()
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             conninfo,
             min_size=min_size,
@@ -55,7 +57,11 @@ class PoolSession:
             kwargs={"autocommit": True},
             configure=configure,
         )
-        await pool.open(wait=True)
+        try:
+            await pool.open(wait=True)
+        except BaseException:  # PoolTimeout, or cancelled: a pool left open holds the process
+            await pool.close()
+            raise
         return cls(pool, statements)
 
     async def write(self, operation: Operation[T]) -> T:

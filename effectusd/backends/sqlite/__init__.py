@@ -118,6 +118,10 @@ class SqliteRunner:
         require_async_connection(self.dialect, conn)  # raises: no async SQLite connection
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def check_writable(self, conn: sqlite3.Connection) -> None:
+        """Nothing to check: a SQLite file has no standby, and one we cannot write fails the
+        write itself."""
+
     def watch_replication(self, *, require_synchronous: bool) -> None:
         """None: a SQLite file has no standby to fail over to."""
         return None

@@ -51,6 +51,8 @@ claimed AS (
         lease_token = gen_random_uuid(),
         timeout_ms = coalesce(due.live_timeout_ms, o.timeout_ms),
         max_attempts = coalesce(o.budget_base + due.live_max_attempts, o.max_attempts),
+        -- the time budget of calls never sent or known not committed runs from the first claim
+        budget_since = coalesce(o.budget_since, now()),
         lease_expires_at = now() + make_interval(
             secs => coalesce(due.live_timeout_ms, o.timeout_ms) / 1000.0 + %(margin_s)s),
         updated_at = now()
@@ -63,14 +65,18 @@ claimed AS (
     RETURNING o.dispatch_id, o.saga_id, o.effect_id, o.direction, o.execution_id, o.destination,
               o.verb, o.contract_hash, o.delivery, o.method, o.path, o.args_canonical,
               o.args_hash, o.idempotency_key, o.fencing_resources, o.timeout_ms, o.max_attempts,
-              o.fence_waits, o.attempt,
+              o.fence_waits, o.unsent, o.uncertain_attempt, o.attempt,
+              o.fence_wait_since IS NOT NULL AS fence_waiting,
               -- the lease token and the request id as text: the daemon holds them as str
               o.lease_token::text AS lease_token, o.lease_expires_at, o.created_at,
               -- written ahead here: wanted, unfenced, pinned by the live contract of its verb
-              -- (else it is settled unsent: contract drift) and within its retry budget
+              -- (else it is settled unsent: contract drift) and within its retry budget (the
+              -- requests written, claims that ended unsent aside, bound only the re-sending of
+              -- an uncertain attempt: Claim.budget_spent)
               (%(write_ahead)s::boolean AND o.fencing_resources = '[]'::jsonb
                AND o.contract_hash IN (due.live_contract_hash, due.live_legacy_hash)
-               AND (o.max_attempts IS NULL OR o.attempt - o.fence_waits <= o.max_attempts))
+               AND (o.max_attempts IS NULL OR o.uncertain_attempt IS NULL
+                    OR o.attempt - o.unsent <= o.max_attempts))
                   IS TRUE AS written_ahead
 ),
 -- With write_ahead (the daemon's claim loop), a row the daemon will call as it is (unfenced,

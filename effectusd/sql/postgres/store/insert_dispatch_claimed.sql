@@ -27,18 +27,18 @@ claimed AS (
          contract_hash, delivery, method, path, args_canonical, args_hash, idempotency_key,
          fencing_resources, timeout_ms, max_attempts, next_attempt_at, created_at,
          state, attempt, lease_owner, lease_token, lease_expires_at, enqueued_by, started_from,
-         enqueued_after)
+         enqueued_after, budget_since)
     SELECT saga_id, effect_id, direction, namespace, execution_id, destination, verb,
            contract_hash, delivery, method, path, args_canonical, args_hash, idempotency_key,
            fencing_resources::jsonb, timeout_ms, max_attempts, now(), clock_timestamp(),
            'in_flight', 1, %(owner)s, gen_random_uuid(),
            now() + make_interval(secs => timeout_ms / 1000.0 + %(margin_s)s), enqueued_by,
-           started_from, enqueued_after
+           started_from, enqueued_after, now()
     FROM d
     RETURNING dispatch_id, saga_id, effect_id, direction, execution_id, destination, verb,
               contract_hash, delivery, method, path, args_canonical, args_hash,
               idempotency_key, fencing_resources, timeout_ms, max_attempts, fence_waits,
-              attempt, lease_token::text AS lease_token, lease_expires_at, created_at,
+              unsent, uncertain_attempt, attempt, false AS fence_waiting, lease_token::text AS lease_token, lease_expires_at, created_at,
               fencing_resources = '[]'::jsonb AS written_ahead
 ),
 -- An unfenced row is written ahead where it is born, as claim_ready.sql does for the claim

@@ -26,6 +26,7 @@ WITH wanted AS (
 )
 SELECT o.dispatch_id, o.saga_id, o.effect_id, o.direction, o.delivery, o.verb, o.destination,
        o.state, o.attempt, o.max_attempts, o.budget_base, o.uncertain_attempt, o.fence_waits,
+       o.unsent, extract(epoch FROM now() - o.budget_since)::float8 AS budget_elapsed_s,
        o.lease_token::text AS lease_token, o.fencing_resources <> '[]'::jsonb AS fenced,
        o.lease_expires_at < now() AS lease_expired
 FROM effectus_saga_outbox o

@@ -2,6 +2,7 @@
 -- also keeps a claim from taking a sibling not yet sent (PostgreSQL locks those: saga_ids).
 SELECT o.dispatch_id, o.saga_id, o.effect_id, o.direction, o.delivery, o.verb, o.destination,
        o.state, o.attempt, o.max_attempts, o.budget_base, o.uncertain_attempt, o.fence_waits,
+       o.unsent, ((julianday('now') - 2440587.5) * 86400.0) - o.budget_since AS budget_elapsed_s,
        o.lease_token, o.fencing_resources <> '[]' AS "fenced [boolean]",
        o.lease_expires_at < ((julianday('now') - 2440587.5) * 86400.0)
            AS "lease_expired [boolean]"

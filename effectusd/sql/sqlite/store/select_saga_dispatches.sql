@@ -8,5 +8,8 @@ SELECT o.dispatch_id, o.effect_id, o.direction, o.destination, o.verb, o.contrac
        (SELECT a.grants FROM effectus_saga_attempts a
         WHERE a.dispatch_id = o.dispatch_id AND a.sent_at IS NOT NULL
         ORDER BY a.attempt DESC LIMIT 1) AS "grants [json_text]",
-       o.uncertain_attempt, o.last_outcome, o.last_error, o.created_at, o.updated_at
+       o.uncertain_attempt, o.last_outcome, o.last_error, o.created_at, o.updated_at,
+       -- requests that may have been written: claims that ended before their write aside
+       o.attempt - o.unsent AS requests, o.fence_waits, o.fence_wait_since,
+       o.budget_since AS budget_started_at, o.gives_up_at
 FROM effectus_saga_outbox o WHERE o.saga_id = :saga_id ORDER BY o.dispatch_id

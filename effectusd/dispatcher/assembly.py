@@ -1,0 +1,50 @@
+"""What a daemon is assembled from, by its configuration: an executor per destination, the
+fencing provider, and the owner id its leases carry."""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import uuid
+
+from effectusd.config import Config, ConfigError
+from effectusd.executors.factory import executor_for
+from effectusd.executors.protocol import Executor
+from effectusd.fencing.memory import MemoryFencing
+from effectusd.fencing.protocol import FencingProvider
+from effectusd.fencing.store import StoreFencing
+
+
+def fencing_provider(config: Config) -> FencingProvider:
+    if config.fencing.provider == "memory":
+        if not config.fencing.test_setup:
+            raise ConfigError(
+                'fencing.provider = "memory" is local_advisory: its tokens die with the process '
+                "and protect nothing across daemons. It is for tests only; set "
+                "fencing.test_setup = true to use it there, or use the store provider."
+            )
+        return MemoryFencing()
+    return StoreFencing()
+
+
+def new_owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def destination_executors(config: Config) -> dict[str, Executor]:
+    """An executor per configured destination. Making one reads its CA file, if any: one that
+    cannot be read, or holds no certificate, is a ConfigError naming the key."""
+    executors: dict[str, Executor] = {}
+    for name, destination in config.destinations.items():
+        try:
+            executors[name] = executor_for(name, destination)
+        except ssl.SSLError as exc:
+            raise ConfigError(
+                f"destinations.{name}.ca_file: holds no certificate that can be read "
+                f"({exc.reason or 'PEM expected'})"
+            ) from None
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise ConfigError(f"destinations.{name}.ca_file: cannot be read ({reason})") from None
+    return executors
