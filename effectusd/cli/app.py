@@ -54,7 +54,12 @@ class StoreContext:
         self.config = config
         if config.namespace != store.namespace:
             self.config = config.model_copy(update={"namespace": store.namespace})
-        self.backend = store_backend(store.url)  # a DatabaseURLError exits 3 (EffectusGroup)
+        try:
+            self.backend = store_backend(store.url)  # a DatabaseURLError exits 3 (EffectusGroup)
+        except DatabaseURLError as exc:
+            if store.label is None:
+                raise
+            raise DatabaseURLError(f"{store.name}: {exc}") from None  # its text quotes no URL
 
     @property
     def url(self) -> str:
