@@ -226,3 +226,27 @@ def test_a_bare_database_url_option_with_stores_exits_3(tmp_path: Path) -> None:
     assert result.exit_code == 3
     assert "--database-url: a bare URL names one store" in result.stderr
     assert SECRET not in result.output
+
+
+@pytest.mark.parametrize("client_class", ["Client", "AsyncClient"])
+def test_a_client_of_a_config_with_stores_must_be_given_its_own_store_url(
+    client_class: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import effectusd
+
+    monkeypatch.delenv("EFFECTUSD_DATABASE_URL", raising=False)
+    monkeypatch.chdir(tmp_path)  # the SQLite default, if it were used, would be made here
+    path = write(tmp_path, {"east": (pg("e"), "tenant-e"), "west": (pg("w"), "tenant-w")})
+    cls = getattr(effectusd, client_class)
+
+    with pytest.raises(ConfigError) as from_file:
+        cls.from_config_file(str(path))
+    with pytest.raises(ConfigError) as from_config:
+        cls(load_config(path))
+    named = cls(load_config(path), database_url=pg("e"))
+
+    for message in (str(from_file.value), str(from_config.value)):
+        assert "database.stores" in message and "east, west" in message
+        assert "database_url" in message and SECRET not in message
+    assert named.database_url == pg("e")
+    assert not (tmp_path / "effectusd.db").exists()
