@@ -102,10 +102,10 @@ def test_a_malformed_database_url_never_reaches_a_real_process_output(
 ) -> None:
     options, overrides = arguments(source, MALFORMED["unencoded-percent"], tmp_path)
 
-    process_refuses_in_one_line(options, overrides, command)
+    assert_process_refuses_in_one_line(options, overrides, command)
 
 
-def process_refuses_in_one_line(
+def assert_process_refuses_in_one_line(
     options: list[str], overrides: dict[str, str | None], command: list[str]
 ) -> None:
     """effectusd as a process of its own exits 3 with one line on stderr, without the secret."""
@@ -189,4 +189,4 @@ def test_a_malformed_store_url_never_reaches_a_real_migrate_output(
 ) -> None:
     options, overrides = store_arguments(source, MALFORMED["unencoded-percent"], tmp_path)
 
-    process_refuses_in_one_line(options, overrides, ["migrate"])
+    assert_process_refuses_in_one_line(options, overrides, ["migrate"])
