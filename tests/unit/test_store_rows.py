@@ -75,14 +75,19 @@ def test_the_attempt_row_carries_the_settlement_and_what_rides_on_it_per_the_tab
     assert attempt["settled_actor"] == "engine" and rows.events == []
 
 
-def test_a_settlement_entry_with_no_attempt_row_written_is_refused() -> None:
+def test_a_settlement_entry_no_row_can_carry_in_its_place_is_refused() -> None:
     """An operator's write leaves the attempt row alone: an entry it should carry would be
-    lost, so the writer refuses it (the builder carries none there)."""
+    lost, so the writer refuses it (the builder carries none there); and a second one of a
+    saga in one batch would go before the first's events (a batch settles a saga once)."""
     carried = Transition(DispatchState.SUCCEEDED, settled=Settled(DispatchState.SUCCEEDED, "x"))
     with pytest.raises(ValueError, match="no row to carry it"):
         TransitionRows().apply(
             Completion(1, 1, "t", OutcomeClass.SUCCESS), ROW, carried, attempt=False
         )
+    rows = TransitionRows()
+    rows.apply(Completion(1, 1, "t", OutcomeClass.SUCCESS), ROW, carried)
+    with pytest.raises(ValueError, match="no row to carry it"):
+        rows.apply(Completion(2, 1, "t", OutcomeClass.SUCCESS), ROW, carried)
 
 
 def test_a_second_late_answer_for_one_attempt_replaces_the_first() -> None:
