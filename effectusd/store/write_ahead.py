@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from effectusd.backends.batches import isolate
+from effectusd.backends.isolation import isolate
 from effectusd.backends.errors import failure_name
 from effectusd.backends.operation import Operation
 from effectusd.core.canonical import canonical_text
