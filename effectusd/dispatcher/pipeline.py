@@ -5,7 +5,8 @@
     3. write-ahead fencing tokens and "may have been sent", durable before any call (on
                   PostgreSQL an unfenced row is written ahead by its claim: no statement here)
     4. call       the destination, concurrently, never past our own lease (monotonic clock)
-    5. record     outcomes in group commits (``Recorder``); the engine decides every transition
+    5. record     outcomes in group commits (``Recorder``, through ``ClaimingSink``, which
+                  claims the next steps a record writes); the engine decides every transition
 
 The external call never runs inside a database transaction.
 """
@@ -21,14 +22,13 @@ from datetime import timedelta
 
 from effectusd import faults
 from effectusd.backends.errors import TRANSIENT_ERRORS, failure_name
-from effectusd.core.budgets import answered_not_committed
 from effectusd.core.engine import Completion
 from effectusd.core.registry import Registry
 from effectusd.core.settlement import LEASE_TOO_SHORT, pre_send
-from effectusd.core.states import Cause, DispatchState, FencingStatus
+from effectusd.core.states import Cause, FencingStatus
 from effectusd.dispatcher.capacity import Capacity, ClaimingSink
 from effectusd.dispatcher.metrics import Metrics
-from effectusd.dispatcher.observability import log_transition
+from effectusd.dispatcher.observability import observe_record
 from effectusd.dispatcher.recorder import Recorder
 from effectusd.dispatcher.spans import NO_SPANS, AttemptSpans, NoSpans
 from effectusd.executors.protocol import Executor, FencingGrant, Invocation
@@ -287,23 +287,7 @@ class Pipeline:
         self._after_record(report)
 
     def _after_record(self, report: RecordReport) -> None:
-        self.metrics.late_completions.inc(report.late)
-        for completion, transition, row in report.transitions:
-            self.metrics.child(
-                self.metrics.outcomes,
-                row["destination"],
-                row["verb"],
-                row["direction"],
-                completion.outcome.value,
-            ).inc()
-            waits = transition.dispatch_state is DispatchState.RETRY_WAIT
-            if waits and answered_not_committed(completion.settled_by, completion.outcome):
-                self.metrics.child(
-                    self.metrics.waiting_for_destination,
-                    row["destination"],
-                    "yes" if completion.written else "no",
-                ).inc()
-            log_transition(completion, transition, row)
+        observe_record(self.metrics, report)
         if report.notified or report.applied:
             self.wake.set()
 
