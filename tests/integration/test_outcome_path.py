@@ -47,7 +47,8 @@ from effectusd.dispatcher.daemon import Daemon
 from effectusd.dispatcher.loops import Loop
 from effectusd.dispatcher.pipeline import Pipeline
 from effectusd.executors.protocol import Invocation
-from effectusd.store.dispatch import ClaimSlots, DispatchStore, RecordReport
+from effectusd.store.dispatch import DispatchStore, RecordReport
+from effectusd.store.records import SlotBudget
 from tests.support import backends
 from tests.support.destination import running
 from tests.support.harness import client_for, make_config, serial_plan
@@ -168,9 +169,9 @@ class Window:
             return completion
 
         async def measured_record(
-            completions: Sequence[Completion], slots: ClaimSlots | None = None
+            completions: Sequence[Completion], budget: SlotBudget | None = None
         ) -> RecordReport:
-            report = await record(completions, slots)
+            report = await record(completions, budget)
             if any(c is self.completion for c in completions) and self.entered.open:
                 self.entered.stop()
                 self.report = report
