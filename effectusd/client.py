@@ -33,7 +33,7 @@ from effectusd.backends.connections import (
 )
 from effectusd.backends.errors import UNAVAILABLE
 from effectusd.backends.operation import Operation, finished
-from effectusd.config import Config, load_config
+from effectusd.config import Config, ConfigError, load_config
 from effectusd.core.canonical import JsonValue
 from effectusd.core.errors import (
     SagaNotFound,
@@ -125,6 +125,19 @@ def lookup(
     return (yield from operations.load_saga(found))
 
 
+def own_store_url(config: Config) -> str:
+    """The database URL of a client given none: the config's ``[database] url``. With
+    ``[database.stores]`` there is none to take (never the SQLite default): the application
+    submits into its own store, whose URL it names."""
+    if config.database.stores:
+        raise ConfigError(
+            f"database.stores lists stores ({', '.join(sorted(config.database.stores))}) and a "
+            "client works on one, its application's own: give database_url= (or a pool) with "
+            "that store's URL, and set namespace to that store's namespace"
+        )
+    return config.database.url
+
+
 class _ClientBase:
     """``connection``: the caller's connection, used for everything (a submit joins its
     transaction); ``pool``: the caller's psycopg pool, one connection borrowed per operation
@@ -144,7 +157,7 @@ class _ClientBase:
         if connection is not None and pool is not None:
             raise WrongConnection("give the client a connection or a pool, not both")
         self.config = config or load_config(None)
-        url = database_url or pool_url(pool) or self.config.database.url
+        url = database_url or pool_url(pool) or own_store_url(self.config)
         self.backend = store_backend(url)
         self.database_url = self.backend.url
         self.registry = self.config.registry()

@@ -33,6 +33,7 @@ from effectusd.core.errors import EffectusError
 from effectusd.core.probes import DEFAULT_CLOCK_SKEW
 from effectusd.core.registry import DEFAULT_FENCE_WAIT_LIMIT, Registry
 from effectusd.core.states import OutcomeClass
+from effectusd.core.stores import Store, label_problem, labelled_url, store_conflicts
 from effectusd.core.wire import has_control, is_reserved_header, is_token
 
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "cookie2", "set-cookie"})
@@ -84,9 +85,27 @@ def not_utf8(error: UnicodeDecodeError) -> str:
     return f"is not UTF-8 text (byte {error.start + 1} cannot be decoded); save it as UTF-8"
 
 
+def _database_url(value: str) -> str:
+    parse_database_url(value)  # DatabaseURLError (a ValueError) names what is wrong
+    return value
+
+
+class StoreConfig(BaseModel):
+    """One of several stores (``[database.stores.LABEL]``): its database and the namespace
+    whose sagas it holds (docs/operations.md section 10)."""
+
+    model_config = ConfigDict(extra="forbid")
+    url: str
+    namespace: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+
+    _known_store = field_validator("url")(_database_url)
+
+
 class DatabaseConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     url: str = DEFAULT_DATABASE_URL
+    # Several stores, by label; without them `url` (and the top-level namespace) is the one.
+    stores: dict[str, StoreConfig] = Field(default_factory=dict)
     pool_min_size: int = Field(default=2, ge=1)
     pool_max_size: int = Field(default=10, ge=1)
     # PostgreSQL with standbys: refuse to run (at start, and on each reconnect) on a server whose
@@ -94,11 +113,27 @@ class DatabaseConfig(BaseModel):
     # twice (docs/operations.md section 9). Off: the daemon warns instead.
     require_synchronous_replication: bool = False
 
-    @field_validator("url")
+    _known_store = field_validator("url")(_database_url)
+
+    @field_validator("stores", mode="before")
     @classmethod
-    def _known_store(cls, value: str) -> str:
-        parse_database_url(value)  # DatabaseURLError (a ValueError) names what is wrong
+    def _labels(cls, value: Any) -> Any:
+        problems = [label_problem(str(k)) for k in value] if isinstance(value, dict) else []
+        if any(problems):
+            raise ValueError("; ".join(p for p in problems if p))
         return value
+
+    @model_validator(mode="after")
+    def _stores_apart(self) -> DatabaseConfig:
+        if self.stores and "url" in self.model_fields_set:
+            raise ValueError(
+                "url and stores: give one of them (url is the one store; stores lists several, "
+                "each with its url and namespace)"
+            )
+        problems = store_conflicts({k: (v.url, v.namespace) for k, v in self.stores.items()})
+        if problems:
+            raise ValueError("stores: " + "; ".join(problems))
+        return self
 
 
 class DispatcherConfig(BaseModel):
@@ -313,6 +348,13 @@ class Config(BaseModel):
             raise ValueError("; ".join(missing))
         return self
 
+    def stores(self) -> list[Store]:
+        """The stores this configuration names: each of ``[database.stores]`` by its label,
+        else the one ``[database] url`` (no label) with the top-level namespace."""
+        if not self.database.stores:
+            return [Store(None, self.database.url, self.namespace)]
+        return [Store(k, v.url, v.namespace) for k, v in self.database.stores.items()]
+
     def registry(self) -> Registry:
         """The live verb registry of this configuration: what the daemon, the client, the
         console and the operator commands check plans against and dispatch by."""
@@ -388,6 +430,35 @@ def load_config(path: str | os.PathLike[str] | None) -> Config:
     config = Config() if path is None else parse_config(read_toml(Path(path)), str(path))
     env_url = os.environ.get("EFFECTUSD_DATABASE_URL")
     if env_url:
-        parse_database_url(env_url)  # parsed where it is read: DatabaseURLError quotes nothing
-        config.database.url = env_url
+        override_database_urls(config, [env_url], "EFFECTUSD_DATABASE_URL")
     return config
+
+
+def override_database_urls(config: Config, values: list[str], source: str) -> None:
+    """Apply ``values`` of ``source`` (``--database-url``, or the environment variable): a
+    bare URL replaces ``[database] url``, and is refused when ``[database.stores]`` lists
+    stores; ``LABEL=URL`` replaces that store's. ConfigError naming the source and the label,
+    never a URL."""
+    labels = sorted(config.database.stores)
+    for value in values:
+        label, url = labelled_url(value)
+        if label is None and labels:
+            raise ConfigError(
+                f"{source}: a bare URL names one store, but database.stores lists "
+                f"{', '.join(labels)}: give LABEL=URL for the store to override"
+            )
+        if label is None:
+            # parsed where it is read: a DatabaseURLError quotes nothing of it (exit 3)
+            config.database.url = _database_url(url)
+            continue
+        store = config.database.stores.get(label)
+        if store is None:
+            known = ", ".join(labels) if labels else "none (no database.stores)"
+            raise ConfigError(f"{source}: {label}=URL: no store {label!r}; stores: {known}")
+        try:
+            store.url = _database_url(url)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {label}: {exc}") from None
+    problems = store_conflicts({k: (v.url, v.namespace) for k, v in config.database.stores.items()})
+    if problems:
+        raise ConfigError(f"{source}: database.stores: " + "; ".join(problems))

@@ -13,8 +13,8 @@ from __future__ import annotations
 import errno
 import json
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from effectusd.backends import Backend, Connection
 from effectusd.backends.errors import UNAVAILABLE, unavailable_text
 from effectusd.client import Client
-from effectusd.config import Config, ConfigError, load_config, not_utf8
+from effectusd.config import Config, ConfigError, load_config, not_utf8, override_database_urls
 from effectusd.core.canonical import MAX_JSON_DEPTH, parse_json
 from effectusd.core.checker import PlanCheckError
 from effectusd.core.database_url import DatabaseURLError
@@ -33,6 +33,7 @@ from effectusd.core.display import escape_hidden
 from effectusd.core.durations import parse_duration
 from effectusd.core.errors import SchemaNotReady
 from effectusd.core.replication import ReadOnlyServer
+from effectusd.core.stores import Store
 from effectusd.store.sql import store_backend
 
 EXIT_FAILURE = 1
@@ -43,12 +44,62 @@ EXIT_NOT_FOUND = 5
 EXIT_PENDING = 6
 
 
+class StoreContext:
+    """One store a command works on: its label (None for the single ``[database] url``), its
+    backend, and the configuration with the store's namespace."""
+
+    def __init__(self, store: Store, config: Config) -> None:
+        self.label = store.label
+        self.name = store.name
+        self.config = config
+        if config.namespace != store.namespace:
+            self.config = config.model_copy(update={"namespace": store.namespace})
+        try:
+            self.backend = store_backend(store.url)  # a DatabaseURLError exits 3 (EffectusGroup)
+        except DatabaseURLError as exc:
+            if store.label is None:
+                raise
+            raise DatabaseURLError(f"{store.name}: {exc}") from None  # its text quotes no URL
+
+    @property
+    def url(self) -> str:
+        return self.backend.url
+
+    def client(self) -> Client:
+        return Client(self.config, database_url=self.url)
+
+    @contextmanager
+    def open(self, *, create: bool = False, write: bool = False) -> Iterator[Connection]:
+        """A connection to this store. ``write``: the command writes, so a server that takes
+        no writes raises ReadOnlyServer first; that and a store that cannot be reached raise
+        (a command over several stores names the store and goes on to the others)."""
+        runner = self.backend.runner
+        with runner.connect(create=create) as conn:
+            if write:
+                runner.check_writable(conn)
+            yield conn
+
+    @contextmanager
+    def connect(self, *, create: bool = False, write: bool = False) -> Iterator[Connection]:
+        """``open``, for a command on this store alone: unreachable, exit 1 naming it (never
+        its URL or the driver's text); read-only, the daemon's line and exit code
+        (EffectusGroup)."""
+        with ExitStack() as stack:
+            try:
+                conn = stack.enter_context(self.open(create=create, write=write))
+            except UNAVAILABLE as exc:
+                cannot_connect(exc, self.name)
+            yield conn
+
+
 class Context:
-    def __init__(self, config_path: str | None, database_url: str | None) -> None:
+    def __init__(self, config_path: str | None, database_urls: Sequence[str] = ()) -> None:
         self.config_path = config_path
-        self._database_url = database_url
+        self._database_urls = list(database_urls)
         self._config: Config | None = None
-        self._backend: Backend | None = None
+        self.selected: str | None = None  # --store LABEL of the command, if it has one
+        # Each store's URL parsed once, when a command first asks for it.
+        self._stores: dict[str | None, StoreContext] = {}
 
     @property
     def config(self) -> Config:
@@ -56,36 +107,60 @@ class Context:
             path = self.config_path
             if path is None and Path("effectusd.toml").exists():
                 path = "effectusd.toml"
-            self._config = load_config(path)  # a ConfigError exits 3 (EffectusGroup)
+            config = load_config(path)  # a ConfigError exits 3 (EffectusGroup)
+            override_database_urls(config, self._database_urls, "--database-url")
+            self._config = config
         return self._config
+
+    def stores(self, label: str | None = None) -> list[StoreContext]:
+        """The stores a command works on: every configured one, or the one ``label`` (or the
+        command's --store) names; an unknown label is a usage error (exit 2)."""
+        label = label or self.selected
+        stores = self.config.stores()
+        if label is not None:
+            labels = [store.label for store in stores if store.label is not None]
+            if label not in labels:
+                known = ", ".join(labels) if labels else "none (the config has no database.stores)"
+                fail(f"--store {label}: no such store; stores: {known}", EXIT_USAGE)
+            stores = [store for store in stores if store.label == label]
+        return [self._store_context(store) for store in stores]
+
+    def _store_context(self, store: Store) -> StoreContext:
+        if store.label not in self._stores:
+            self._stores[store.label] = StoreContext(store, self.config)
+        return self._stores[store.label]
+
+    def store(self) -> StoreContext:
+        """The one store of a command that works on one: with several configured and none
+        chosen, exit 3 naming them."""
+        stores = self.stores()
+        if len(stores) > 1:
+            command = click.get_current_context().command_path
+            labels = ", ".join(str(store.label) for store in stores)
+            fail(
+                f"{command} works on one store and database.stores lists {len(stores)} ({labels})",
+                EXIT_INVALID,
+            )
+        return stores[0]
 
     @property
     def database_url(self) -> str:
-        return self.backend.url
+        return self.store().url
 
     @property
     def backend(self) -> Backend:
         """The store's backend, its URL parsed once; a DatabaseURLError exits 3
         (EffectusGroup)."""
-        if self._backend is None:
-            self._backend = store_backend(self._database_url or self.config.database.url)
-        return self._backend
+        return self.store().backend
 
     def client(self) -> Client:
-        return Client(self.config, database_url=self.database_url)
+        return self.store().client()
 
-    @contextmanager
-    def connect(self, *, create: bool = False, write: bool = False) -> Iterator[Connection]:
-        """A connection to the store; ``write``: the command writes, so a server that takes
-        no writes stops it first, with the daemon's line and exit code (EffectusGroup)."""
-        with ExitStack() as stack:
-            try:
-                conn = stack.enter_context(self.backend.runner.connect(create=create))
-                if write:
-                    self.backend.runner.check_writable(conn)
-            except UNAVAILABLE as exc:
-                cannot_connect(exc)
-            yield conn
+    def connect(
+        self, *, create: bool = False, write: bool = False
+    ) -> AbstractContextManager[Connection]:
+        """A connection to the command's one store (StoreContext.connect)."""
+        return self.store().connect(create=create, write=write)
 
     def check_writable(self) -> None:
         """For a command that writes on connections of its own (submit, through the client)."""
@@ -119,9 +194,10 @@ def listening(host: str, port: int | None, setting: str) -> Iterator[None]:
         )
 
 
-def cannot_connect(error: BaseException) -> NoReturn:
-    """Exit 1 for a database that could not be reached, never quoting the driver's message."""
-    fail(f"cannot connect to the database: {unavailable_text(error)}", EXIT_FAILURE)
+def cannot_connect(error: BaseException, name: str = "the database") -> NoReturn:
+    """Exit 1 for a database that could not be reached, never quoting the driver's message;
+    ``name``: how to name it (a store's label with several)."""
+    fail(f"cannot connect to {name}: {unavailable_text(error)}", EXIT_FAILURE)
 
 
 def _json_default(value: object) -> Any:
@@ -235,18 +311,20 @@ class EffectusGroup(click.Group):
 )
 @click.option(
     "--database-url",
-    envvar="EFFECTUSD_DATABASE_URL",
+    "database_urls",
+    multiple=True,
     help=(
         "postgresql://… or sqlite:///file.db (env EFFECTUSD_DATABASE_URL; overrides the "
-        "config; default sqlite:///effectusd.db)."
+        "config; default sqlite:///effectusd.db). With [database.stores]: LABEL=URL, that "
+        "store's URL; repeat it for each store to override."
     ),
 )
 @click.version_option(package_name="effectusd")
 @click.pass_context
-def main(ctx: click.Context, config_path: str | None, database_url: str | None) -> None:
+def main(ctx: click.Context, config_path: str | None, database_urls: tuple[str, ...]) -> None:
     """effectusd: a transactional-outbox saga dispatcher.
 
     Exit codes: 0 ok, 1 operational failure, 2 usage, 3 invalid input, 4 conflict,
     5 not found, 6 the schema needs `effectusd migrate`.
     """
-    ctx.obj = Context(config_path, database_url)
+    ctx.obj = Context(config_path, database_urls)

@@ -16,6 +16,7 @@ from effectusd.cli.app import (
     EXIT_INVALID,
     Context,
     Duration,
+    StoreContext,
     cannot_connect,
     emit,
     fail,
@@ -24,6 +25,7 @@ from effectusd.cli.app import (
     log_level_option,
     main,
 )
+from effectusd.cli.stores import store_option
 from effectusd.core.database_url import (
     PostgresDatabase,
     SqliteDatabase,
@@ -107,6 +109,7 @@ def auto_processes(sqlite: bool) -> int:
         "first failure's code."
     ),
 )
+@store_option("Serve this store of [database.stores] (one daemon per store in this release).")
 @click.pass_obj
 def run(
     obj: Context,
@@ -117,6 +120,7 @@ def run(
     log_level: str,
     processes: int | None,
     console: bool,
+    store_label: str | None,
 ) -> None:
     """Run the dispatcher daemon (SIGTERM drains in-flight calls and exits 0)."""
     import asyncio
@@ -125,7 +129,8 @@ def run(
     from effectusd.dispatcher.daemon import Daemon
     from effectusd.logs import configure_logging
 
-    config = obj.config
+    store = _served_store(obj, store_label)
+    config = store.config
     if workers is not None:
         config.dispatcher.concurrency = workers
     if http_port is not None:
@@ -134,10 +139,10 @@ def run(
         config.console.enabled = True
     configure_logging(log_format or config.observability.log_format, log_level)
     if processes is None:
-        processes = auto_processes(isinstance(parse_database_url(obj.database_url), SqliteDatabase))
+        processes = auto_processes(isinstance(parse_database_url(store.url), SqliteDatabase))
     if processes > 1:
-        _run_processes(obj, processes, until_idle, workers, log_format, log_level, console)
-    daemon = Daemon(config, obj.database_url, web=for_daemon(config, obj.backend))
+        _run_processes(obj, store, processes, until_idle, workers, log_format, log_level, console)
+    daemon = Daemon(config, store.url, web=for_daemon(config, store.backend))
     observability = config.observability
     try:
         with listening(
@@ -151,8 +156,22 @@ def run(
     except MigrationError as exc:
         fail(str(exc), EXIT_CONFLICT)
     except UNAVAILABLE as exc:  # the daemon rides out a database lost once it has started
-        cannot_connect(exc)
+        cannot_connect(exc, store.name)
     sys.exit(code)
+
+
+def _served_store(obj: Context, label: str | None) -> StoreContext:
+    """The store `run` serves: the one configured, or the one --store names. Several and none
+    named: exit 3, since a daemon serves one store in this release."""
+    stores = obj.stores(label)
+    if len(stores) > 1:
+        labels = ", ".join(str(store.label) for store in stores)
+        fail(
+            f"database.stores lists {len(stores)} stores ({labels}): several stores are served "
+            "by one daemon per store in this release; run one with `run --store LABEL` for each",
+            EXIT_INVALID,
+        )
+    return stores[0]
 
 
 def require_postgres(url: str, what: str) -> None:
@@ -174,6 +193,7 @@ def child_run_args(
     log_level: str,
     http_port: int | None,
     console: bool = False,
+    store: str | None = None,
 ) -> list[str]:
     """The `run` options of child ``index`` (from 0) of `run --processes`: the parent's own,
     with the observability port shifted by the index (0, any free port, stays 0)."""
@@ -188,11 +208,14 @@ def child_run_args(
         args += ["--http-port", str(http_port + index if http_port else 0)]
     if console:
         args.append("--console")
+    if store is not None:
+        args += ["--store", store]
     return args
 
 
 def _run_processes(
     obj: Context,
+    store: StoreContext,
     processes: int,
     until_idle: bool,
     workers: int | None,
@@ -202,8 +225,7 @@ def _run_processes(
 ) -> None:
     from effectusd.dispatcher.processes import child_command, supervise
 
-    url = obj.database_url
-    port = obj.config.observability.http_port
+    port = store.config.observability.http_port
     if port and port + processes - 1 > 65535:
         fail(
             f"--processes {processes} from --http-port {port} would need ports up to "
@@ -222,11 +244,14 @@ def _run_processes(
                 log_level=log_level,
                 http_port=port,
                 console=console,
+                store=store.label,
             ),
         )
         for index in range(processes)
     ]
-    # the URL travels in the environment, not on command lines anyone can read with ps
+    # the URL travels in the environment, not on command lines anyone can read with ps; a
+    # labelled store's as LABEL=URL, which overrides that store's alone
+    url = store.url if store.label is None else f"{store.label}={store.url}"
     sys.exit(supervise(commands, env={"EFFECTUSD_DATABASE_URL": url}))
 
 

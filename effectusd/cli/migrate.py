@@ -1,55 +1,130 @@
-"""The schema: migrate (and its --check for deploy scripts)."""
+"""The schema: migrate (and its --check for deploy scripts), on every configured store."""
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
+from effectusd.backends.errors import UNAVAILABLE, unavailable_text
 from effectusd.backends.migrations import MigrationError
-from effectusd.cli.app import EXIT_CONFLICT, EXIT_PENDING, Context, emit, fail, json_option, main
+from effectusd.cli.app import (
+    EXIT_CONFLICT,
+    EXIT_FAILURE,
+    EXIT_INVALID,
+    EXIT_PENDING,
+    Context,
+    StoreContext,
+    emit,
+    fail,
+    json_option,
+    main,
+)
+from effectusd.cli.stores import store_option
+from effectusd.core.replication import ReadOnlyServer
+
+
+class Refusal(Exception):
+    """A store's migrate (or --check) that did not succeed: its exit code and what it said."""
+
+    def __init__(self, code: int, message: str, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.data = code, message, data
 
 
 @main.command()
 @click.option(
     "--check", "check_only", is_flag=True, help="Only report; exit 6 if anything is pending."
 )
+@store_option()
 @json_option
 @click.pass_obj
-def migrate(obj: Context, check_only: bool, as_json: bool) -> None:
-    """Apply pending schema migrations (one migrator at a time)."""
-    with obj.connect(create=not check_only, write=not check_only) as conn:
-        backend = obj.backend
+def migrate(obj: Context, check_only: bool, store_label: str | None, as_json: bool) -> None:
+    """Apply pending schema migrations (one migrator at a time), on every configured store."""
+    stores = obj.stores(store_label)
+    if len(stores) == 1 and stores[0].label is None:
+        _one(stores[0], check_only, as_json)
+        return
+    results: dict[str, dict[str, Any]] = {}
+    codes = []
+    for store in stores:
         try:
-            if check_only:
-                current = backend.migrator.status(conn)
-                data = {
-                    "applied": current.applied,
-                    "pending": [f"{m.version}_{m.name}" for m in current.pending],
-                    "problems": current.problems,
+            data = _migrate(store, check_only)
+        except Refusal as exc:
+            data = {**(exc.data or {}), "error": exc.message}
+            codes.append(exc.code)
+        results[str(store.label)] = {"ok": "error" not in data, **data}
+    failed = [label for label, data in results.items() if not data["ok"]]
+    emit({"ok": not failed, "stores": results}, as_json, lambda d: _stores_text(d["stores"]))
+    if failed:
+        if not as_json:
+            click.echo(
+                f"error: {'checking' if check_only else 'migrating'} failed in "
+                f"store(s) {', '.join(failed)}",
+                err=True,
+            )
+        sys.exit(codes[0])
+
+
+def _one(store: StoreContext, check_only: bool, as_json: bool) -> None:
+    """The single [database] url: the output and exit codes of a store of its own."""
+    try:
+        data = _migrate(store, check_only)
+    except Refusal as exc:
+        if exc.data is None:
+            fail(exc.message, exc.code)
+        emit(exc.data, as_json, _text)
+        sys.exit(exc.code)
+    emit(data, as_json, _text)
+
+
+def _migrate(store: StoreContext, check_only: bool) -> dict[str, Any]:
+    """Migrate (or check) one store: what it applied (or its status); Refusal otherwise."""
+    backend = store.backend
+    try:
+        with store.open(create=not check_only, write=not check_only) as conn:
+            if not check_only:
+                return {
+                    "applied": [f"{m.version}_{m.name}" for m in backend.migrator.migrate(conn)]
                 }
-                emit(
-                    data,
-                    as_json,
-                    lambda d: "\n".join(
-                        [
-                            f"applied: {', '.join(map(str, d['applied'])) or 'none'}",
-                            f"pending: {', '.join(d['pending']) or 'none'}",
-                        ]
-                        + [f"problem: {p}" for p in d["problems"]]
-                    ),
-                )
-                if current.problems:
-                    sys.exit(EXIT_CONFLICT)
-                if current.pending:
-                    sys.exit(EXIT_PENDING)
-                return
-            applied = backend.migrator.migrate(conn)
-        except MigrationError as exc:
-            fail(str(exc), EXIT_CONFLICT)
-    names = [f"{m.version}_{m.name}" for m in applied]
-    emit(
-        {"applied": names},
-        as_json,
-        lambda d: "\n".join(f"applied {n}" for n in d["applied"]) or "schema is up to date",
+            current = backend.migrator.status(conn)
+    except MigrationError as exc:
+        raise Refusal(EXIT_CONFLICT, str(exc)) from None
+    except ReadOnlyServer as exc:  # as the daemon refuses to start on it
+        raise Refusal(EXIT_INVALID, str(exc)) from None
+    except UNAVAILABLE as exc:  # its class and SQLSTATE: the driver's text may quote the URL
+        raise Refusal(
+            EXIT_FAILURE, f"cannot connect to the database: {unavailable_text(exc)}"
+        ) from None
+    data: dict[str, Any] = {
+        "applied": current.applied,
+        "pending": [f"{m.version}_{m.name}" for m in current.pending],
+        "problems": current.problems,
+    }
+    if current.problems:
+        raise Refusal(EXIT_CONFLICT, "; ".join(current.problems), data)
+    if current.pending:
+        raise Refusal(EXIT_PENDING, f"pending: {', '.join(data['pending'])}", data)
+    return data
+
+
+def _text(data: dict[str, Any]) -> str:
+    if "pending" not in data:
+        return "\n".join(f"applied {n}" for n in data["applied"]) or "schema is up to date"
+    return "\n".join(
+        [
+            f"applied: {', '.join(map(str, data['applied'])) or 'none'}",
+            f"pending: {', '.join(data['pending']) or 'none'}",
+        ]
+        + [f"problem: {p}" for p in data["problems"]]
     )
+
+
+def _stores_text(stores: dict[str, dict[str, Any]]) -> str:
+    lines = []
+    for label, data in stores.items():
+        lines.append(f"store {label}:")
+        body = _text(data).splitlines() if "applied" in data else [f"error: {data['error']}"]
+        lines += [f"  {line}" for line in body]
+    return "\n".join(lines)

@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from effectusd.cli.app import (
     EXIT_CONFLICT,
+    EXIT_FAILURE,
     EXIT_INVALID,
     EXIT_NOT_FOUND,
     Context,
+    StoreContext,
     emit,
     fail,
     json_option,
     main,
 )
 from effectusd.cli.naming import fail_ambiguous, saga_id_argument
+from effectusd.cli.stores import each_store, emit_by_store, holder, store_option, warn
 from effectusd.core.errors import AmbiguousSaga
+from effectusd.core.identity import SAGA_ID_CHARS
 
 # -- operator actions: resolve, retry, cancel (prune: cli/prune.py) -----------------------
 # Each of resolve/retry/cancel is one transaction that locks the saga row, then its dispatch
@@ -54,11 +58,12 @@ def _operator_action(
     obj: Context, saga: str, build: Callable[[Any], Callable[[str], Any]], as_json: bool
 ) -> None:
     """Run one operator operation on the saga ``saga`` names (its id or the unique start of
-    it, found in the same transaction) and report it: the report, like the timeline, carries
-    the full id. ``build(registry)`` checks the command's input before anything is read and
-    gives the operation for a saga id."""
+    it, found in the same transaction, in whichever store holds it) and report it: the
+    report, like the timeline, carries the full id. ``build(registry)`` checks the command's
+    input before anything is read and gives the operation for a saga id."""
     from effectusd.core.operator_decisions import RefusalKind, Refused
     from effectusd.operator import on_saga
+    from effectusd.store.operations import find_sagas
 
     codes = {
         RefusalKind.CONFLICT: EXIT_CONFLICT,
@@ -67,8 +72,13 @@ def _operator_action(
     }
     try:
         operation = on_saga(saga, build(obj.config.registry()))
-        with obj.connect(write=True) as conn:
-            report = obj.backend.runner.run(conn, operation)
+        name = f"saga {saga}" if len(saga) == SAGA_ID_CHARS else f"saga id prefix {saga}"
+        store = holder(obj, name, lambda _: find_sagas(prefix=saga), as_json)
+        if store is None:
+            labels = ", ".join(str(each.label) for each in obj.stores())
+            raise Refused(RefusalKind.NOT_FOUND, f"{name}: in none of the stores ({labels})")
+        with store.connect(write=True) as conn:
+            report = store.backend.runner.run(conn, operation)
     except Refused as exc:
         if as_json:
             emit({"ok": False, "refused": exc.kind.value, "error": exc.message}, True, str)
@@ -77,7 +87,12 @@ def _operator_action(
         if as_json:
             emit({"ok": False, "refused": "ambiguous", "error": str(exc)}, True, str)
         fail_ambiguous(exc)
-    emit(report.as_dict(), as_json, lambda _: report.summary())
+    if store.label is None:
+        emit(report.as_dict(), as_json, lambda _: report.summary())
+        return
+    # several stores: which one held the saga
+    data = {**report.as_dict(), "store": store.label}
+    emit(data, as_json, lambda _: f"{report.summary()}\n  store     {store.label}")
 
 
 def _saga_action(
@@ -122,6 +137,7 @@ def _saga_action(
     ),
 )
 @actor_option
+@store_option()
 @json_option
 @click.pass_obj
 def resolve(
@@ -136,6 +152,7 @@ def resolve(
     evidence: str | None,
     direction: str | None,
     actor: str | None,
+    store_label: str | None,
     as_json: bool,
 ) -> None:
     """Settle a dispatch in blocked_unknown from what you found out at the destination.
@@ -153,6 +170,8 @@ def resolve(
     from effectusd.client import default_actor
     from effectusd.core import operator_decisions as decide
     from effectusd.core.states import Direction
+
+    obj.selected = store_label
 
     def build(registry: Any) -> Callable[[str], Any]:
         where = Direction(direction) if direction else None
@@ -179,10 +198,16 @@ def resolve(
 @saga_id_argument()
 @evidence_option("Why it is safe to send again now (goes on the timeline).")
 @actor_option
+@store_option()
 @json_option
 @click.pass_obj
 def retry_command(
-    obj: Context, saga_id: str, evidence: str | None, actor: str | None, as_json: bool
+    obj: Context,
+    saga_id: str,
+    evidence: str | None,
+    actor: str | None,
+    store_label: str | None,
+    as_json: bool,
 ) -> None:
     """Send the dispatch that blocked the saga again, with a fresh retry budget.
 
@@ -190,6 +215,7 @@ def retry_command(
     again), blocked_destination (once its credential or route is fixed) and
     blocked_compensation.
     """
+    obj.selected = store_label
     _saga_action(obj, "retry", saga_id, evidence, actor, as_json)
 
 
@@ -197,16 +223,23 @@ def retry_command(
 @saga_id_argument()
 @evidence_option("Why it is canceled (goes on the timeline).")
 @actor_option
+@store_option()
 @json_option
 @click.pass_obj
 def cancel(
-    obj: Context, saga_id: str, evidence: str | None, actor: str | None, as_json: bool
+    obj: Context,
+    saga_id: str,
+    evidence: str | None,
+    actor: str | None,
+    store_label: str | None,
+    as_json: bool,
 ) -> None:
     """Cancel a running saga: undo its succeeded steps in reverse order.
 
     A dispatch not yet sent is canceled now; one in flight finishes first (the engine then
     compensates). Terminal and blocked sagas are refused.
     """
+    obj.selected = store_label
     _saga_action(obj, "cancel", saga_id, evidence, actor, as_json)
 
 
@@ -215,6 +248,7 @@ def cancel(
 @click.option("--verb", help="Every saga blocked_contract on this verb (instead of SAGA_ID).")
 @evidence_option("Why the changed contract is right for these sagas (required).")
 @actor_option
+@store_option()
 @json_option
 @click.pass_obj
 def adopt_contract(
@@ -223,6 +257,7 @@ def adopt_contract(
     verb: str | None,
     evidence: str | None,
     actor: str | None,
+    store_label: str | None,
     as_json: bool,
 ) -> None:
     """Move blocked_contract sagas to the verb contracts loaded now, and resume them.
@@ -239,6 +274,7 @@ def adopt_contract(
     from effectusd.client import default_actor
     from effectusd.core import operator_decisions as decide
 
+    obj.selected = store_label
     if (saga_id is None) == (verb is None):
         if as_json:
             emit({"ok": False, "refused": "invalid", "error": "give SAGA_ID or --verb"}, True, str)
@@ -267,13 +303,34 @@ def adopt_contract(
         if as_json:
             emit({"ok": False, "refused": exc.kind.value, "error": exc.message}, True, str)
         fail(exc.message, EXIT_INVALID if exc.kind is decide.RefusalKind.INVALID else EXIT_CONFLICT)
-    report = _adopt_verb(obj, registry, verb, who, text)
+    stores = obj.stores()
+    if len(stores) > 1 or stores[0].label is not None:
+        _adopt_verb_in_stores(stores, registry, verb, who, text, as_json)
+    report = _adopt_verb(stores[0], registry, verb, who, text, alone=True)
     emit(report.as_dict(), as_json, lambda _: report.summary())
     if not report.ok:
         raise SystemExit(EXIT_CONFLICT)
 
 
-def _adopt_verb(obj: Context, registry: Any, verb: str, actor: str, evidence: str) -> Any:
+def _adopt_verb_in_stores(
+    stores: list[StoreContext], registry: Any, verb: str, actor: str, evidence: str, as_json: bool
+) -> NoReturn:
+    """adopt-contract --verb in each store, reported by label; a store that is down is named
+    (exit 1) and the others adopted; a refused saga in any store exits 4."""
+    done, unreached = each_store(
+        stores,
+        lambda store: _adopt_verb(store, registry, verb, actor, evidence, alone=False),
+    )
+    emit_by_store(done, unreached, as_json)
+    warn(unreached, "searched")
+    if unreached:
+        raise SystemExit(EXIT_FAILURE)
+    raise SystemExit(EXIT_CONFLICT if not all(report.ok for _, report in done) else 0)
+
+
+def _adopt_verb(
+    store: StoreContext, registry: Any, verb: str, actor: str, evidence: str, *, alone: bool
+) -> Any:
     """One guarded transaction per saga: a saga that is refused leaves the others adopted."""
     from effectusd.core.operator_decisions import Refused
     from effectusd.operator.adopt import (
@@ -284,13 +341,15 @@ def _adopt_verb(obj: Context, registry: Any, verb: str, actor: str, evidence: st
     )
 
     report = VerbAdoptionReport(verb, actor, evidence)
-    with obj.connect(write=True) as conn:
-        for saga_id in obj.backend.runner.run(conn, candidates()):
+    runner = store.backend.runner
+    # alone: the one store's connection error exits 1 at once; else it raises, for each_store
+    with store.connect(write=True) if alone else store.open(write=True) as conn:
+        for saga_id in runner.run(conn, candidates()):
             operation = adopt_contract(
                 saga_id, registry=registry, actor=actor, evidence=evidence, verb=verb
             )
             try:
-                report.adopted.append(obj.backend.runner.run(conn, operation))
+                report.adopted.append(runner.run(conn, operation))
             except NotBlockedOnVerb as exc:
                 report.skipped.append({"saga_id": saga_id, "error": exc.message})
             except Refused as exc:

@@ -20,6 +20,7 @@ from effectusd.cli.app import (
     read_json_file,
     report_check_error,
 )
+from effectusd.cli.stores import store_option
 from effectusd.core.canonical import MAX_JSON_DEPTH, parse_json
 from effectusd.core.checker import PlanCheckError, check
 from effectusd.core.submission import SubmitConflict, SubmitError
@@ -71,6 +72,7 @@ def check_command(obj: Context, plan_file: str, output: str | None, as_json: boo
     type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S"]),
     help="Do not dispatch the first step before this time (ISO 8601; UTC if no offset).",
 )
+@store_option("Into this store of [database.stores], in its namespace (needed with several).")
 @json_option
 @click.pass_obj
 def submit(
@@ -79,9 +81,11 @@ def submit(
     execution_id: str,
     facts_json: str,
     not_before: datetime | None,
+    store_label: str | None,
     as_json: bool,
 ) -> None:
     """Submit a plan (raw or checked) as a new saga. Re-submitting the same is a no-op."""
+    obj.selected = store_label
     plan = read_json_file(plan_file, "plan")
     try:
         facts = parse_json(facts_json, MAX_JSON_DEPTH)

@@ -28,6 +28,7 @@ from effectusd.core.views import (
     SagaSummary,
     SagaView,
     StepView,
+    StoredSagaSummary,
     TimelineEvent,
     blocking_dispatches,
 )
@@ -90,13 +91,19 @@ def _evidence(step: StepView, dispatch: DispatchView) -> list[str]:
     return lines
 
 
-def saga_list(rows: list[SagaSummary]) -> str:
+def saga_list(rows: Sequence[SagaSummary]) -> str:
+    """One line per saga; across several stores, each begins with its store's label."""
     if not rows:
         return "no sagas"
-    lines = [f"{'SAGA':14} {'STATE':22} {'PLAN':16} {'EXECUTION':24} AGE"]
-    for row in rows:
+    stores = [row.store if isinstance(row, StoredSagaSummary) else None for row in rows]
+    width = max((len(label) for label in stores if label is not None), default=0)
+    width = width and max(width, len("STORE"))
+    head = f"{'STORE':{width}} " if width else ""
+    lines = [f"{head}{'SAGA':14} {'STATE':22} {'PLAN':16} {'EXECUTION':24} AGE"]
+    for label, row in zip(stores, rows, strict=True):
         lines.append(
-            f"{_short(row.saga_id):14} {row.state:22} {row.plan_id:16} "
+            (f"{label:{width}} " if label is not None else "")
+            + f"{_short(row.saga_id):14} {row.state:22} {row.plan_id:16} "
             f"{_short(row.execution_id, 24):24} {_age(row.created_at)}"
         )
     return terminal_lines(lines)

@@ -15,8 +15,9 @@ nothing else until the block is settled.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from effectusd.core.branches import (
     Branch,
@@ -40,13 +41,16 @@ from effectusd.core.states import (
     SettledBy,
     StepState,
 )
+from effectusd.core.timeline import COMPLETES, SETTLED_TO
 from effectusd.core.transition import (
     Completion,
     DispatchFacts,
     Event,
     SagaFacts,
     SagaUpdate,
+    Settled,
     StepUpdate,
+    Success,
     Transition,
     enqueued_event,
     settled_event,
@@ -55,7 +59,15 @@ from effectusd.core.transition import (
 
 class TransitionBuilder:
     """Accumulates one Transition: the settled dispatch, step and saga moves, and the
-    dispatches the plan's graph calls for next (forward, or the next compensation)."""
+    dispatches the plan's graph calls for next (forward, or the next compensation).
+
+    Each move is a timeline entry, made where the move is made: an entry the rows carry
+    (effectusd/core/timeline.py: the settlement, the step move of its success, the saga's
+    completion, each enqueue and a chain's start) is set on the Transition's fields, every
+    other one is a stored event (``Transition.events``)."""
+
+    # False: every entry is a stored event (for a writer that fills no carrying column)
+    carry_in_rows: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -96,6 +108,8 @@ class TransitionBuilder:
         # Set when this transition decided to compensate (an operator's cancel of a dispatch
         # not sent leaves no failed step and may carry no cancel request).
         self.undo_started = False
+        # the entries so far are the attempt row's settlement and what rides on it, if any
+        self.beside_settlement = False
 
     @property
     def dispatch_facts(self) -> DispatchFacts:
@@ -114,16 +128,21 @@ class TransitionBuilder:
     # -- the dispatch that completed --------------------------------------------------------
     def dispatch(self, state: DispatchState) -> None:
         moved = self.dispatch_facts
+        completion = self.completion
         self.transition.dispatch_state = state
-        self.transition.events.append(
-            settled_event(
-                self.completion,
-                moved.effect_id,
-                moved.direction.value,
-                moved.state.value,
-                state.value,
-            )
-        )
+        if (
+            self.carry_in_rows
+            and moved.state is DispatchState.IN_FLIGHT
+            and completion.operator_evidence is None
+            and state in SETTLED_TO
+            and not self.transition.events
+            and self.transition.settled is None
+        ):
+            self.transition.settled = Settled(state, completion.actor)
+            self.beside_settlement = True
+        else:
+            was, direction = moved.state.value, moved.direction.value
+            self._store(settled_event(completion, moved.effect_id, direction, was, state.value))
         if moved.direction is Direction.FORWARD:
             self.dispatch_states[moved.effect_id] = state
             self.uncertain[moved.effect_id] = self.transition.uncertain_attempt is not None
@@ -132,7 +151,7 @@ class TransitionBuilder:
         """A stored timeline event of the settled dispatch, after its settlement."""
         moved = self.dispatch_facts
         completion = self.completion
-        self.transition.events.append(
+        self._store(
             Event(
                 kind,
                 moved.effect_id,
@@ -207,30 +226,41 @@ class TransitionBuilder:
         kept: bool = False,
     ) -> None:
         """Move a step to ``state``. ``kept``: the step has no dispatch that says it (it failed
-        at enqueue), so its row keeps it (see ``StepUpdate.kept``)."""
+        at enqueue), so its row keeps it (``StepUpdate``). A success's result and order go on
+        the settled dispatch's row (``Transition.success``)."""
         effect = effect_id or self.dispatch_facts.effect_id
-        order = None
         if state is StepState.SUCCEEDED:
             # The order steps succeeded in is the order they are compensated in, reversed.
             order = 1 + max((o for o in self.orders.values() if o is not None), default=0)
             self.orders[effect] = order
-        succeeded = state is StepState.SUCCEEDED
-        self.transition.steps.append(
-            StepUpdate(effect, state, result, succeeded, succeeded_order=order, kept=kept)
-        )
+            if self.moved is not None and effect == self.moved.effect_id:
+                self.transition.success = Success(result, order)
+        if kept:
+            self.transition.steps.append(StepUpdate(effect, state))
         self._record_step(effect, state, result)
 
     def _record_step(self, effect: str, state: StepState, result: JsonValue = None) -> None:
         previous = self.step_states.get(effect)
-        self.transition.events.append(
-            Event(
-                "step_state",
-                effect,
-                from_state=previous.value if previous else None,
-                to_state=state.value,
-                actor=self.actor,
+        settled = self.transition.settled if self.beside_settlement else None
+        if (
+            settled is not None
+            and settled.step is None
+            and settled.to is DispatchState.SUCCEEDED
+            and settled.actor == self.actor
+            and effect == self.dispatch_facts.effect_id
+            and (previous, state) == COMPLETES[self.dispatch_facts.direction]
+        ):
+            self.transition.settled = replace(settled, step=state)  # on the attempt row
+        else:
+            self._store(
+                Event(
+                    "step_state",
+                    effect,
+                    from_state=previous.value if previous else None,
+                    to_state=state.value,
+                    actor=self.actor,
+                )
             )
-        )
         self.step_states[effect] = state
         if state is StepState.SUCCEEDED:
             self.results[effect] = result
@@ -240,19 +270,23 @@ class TransitionBuilder:
             return
         if state.is_terminal:
             reason = self._resolved(state, reason)
-        self.transition.events.append(
-            Event(
-                "saga_state",
-                None,
-                None,
-                None,
-                self.saga_state.value,
-                state.value,
-                self.actor,
-                None,
-                {"reason": reason} if reason else {},
+        settled = self.transition.settled if self.beside_settlement else None
+        if (
+            settled is not None
+            and settled.step is not None
+            and settled.actor == self.actor
+            and not reason
+            and (self.saga_state, state) == (SagaState.RUNNING, SagaState.COMPLETED)
+            and not self.transition.new_dispatches
+        ):
+            self.transition.settled = replace(settled, saga=state)  # on the attempt row
+            self.beside_settlement = False
+        else:
+            detail = {"reason": reason} if reason else {}
+            was = self.saga_state.value
+            self._store(
+                Event("saga_state", None, None, None, was, state.value, self.actor, None, detail)
             )
-        )
         self.saga_state = state
         self.transition.saga = SagaUpdate(state, reason)
 
@@ -339,7 +373,7 @@ class TransitionBuilder:
             self.reconcile(f"step {first.id!r} could not be dispatched: {error}")
             return
         for step, spec in built:
-            self._enqueued(step, Direction.FORWARD, spec)
+            self._enqueued(step, Direction.FORWARD, spec, alone=len(built) == 1)
             self.dispatch_states[step.id] = DispatchState.QUEUED
             self.uncertain[step.id] = False
 
@@ -356,7 +390,7 @@ class TransitionBuilder:
                 f"compensation of {step.id!r} could not be dispatched: {exc}",
             )
             return
-        self._enqueued(step, Direction.COMPENSATION, spec)
+        self._enqueued(step, Direction.COMPENSATION, spec, alone=True)
 
     def _drift(self, step: CheckedStep, direction: Direction) -> str | None:
         """Why the verb ``step`` calls in ``direction`` cannot be sent as the plan pinned it
@@ -376,14 +410,32 @@ class TransitionBuilder:
         saga = self.saga_facts
         return build_dispatch(saga.ref, step, direction, self.registry, saga.facts, self.results)
 
-    def _enqueued(self, step: CheckedStep, direction: Direction, spec: DispatchSpec) -> None:
-        """Add the dispatch ``spec`` and its step's move (in progress, or compensating)."""
-        self.transition.new_dispatches.append(spec)
+    def _enqueued(
+        self, step: CheckedStep, direction: Direction, spec: DispatchSpec, *, alone: bool
+    ) -> None:
+        """Add the dispatch ``spec`` and its step's move (in progress, or compensating): its
+        outbox row carries its enqueue, and the start of its step where that follows the
+        settlement and it is the transition's one new dispatch (``alone``: the move enqueues
+        no other)."""
         forward = direction is Direction.FORWARD
         state = StepState.IN_PROGRESS if forward else StepState.COMPENSATING
-        self.transition.steps.append(StepUpdate(step.id, state))
-        self._record_step(step.id, state)
-        self.transition.events.append(enqueued_event(spec, self.actor))
+        previous = self.step_states.get(step.id)
+        if (
+            self.beside_settlement  # not past a carried saga end: that ends it
+            and alone
+            and previous is not None
+            and not self.transition.new_dispatches
+        ):
+            self.transition.started_from = previous  # on the outbox row
+            self.step_states[step.id] = state
+            self.beside_settlement = False
+        else:
+            self._record_step(step.id, state)
+        self.transition.new_dispatches.append(spec)
+        if self.carry_in_rows:
+            self.transition.enqueued_by = self.actor
+        else:
+            self._store(enqueued_event(spec, self.actor))
 
     def _cancel(self, names: tuple[str, ...]) -> None:
         for name in names:
@@ -391,7 +443,7 @@ class TransitionBuilder:
                 continue
             previous = self.dispatch_states[name]
             self.transition.cancel_dispatches.append(name)
-            self.transition.events.append(
+            self._store(
                 Event(
                     "dispatch_canceled",
                     name,
@@ -406,6 +458,11 @@ class TransitionBuilder:
             )
             self.dispatch_states[name] = DispatchState.CANCELED
             self.step(StepState.PENDING, effect_id=name)
+
+    def _store(self, event: Event) -> None:
+        """A timeline entry no row carries: a stored event."""
+        self.transition.events.append(event)
+        self.beside_settlement = False
 
     # -- reading the facts -------------------------------------------------------------------
     def branches(self) -> dict[str, Branch]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from effectusd.core.canonical import printable
 from effectusd.core.engine import Completion, Event, SagaUpdate, Transition
 from effectusd.core.states import Direction, DispatchState, OutcomeClass, SagaState, SettledBy
-from effectusd.core.transition import Quarantined, settled_event
+from effectusd.core.transition import Quarantined, Settled, settled_event
 
 # Evidence kept about the failure: enough to find it, bounded so it is always storable.
 MAX_ERROR_CHARS = 300
@@ -66,12 +66,22 @@ def quarantine(held: Completion, dispatch: PoisonedDispatch) -> Transition:
         "could not be recorded; see the attempt's evidence"
     )
     blocked = DispatchState.BLOCKED_UNKNOWN
-    # held carries no operator evidence (held_completion), so the event carries none
-    events = [
-        settled_event(
-            held, dispatch.effect_id, dispatch.direction.value, dispatch.state.value, blocked.value
+    # A settlement out of in_flight is carried by the attempt row it settles (held carries
+    # no operator evidence: held_completion); another one is a stored event.
+    events: list[Event] = []
+    settled = None
+    if dispatch.state is DispatchState.IN_FLIGHT:
+        settled = Settled(blocked, held.actor)
+    else:
+        events.append(
+            settled_event(
+                held,
+                dispatch.effect_id,
+                dispatch.direction.value,
+                dispatch.state.value,
+                blocked.value,
+            )
         )
-    ]
     saga = None
     if dispatch.saga_state is not SagaState.BLOCKED_UNKNOWN:
         saga = SagaUpdate(SagaState.BLOCKED_UNKNOWN, reason)
@@ -91,4 +101,5 @@ def quarantine(held: Completion, dispatch: PoisonedDispatch) -> Transition:
         last_error=held.error,
         saga=saga,
         events=events,
+        settled=settled,
     )

@@ -1,10 +1,10 @@
 """A step's state, read from its dispatches (docs/design.md section 10).
 
 A step's life is its two dispatches': the forward one and, once it is undone, its
-compensation. The engine's step moves (``StepUpdate``) are therefore not written on a step
-row where the dispatch rows a transition writes anyway say the same: the readers derive the
-state here. A step row, written then, keeps a state only where no dispatch can say it
-(``kept``): a step that failed at enqueue, its arguments unresolvable, has no dispatch at
+compensation. The engine's step moves are therefore not written on a step row where the
+dispatch rows a transition writes anyway say the same: the readers derive the state here. A
+step row keeps a state only where no dispatch can say it (the Transition's ``StepUpdate``):
+a step that failed at enqueue, its arguments unresolvable, has no dispatch at
 all; a step never started is pending (a submit writes no step rows: the steps are the saga's
 pinned plan's).
 """

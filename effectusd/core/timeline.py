@@ -38,9 +38,13 @@ These entries say nothing their rows do not, so they are read from them:
   transaction began in between shows after that settlement (and before the rest of its
   transaction), where it showed before it.
 
-The writer (``carried_by_rows``) leaves out of the stored events only an entry the rows give
-back the same (kind, step, direction, attempt, states, actor, evidence and detail) at the
-same place; anything else stays stored. A row written by an earlier version has NULL where
+The transition builder (``effectusd.core.next_step``) says which of its moves the rows
+carry, where it makes each (``Transition.settled``, ``enqueued_by``, ``started_from``): only
+an entry the rows give back the same (kind, step, direction, attempt, states, actor, evidence
+and detail) at the same place; anything else is a stored event. Which column carries which
+entry is said once, in ``ON_ATTEMPT`` and ``ON_OUTBOX`` below: the writer fills the columns
+from them (``attempt_columns``, ``outbox_columns``) and the reader makes the entries. A row
+written by an earlier version has NULL where
 an entry would be read (``settled_to``, ``enqueued_by``) and its stored event instead, so
 nothing shows twice; for claims, a stored ``dispatch_claimed`` is shown instead.
 
@@ -58,23 +62,27 @@ Stored events keep their own (positive, ascending along the timeline). Nothing p
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
-from dataclasses import field
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
-from effectusd.core.enqueue import DispatchSpec
 from effectusd.core.frozen import frozen
 from effectusd.core.states import Direction, DispatchState, SagaState, StepState
-from effectusd.core.transition import Completion, Event, enqueued_event, settled_event
+from effectusd.core.transition import Settled
 
 __all__ = [
     "CLAIMED",
+    "COMPLETES",
     "ENQUEUED",
+    "ON_ATTEMPT",
+    "ON_OUTBOX",
     "SETTLED",
-    "Carried",
-    "carried_by_rows",
+    "SETTLED_TO",
+    "Carries",
+    "Submitted",
+    "attempt_columns",
     "derived_event_id",
+    "outbox_columns",
     "timeline",
     "with_claims",
 ]
@@ -96,12 +104,12 @@ _STARTS = {
     Direction.COMPENSATION.value: StepState.COMPENSATING.value,
 }
 # the step move a dispatch's success makes, by direction: (from, to)
-_COMPLETES = {
-    Direction.FORWARD.value: (StepState.IN_PROGRESS.value, StepState.SUCCEEDED.value),
-    Direction.COMPENSATION.value: (StepState.COMPENSATING.value, StepState.COMPENSATED.value),
+COMPLETES = {
+    Direction.FORWARD: (StepState.IN_PROGRESS, StepState.SUCCEEDED),
+    Direction.COMPENSATION: (StepState.COMPENSATING, StepState.COMPENSATED),
 }
 # the states a settlement moves a dispatch to (the CHECK on settled_to)
-_SETTLED_TO = frozenset(DispatchState) - {DispatchState.QUEUED, DispatchState.IN_FLIGHT}
+SETTLED_TO = frozenset(DispatchState) - {DispatchState.QUEUED, DispatchState.IN_FLIGHT}
 
 
 def derived_event_id(dispatch_id: int, attempt: int, kind: str = CLAIMED) -> int:
@@ -119,157 +127,100 @@ def _saga_end_event_id(dispatch_id: int) -> int:
     return -(_SETTLED_BASE + dispatch_id * _ATTEMPT_SPAN + _START_SLOT)
 
 
-# -- writing: what the rows carry ------------------------------------------------------------
+# -- which column carries which entry: the one table the writer and the reader read ----------
 
 
 @frozen
-class Carried:
-    """One transition's timeline, split: the events to store, and the entries its rows carry
-    (the settlement on the attempt row it settles, each enqueue on its new outbox row)."""
+class Carries:
+    """One timeline entry a row carries: the ``column`` the writer fills from the Transition's
+    ``field`` (``Settled``'s on the attempt row, the Transition's own on an outbox row), NULL
+    where the row carries none, and the reader makes the entry of ``kind`` from the
+    select_saga_events row (where the value reads as ``read_as``) with ``entry``."""
 
-    events: list[Event]
-    settled: Event | None = None
-    enqueued_by: dict[tuple[str, str], str] = field(default_factory=dict)  # (effect, way): who
-    settled_step: Event | None = None  # the step move the settlement's attempt row carries
-    # (effect, way) -> the state its step started from, when its outbox row carries the start
-    started_from: dict[tuple[str, str], str] = field(default_factory=dict)
-    follows: int | None = None  # the settlement's entry id, which those enqueues follow
-    settled_saga: Event | None = None  # the saga's completion the attempt row carries
-
-
-def carried_by_rows(
-    events: Sequence[Event],
-    new: Sequence[DispatchSpec],
-    settles: tuple[Completion, str, str] | None = None,
-) -> Carried:
-    """Split ``events`` (one transition's or one submission's, in order) into those to store
-    and those its rows carry. ``new``: the outbox rows it inserts, in order; ``settles``: the
-    completion the transition writes on its open attempt row, with that dispatch's effect id
-    and direction (None when the attempt row is left as it is)."""
-    settled = None
-    if settles is not None and events and _own_settlement(events[0], *settles):
-        settled = events[0]
-    settled_step = start = chained = ended = None
-    started_from: dict[tuple[str, str], str] = {}
-    follows = None
-    if settled is not None and settles is not None:
-        completion, effect_id, direction = settles
-        if len(events) > 1 and _completes(events[1], settled, effect_id, direction):
-            settled_step = events[1]
-        at = 2 if settled_step is not None else 1
-        if (
-            settled_step is not None
-            and not new
-            and len(events) > at
-            and _completes_saga(events[at], settled)
-        ):
-            ended = events[at]
-        if (
-            len(new) == 1
-            and len(events) > at + 1
-            and _chain_start(events[at], events[at + 1], new[0])
-        ):
-            start, chained = events[at], events[at + 1]  # the enqueue: checked already
-            started_from[(new[0].effect_id, new[0].direction)] = start.from_state or ""
-            follows = derived_event_id(completion.dispatch_id, completion.attempt, SETTLED)
-    specs = {(spec.effect_id, spec.direction): spec for spec in new}
-    enqueued_by: dict[tuple[str, str], str] = {}
-    kept: list[Event] = []
-    for index, event in enumerate(events):
-        if event is settled or event is settled_step or event is start or event is ended:
-            continue
-        key = (event.effect_id or "", event.direction or "")
-        spec = specs.get(key)
-        if (
-            spec is not None
-            and key not in enqueued_by
-            and index > 0
-            and (
-                event is chained
-                or (
-                    (_starts(events[index - 1], spec) or _first(events[:index], enqueued_by))
-                    and event == enqueued_event(spec, event.actor)
-                )
-            )
-        ):
-            enqueued_by[key] = event.actor
-            continue
-        kept.append(event)
-    return Carried(kept, settled, enqueued_by, settled_step, started_from, follows, ended)
+    column: str
+    kind: str
+    field: str
+    read_as: str
+    entry: Callable[[Mapping[str, Any]], dict[str, Any]]
 
 
-def _own_settlement(event: Event, completion: Completion, effect_id: str, direction: str) -> bool:
-    """``event`` is the attempt row's settlement as the row gives it back: out of in_flight,
-    no evidence, its detail the row's columns."""
-    to_state = event.to_state or ""
-    return (
-        to_state in _SETTLED_TO
-        and completion.operator_evidence is None
-        and event
-        == settled_event(completion, effect_id, direction, DispatchState.IN_FLIGHT.value, to_state)
-    )
+def _settlement(row: Mapping[str, Any]) -> dict[str, Any]:
+    return _entry(row, row["attempt"], row["at"], SETTLED)
 
 
-def _plain_step_move(event: Event, effect_id: str, actor: str) -> bool:
-    """``event`` is a step move of ``effect_id`` by ``actor`` as a row gives it back: no
-    direction, attempt, evidence or detail."""
-    return (
-        event.kind == STEP_MOVED
-        and event.effect_id == effect_id
-        and event.direction is None
-        and event.attempt is None
-        and event.evidence is None
-        and not event.detail
-        and event.actor == actor
-    )
+def _settled_step(row: Mapping[str, Any]) -> dict[str, Any]:
+    moved = COMPLETES[row["direction"]][0].value, row["settled_step"]
+    return _move(row, derived_event_id(row["dispatch_id"], 0, SETTLED), moved)
 
 
-def _completes(event: Event, settled: Event, effect_id: str, direction: str) -> bool:
-    """``event`` is the step move of the success ``settled`` settles, as its row gives it back."""
-    return (
-        settled.to_state == DispatchState.SUCCEEDED.value
-        and _plain_step_move(event, effect_id, settled.actor)
-        and (event.from_state, event.to_state) == _COMPLETES.get(direction)
-    )
+def _settled_saga(row: Mapping[str, Any]) -> dict[str, Any]:
+    ended = SagaState.RUNNING.value, row["settled_saga"]
+    return _move(row, _saga_end_event_id(row["dispatch_id"]), ended, SAGA_MOVED)
 
 
-def _completes_saga(event: Event, settled: Event) -> bool:
-    """``event`` is the saga's completion as the settlement's row gives it back: running to
-    completed by the settlement's actor, saying nothing else."""
-    return event == Event(
-        SAGA_MOVED,
-        from_state=SagaState.RUNNING.value,
-        to_state=SagaState.COMPLETED.value,
-        actor=settled.actor,
-    )
+def _started(row: Mapping[str, Any]) -> dict[str, Any]:
+    moved = row["started_from"], _STARTS[row["direction"]]
+    return _move(row, _start_event_id(row["dispatch_id"]), moved)
 
 
-def _chain_start(start: Event, enqueue: Event, spec: DispatchSpec) -> bool:
-    """``start`` starts ``spec``'s step and ``enqueue`` enqueues it right after, both as the
-    outbox row gives them back."""
-    return (
-        _starts(start, spec)
-        and start.from_state is not None
-        and _plain_step_move(start, spec.effect_id, enqueue.actor)
-        and enqueue == enqueued_event(spec, enqueue.actor)
-    )
+def _enqueue(row: Mapping[str, Any]) -> dict[str, Any]:
+    return _entry(row, 0, row["at"], ENQUEUED)
 
 
-def _starts(event: Event, spec: DispatchSpec) -> bool:
-    """``event`` is the one that starts ``spec``'s step (the enqueue goes right after it)."""
-    return (
-        event.kind == STARTED
-        and event.effect_id == spec.effect_id
-        and event.to_state == _STARTS.get(spec.direction)
-    )
+# In timeline order: a settlement, the step move its success makes, the saga's completion; a
+# chain's start of the step, that step's enqueue. ``settled_actor`` (the settlement's actor,
+# which the entries on the attempt row share) and ``enqueued_after`` (the settlement a chain's
+# start follows) say where, not what.
+ON_ATTEMPT = (
+    Carries("settled_to", SETTLED, "to", "to_state", _settlement),
+    Carries("settled_step", STEP_MOVED, "step", "settled_step", _settled_step),
+    Carries("settled_saga", SAGA_MOVED, "saga", "settled_saga", _settled_saga),
+)
+ON_OUTBOX = (
+    Carries("started_from", STEP_MOVED, "started_from", "started_from", _started),
+    Carries("enqueued_by", ENQUEUED, "enqueued_by", "actor", _enqueue),
+)
 
 
-def _first(before: Sequence[Event], carried: Mapping[tuple[str, str], str]) -> bool:
-    """The events ``before`` an enqueue are the submission and the enqueues of the saga's
-    other first dispatches, each carried: it is a first dispatch too."""
-    return before[0].kind == SUBMITTED and all(
-        e.kind == ENQUEUED and (e.effect_id, e.direction) in carried for e in before[1:]
-    )
+def attempt_columns(settled: Settled | None, params: dict[str, Any]) -> None:
+    """Fill the settle_attempt row ``params`` with the entries ``settled`` carries."""
+    params["settled_actor"] = None if settled is None else settled.actor
+    for carries in ON_ATTEMPT:
+        value = None if settled is None else getattr(settled, carries.field)
+        params[carries.column] = None if value is None else str(value)
+
+
+class CarriesEnqueues(Protocol):
+    """What the new outbox rows of a Transition, or of a submission (``Submitted``), carry."""
+
+    @property
+    def enqueued_by(self) -> str | None: ...
+
+    @property
+    def started_from(self) -> StepState | None: ...
+
+
+def outbox_columns(carrier: CarriesEnqueues, follows: int | None, params: dict[str, Any]) -> None:
+    """Fill the insert_dispatch row ``params`` with the entries ``carrier`` (a Transition, or a
+    submission's ``Carried``) says its new outbox row carries; ``follows``: the id of the
+    settlement entry a carried start goes after."""
+    for carries in ON_OUTBOX:
+        value = getattr(carrier, carries.field)
+        params[carries.column] = None if value is None else str(value)
+    params["enqueued_after"] = None if params["started_from"] is None else follows
+
+
+def carried_entries(row: Mapping[str, Any], table: Sequence[Carries]) -> list[dict[str, Any]]:
+    """The entries a select_saga_events row carries, in timeline order."""
+    return [carries.entry(row) for carries in table if row.get(carries.read_as) is not None]
+
+
+@frozen
+class Submitted:
+    """What a submission's new outbox rows carry: each its enqueue by the submitter."""
+
+    enqueued_by: str
+    started_from: StepState | None = None
 
 
 # -- reading: the entries placed among the stored events ---------------------------------------
@@ -302,7 +253,9 @@ def _with_rows(
             follow.setdefault(row["enqueued_after"], []).append(row)
             continue
         index = _started_by(events, row)
-        entry = _entry(row, 0, events[index]["at"] if index >= 0 else row["at"], ENQUEUED)
+        [entry] = carried_entries(row, ON_OUTBOX)  # its enqueue: it carries no start
+        if index >= 0:
+            entry["at"] = events[index]["at"]
         if index < 0 or events[index]["kind"] == SUBMITTED:
             # the submit wrote its events' detail as canonical JSON (keys sorted); the
             # engine's keep the order they were built in (SQLite keeps it, jsonb sorts)
@@ -311,19 +264,12 @@ def _with_rows(
     ids = [event["event_id"] for event in events]
     for row in sorted(settlements, key=lambda r: (r["at"], r["dispatch_id"], r["attempt"])):
         index = bisect_right(ids, row["settled_after"]) - 1
-        entry = _entry(row, row["attempt"], row["at"], SETTLED)
         group = after.setdefault(index, [])
-        group.append(entry)
-        if row.get("settled_step") is not None:
-            moved = _COMPLETES[row["direction"]][0], row["settled_step"]
-            group.append(_move(row, derived_event_id(row["dispatch_id"], 0, SETTLED), moved))
-        if row.get("settled_saga") is not None:
-            ended = SagaState.RUNNING.value, row["settled_saga"]
-            group.append(_move(row, _saga_end_event_id(row["dispatch_id"]), ended, SAGA_MOVED))
-        for enqueue in follow.pop(entry["event_id"], []):
-            moved = enqueue["started_from"], _STARTS[enqueue["direction"]]
-            group.append(_move(enqueue, _start_event_id(enqueue["dispatch_id"]), moved))
-            group.append(_entry(enqueue, 0, enqueue["at"], ENQUEUED))
+        group.extend(carried_entries(row, ON_ATTEMPT))
+        for enqueue in follow.pop(
+            derived_event_id(row["dispatch_id"], row["attempt"], SETTLED), []
+        ):
+            group.extend(carried_entries(enqueue, ON_OUTBOX))
     merged = list(after.get(-1, []))
     for index, event in enumerate(events):
         merged.append(event)

@@ -344,16 +344,12 @@ def enqueued_event(spec: DispatchSpec, actor: str) -> Event:
 
 @frozen
 class StepUpdate:
+    """A step state its row keeps: the step has no dispatch that says it (it failed at
+    enqueue). Every other step move is read from the dispatch rows the transition writes
+    (``effectusd.core.steps.step_state``) and is on the timeline as an event or a row's entry."""
+
     effect_id: str
     state: StepState
-    result: JsonValue = None
-    set_result: bool = False
-    succeeded_order: int | None = None  # set when a step succeeds
-    # The step's dispatches cannot say it (a step that failed at enqueue has none): the store
-    # writes it on the step row. Every other move is read from the dispatch rows the same
-    # transition writes (effectusd.core.steps.step_state), and the result and the order of a
-    # success from its forward dispatch's row.
-    kept: bool = False
 
 
 @frozen
@@ -362,14 +358,41 @@ class SagaUpdate:
     stop_reason: str | None
 
 
+@frozen
+class Success:
+    """A forward step's success, on the row of the dispatch that made it (migration 10016):
+    its result and its place in the order steps succeeded."""
+
+    result: JsonValue
+    order: int
+
+
+@frozen
+class Settled:
+    """The settlement the settled attempt row carries as its timeline entry (the dispatch moved
+    out of in_flight to ``to`` by ``actor``), with the moves that ride on it: the step move
+    the success makes (``step``: the step's state after) and the saga's completion (``saga``).
+    Which column carries which entry: ``effectusd.core.timeline.ON_ATTEMPT``."""
+
+    to: DispatchState
+    actor: str
+    step: StepState | None = None
+    saga: SagaState | None = None
+
+
 @dataclass
 class Transition:
+    """One move of a saga: the rows it writes. ``events`` are the timeline entries stored as
+    events; the entries its rows carry instead are ``settled`` (on the attempt row it
+    settles), ``enqueued_by`` (on each new outbox row) and ``started_from`` (on the one new
+    outbox row whose step's start, from that state, follows the settlement)."""
+
     dispatch_state: DispatchState
     retry_delay: timedelta | None = None
     uncertain_attempt: int | None = None
     last_outcome: OutcomeClass | None = None
     last_error: str | None = None
-    steps: list[StepUpdate] = field(default_factory=list)
+    steps: list[StepUpdate] = field(default_factory=list)  # kept step states only
     saga: SagaUpdate | None = None
     new_dispatches: list[DispatchSpec] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
@@ -379,6 +402,10 @@ class Transition:
     # A retry of a call never sent or known not committed: how long its time budget has left
     # (the views show when it gives up); None for every other transition.
     gives_up_in: timedelta | None = None
+    success: Success | None = None  # the settled dispatch's, written on its row
+    settled: Settled | None = None
+    enqueued_by: str | None = None
+    started_from: StepState | None = None
 
 
 def _fencing_after_call(

@@ -221,6 +221,13 @@ class SagaSummary(_View):
     updated_at: Timestamp
 
 
+class StoredSagaSummary(SagaSummary):
+    """One line of ``sagas list`` over several stores: the summary and the label of the store
+    that holds the saga (``[database.stores.LABEL]``)."""
+
+    store: str
+
+
 def jsonable(value: Any) -> Any:
     """A store row's values as JSON values (times as ``isoformat()``, UUIDs as text), for rows
     that have no view of their own."""
@@ -310,7 +317,7 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> list[SagaSummary]:
 def view_schemas() -> dict[str, dict[str, Any]]:
     """The JSON Schema of what ``sagas show --json`` and ``sagas list --json`` print, by the
     file name docs/schema/ publishes it under."""
-    summaries = TypeAdapter(list[SagaSummary]).json_schema(mode="serialization")
+    summaries = TypeAdapter(list[SagaSummary | StoredSagaSummary]).json_schema(mode="serialization")
     return {
         "saga.json": SagaView.model_json_schema(mode="serialization"),
         "saga-list.json": {"title": "SagaList", **summaries},

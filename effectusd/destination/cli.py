@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 import click
 
-from effectusd.backends.errors import POSTGRES_ERRORS
+from effectusd.backends.errors import POSTGRES_ERRORS, unavailable_text
 from effectusd.core.database_url import DatabaseURLError
 from effectusd.destination.keys import (
     ForgetReport,
@@ -55,7 +55,8 @@ def _run(work: Callable[[], Any], as_json: bool) -> Any:
     except DatabaseURLError as exc:
         _fail(f"--database-url: {exc}", _EXIT["invalid"], as_json, "invalid")
     except _DATABASE_ERRORS as exc:
-        _fail(f"database: {str(exc).strip()}", EXIT_FAILURE, as_json)
+        # the class and SQLSTATE only: the driver's message can quote the host and the user
+        _fail(f"database: {unavailable_text(exc)}", EXIT_FAILURE, as_json)
 
 
 def _record_lines(record: StoredKey) -> list[str]:

@@ -26,8 +26,8 @@ from effectusd.core.submission import (
     conflict_with_existing,
     pruned_identity,
 )
-from effectusd.core.timeline import carried_by_rows, timeline
-from effectusd.core.transition import Event, enqueued_event
+from effectusd.core.timeline import Submitted, outbox_columns, timeline
+from effectusd.core.transition import Event
 from effectusd.core.views import SagaView, build_saga_view
 from effectusd.store.rows import event_params, plan_steps
 
@@ -89,18 +89,15 @@ def _submission_writes(
             actor=actor,
             detail={"plan_id": rows.plan_id, "plan_digest": rows.plan_digest},
         )
-        enqueues = [enqueued_event(dispatch, actor) for dispatch in rows.first_dispatches]
+        events.append(event_params(rows.saga_id, submitted))
         # the outbox rows carry their enqueues' timeline entries (effectusd/core/timeline.py)
-        carried = carried_by_rows([submitted, *enqueues], rows.first_dispatches)
-        events += [event_params(rows.saga_id, each) for each in carried.events]
+        carried = Submitted(actor)
         for dispatch in rows.first_dispatches:  # every root of the plan's graph
             # its step is in progress from here: read from this row (core.steps.step_state)
             params = asdict(dispatch)
             params["fencing_resources"] = canonical_text(dispatch.fencing_resources)
             params["not_before"] = not_before
-            key = (dispatch.effect_id, dispatch.direction)
-            params["enqueued_by"] = carried.enqueued_by.get(key)
-            params["started_from"] = params["enqueued_after"] = None  # no step move carried
+            outbox_columns(carried, None, params)  # no step move carried
             dispatches.append(params)
     # no step rows: a step is read from the pinned plan and its dispatches (migration 10018)
     yield ("insert_dispatch", dispatches)

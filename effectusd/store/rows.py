@@ -25,7 +25,7 @@ from effectusd.core.states import (
     by_value,
 )
 from effectusd.core.steps import step_state
-from effectusd.core.timeline import Carried, carried_by_rows
+from effectusd.core.timeline import SETTLED, attempt_columns, derived_event_id, outbox_columns
 from effectusd.core.transition import (
     Completion,
     DispatchFacts,
@@ -106,44 +106,33 @@ class TransitionRows:
         attempt, and sometimes the dispatch, as they are). ``completion`` is None only where
         neither is written: no attempt ended (an operator's cancel or retry)."""
         saga_id = row["saga_id"]
-        # One settlement per saga in a batch carries its entry (it goes before every event of
-        # the batch's transaction, see effectusd.core.timeline); another would store its event.
-        settles = None
-        if attempt and completion is not None and saga_id not in self._settled_sagas:
-            settles = (completion, row.get("effect_id", ""), row.get("direction", ""))
-        carried = carried_by_rows(transition.events, transition.new_dispatches, settles)
+        settled = transition.settled
+        if settled is not None:
+            # One settlement per saga in a batch carries its entry: it goes before every event
+            # of the batch's transaction (effectusd.core.timeline), and only on a row written.
+            if not attempt or saga_id in self._settled_sagas:
+                raise ValueError(f"saga {saga_id}: a settlement's entry with no row to carry it")
+            self._settled_sagas.add(saga_id)
         if attempt:
             assert completion is not None
-            settled = carried.settled
-            if settled is not None:
-                self._settled_sagas.add(saga_id)
             params = outcome_params(completion)  # filled in place, not copied
             params["settled_by"] = completion.cause.settled_by.value
             fencing = completion.fencing_status
             params["fencing_status"] = fencing.value if fencing else None
             params["saga_id"] = saga_id
-            params["settled_to"] = None if settled is None else settled.to_state
-            params["settled_actor"] = None if settled is None else settled.actor
-            step = carried.settled_step
-            params["settled_step"] = None if step is None else step.to_state
-            ended = carried.settled_saga
-            params["settled_saga"] = None if ended is None else ended.to_state
+            attempt_columns(settled, params)
             self.attempts.append(params)
         if dispatch:
             assert completion is not None
-            self._dispatch(completion, transition, row.get("effect_id"))
+            self._dispatch(completion, transition)
         if completion is not None and row["lease_token"] is not None and row.get("fenced", True):
             # only a dispatch with fencing resources can hold fencing leases
             self.released.append((completion.dispatch_id, str(row["lease_token"])))
-        self._saga(saga_id, transition, carried)
+        self._saga(saga_id, completion, transition)
 
-    def _dispatch(
-        self, completion: Completion, transition: Transition, effect_id: str | None
-    ) -> None:
+    def _dispatch(self, completion: Completion, transition: Transition) -> None:
         # A forward success's result and order go on its dispatch's row (migration 10016).
-        success = next(
-            (s for s in transition.steps if s.set_result and s.effect_id == effect_id), None
-        )
+        success = transition.success
         self.dispatches.append(
             {
                 "dispatch_id": completion.dispatch_id,
@@ -157,7 +146,7 @@ class TransitionRows:
                 "last_outcome": transition.last_outcome.value if transition.last_outcome else None,
                 "last_error": transition.last_error,
                 "result": None if success is None else _DOCUMENTS.encode(success.result),
-                "succeeded_order": None if success is None else success.succeeded_order,
+                "succeeded_order": None if success is None else success.order,
                 # a claim that ended before its write is no request (migration 10024)
                 "unsent": 0 if completion.written else 1,
                 "gives_up_in_s": (
@@ -168,10 +157,8 @@ class TransitionRows:
             }
         )
 
-    def _saga(self, saga_id: str, transition: Transition, carried: Carried) -> None:
-        for step in transition.steps:
-            if not step.kept:
-                continue  # read from the dispatch rows (effectusd.core.steps.step_state)
+    def _saga(self, saga_id: str, completion: Completion | None, transition: Transition) -> None:
+        for step in transition.steps:  # the kept states: the rest is read from dispatch rows
             self._step({"saga_id": saga_id, "effect_id": step.effect_id, "state": step.state.value})
         if transition.cancel_dispatches:
             self.cancels.append((saga_id, list(transition.cancel_dispatches)))
@@ -183,17 +170,20 @@ class TransitionRows:
                     "stop_reason": transition.saga.stop_reason,
                 }
             )
+        # the settlement entry a carried start goes after (none where no attempt ended)
+        follows = (
+            None
+            if completion is None
+            else derived_event_id(completion.dispatch_id, completion.attempt, SETTLED)
+        )
         for spec in transition.new_dispatches:
             params = dict(vars(spec))  # flat fields: asdict's deep copy cost the recorder 2%
             fencing = spec.fencing_resources
             params["fencing_resources"] = canonical_text(fencing) if fencing else "[]"
             params["not_before"] = None
-            key = (spec.effect_id, spec.direction)
-            params["enqueued_by"] = carried.enqueued_by.get(key)
-            params["started_from"] = carried.started_from.get(key)
-            params["enqueued_after"] = None if params["started_from"] is None else carried.follows
+            outbox_columns(transition, follows, params)
             self.inserts.append(params)
-        for event in carried.events:
+        for event in transition.events:
             self.events.append(event_params(saga_id, event))
 
     def claim_new(self, take_slot: Callable[[str, bool], bool]) -> list[dict[str, Any]]:

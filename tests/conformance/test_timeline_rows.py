@@ -12,16 +12,15 @@ from typing import Any
 
 import pytest
 
+from effectusd.core.next_step import TransitionBuilder
 from effectusd.core.states import OutcomeClass
 from effectusd.core.timeline import (
     ENQUEUED,
     SETTLED,
-    Carried,
-    carried_by_rows,
     derived_event_id,
 )
 from effectusd.operator import Resolution, resolve
-from effectusd.store import operations, rows
+from effectusd.store.records import SlotBudget
 from tests.conformance.support import (
     StoreUnderTest,
     claim_one,
@@ -197,26 +196,21 @@ async def test_a_second_settlement_of_an_attempt_is_stored_and_what_follows_is_r
     ]
 
 
-def carry_nothing(events: Any, new: Any, settles: Any = None) -> Carried:
-    """What an earlier version wrote: every event stored, nothing on the rows."""
-    return Carried(list(events))
-
-
 async def test_a_saga_an_earlier_version_wrote_shows_each_entry_once(
     store: StoreUnderTest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Written by an earlier version until its second step's first answer, then by this one:
-    the timeline reads as one written by this version throughout, each entry once (the stored
-    events of before, the rows' entries since)."""
+    """Settled by an earlier version's engine (every entry of its transitions a stored event)
+    until its second step's first answer, then by this one: the timeline reads as one written
+    by this version throughout, each entry once (the stored events of before, the rows'
+    entries since). The fixture database (``test_timeline_fixture.py``) is a whole saga so."""
     plan = serial_plan("p", ["pay", "pay_alo"])
+    old = store.submit(plan, "old")
     with monkeypatch.context() as earlier:
-        earlier.setattr(rows, "carried_by_rows", carry_nothing)
-        earlier.setattr(operations, "carried_by_rows", carry_nothing)
-        old = store.submit(plan, "old")
+        earlier.setattr(TransitionBuilder, "carry_in_rows", False)
         daemon = await store.dispatch_store()
         await step(daemon, OutcomeClass.SUCCESS)
         await step(daemon, OutcomeClass.UNKNOWN)
-    assert stored_kinds(store, old)[ENQUEUED] == 2 and stored_kinds(store, old)[SETTLED] == 2
+    assert stored_kinds(store, old)[ENQUEUED] == 1 and stored_kinds(store, old)[SETTLED] == 2
     store.make_due()
     await step(daemon, OutcomeClass.SUCCESS)
     new = store.submit(plan, "new")
@@ -231,7 +225,7 @@ async def test_a_saga_an_earlier_version_wrote_shows_each_entry_once(
         for e in entries
         if e["kind"] in (SETTLED, ENQUEUED)
     ] == [
-        (ENQUEUED, None, True),
+        (ENQUEUED, None, False),  # the submit's, on its row
         (SETTLED, 1, True),
         (ENQUEUED, None, True),
         (SETTLED, 1, True),
@@ -240,17 +234,9 @@ async def test_a_saga_an_earlier_version_wrote_shows_each_entry_once(
     assert stored_kinds(store, new)[ENQUEUED] == stored_kinds(store, new)[SETTLED] == 0
 
 
-def carry_as_before_10015(events: Any, new: Any, settles: Any = None) -> Carried:
-    """What the version before 10015 wrote: settlements and enqueues on their rows, every step move
-    stored."""
-    carried = carried_by_rows(events, new, settles)
-    kept = [
-        e
-        for e in events
-        if e is not carried.settled
-        and not (e.kind == ENQUEUED and (e.effect_id, e.direction) in carried.enqueued_by)
-    ]
-    return Carried(kept, carried.settled, carried.enqueued_by)
+# What the version before 10015 wrote: settlements and enqueues on their rows, every step
+# move stored (nothing rides on a settlement).
+NOTHING_BESIDE_A_SETTLEMENT = property(lambda _: False, lambda _, value: None)
 
 
 async def test_a_saga_whose_step_moves_an_earlier_version_stored_reads_each_move_once(
@@ -261,7 +247,9 @@ async def test_a_saga_whose_step_moves_an_earlier_version_stored_reads_each_move
     before, read from the rows since."""
     plan = serial_plan("p", ["pay", "pay", "pay"])
     with monkeypatch.context() as earlier:
-        earlier.setattr(rows, "carried_by_rows", carry_as_before_10015)
+        earlier.setattr(
+            TransitionBuilder, "beside_settlement", NOTHING_BESIDE_A_SETTLEMENT, raising=False
+        )
         old = store.submit(plan, "old")
         daemon = await store.dispatch_store()
         await step(daemon, OutcomeClass.SUCCESS)
@@ -321,12 +309,9 @@ async def test_a_settlement_or_enqueue_on_the_timeline_is_kept_as_a_stored_event
     assert store.execute("SELECT count(*) FROM effectus_saga_outbox") == [(0,)]
 
 
-class EverySlot:
-    """A daemon with room for every dispatch: the recorder claims each next step it writes
-    (where the store can: PostgreSQL)."""
-
-    def take(self, destination: str, may_wait: bool) -> bool:
-        return True
+# A daemon with room for every dispatch: the record claims each next step it writes (where
+# the store can: PostgreSQL).
+EVERY_SLOT = SlotBudget(claim={"dest": 16}, total=16)
 
 
 async def test_a_timeline_never_goes_back_in_time(store: StoreUnderTest) -> None:
@@ -349,7 +334,7 @@ async def test_a_timeline_never_goes_back_in_time(store: StoreUnderTest) -> None
             claim = await claim_one(daemon)
         if not claim.written_ahead:
             await send(daemon, claim)
-        report = await daemon.record([completion(claim, outcome)], EverySlot())
+        report = await daemon.record([completion(claim, outcome)], EVERY_SLOT)
         assert report.applied == 1
         claimed.extend(report.claimed)
 
@@ -386,7 +371,7 @@ async def test_a_parallel_saga_timeline_never_goes_back_in_time(store: StoreUnde
             if not claim.written_ahead:
                 await send(daemon, claim)
         for claim in claims:
-            report = await daemon.record([completion(claim, OutcomeClass.SUCCESS)], EverySlot())
+            report = await daemon.record([completion(claim, OutcomeClass.SUCCESS)], EVERY_SLOT)
             due.extend(report.claimed)
         due.extend(await daemon.claim({"dest": 10}))
     view = store.view(saga)

@@ -206,3 +206,12 @@ def test_the_module_runs_as_a_command(ledger: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "permanent_failure (422)" in done.stdout
+
+
+def test_a_database_it_cannot_reach_is_named_by_the_failures_class_never_the_drivers_text() -> None:
+    # libpq's message for a refused connection quotes the host, the port and the user
+    url = "postgresql://kit-operator:hunter2-secret@127.0.0.1:1/ledger?connect_timeout=2"
+    failed = kit("keys", "show", FAILED, "--database-url", url, code=1)
+    assert failed.stderr.startswith("error: database: OperationalError")
+    for secret in ("kit-operator", "hunter2-secret", "127.0.0.1", "ledger"):
+        assert secret not in failed.output + failed.stderr

@@ -14,6 +14,7 @@ from effectusd.core.checker import check
 from effectusd.core.contracts import VerbContract
 from effectusd.core.enqueue import DispatchSpec, SagaRef, build_dispatch
 from effectusd.core.graph import PlanGraph
+from effectusd.core.next_step import TransitionBuilder
 from effectusd.core.plan import CheckedPlan
 from effectusd.core.registry import Registry
 from effectusd.core.settlement import (
@@ -35,6 +36,7 @@ from effectusd.core.steps import step_state
 from effectusd.core.transition import (
     Completion,
     DispatchFacts,
+    Event,
     HeldClaim,
     SagaFacts,
     StepFacts,
@@ -211,7 +213,7 @@ class Simulator:
         assert settlement.verdict is Verdict.APPLY, settlement.why
         assert settlement.transition is not None
         self.trace.append(("settled", d.spec.effect_id, f"{d.direction}:{completion.outcome}"))
-        self._apply(d, settlement.transition)
+        self._apply(d, settlement.transition, every_entry_stored(completion, facts).events)
 
     # -- the facts, as a store reads them under lock ----------------------------------------
     def facts(self) -> SagaFacts:
@@ -241,7 +243,9 @@ class Simulator:
         return found[0] if found else None
 
     # -- applying a Transition, checking what it may do --------------------------------------
-    def _apply(self, d: Dispatch, transition: Transition) -> None:
+    def _apply(self, d: Dispatch, transition: Transition, every: list[Event]) -> None:
+        """``every``: the transition's timeline, each entry a stored event (step moves
+        included: the store reads them from the dispatch rows, ``_assert_steps_read_...``)."""
         if self.state.is_blocked and d.state is DispatchState.IN_FLIGHT:
             # A sibling's answer while the saga is blocked moves nothing else: the block
             # stands until its own dispatch is settled (late answer, operator).
@@ -263,17 +267,28 @@ class Simulator:
             target.state = DispatchState.CANCELED
             self.trace.append(("canceled", name, "forward"))
         before = {}  # each enqueued step's state just before its enqueue, in update order
-        for update in transition.steps:
-            if update.state in (StepState.IN_PROGRESS, StepState.COMPENSATING):
-                before[update.effect_id] = self.steps[update.effect_id]
-            if update.set_result or update.succeeded_order is not None:
-                # the store writes them on the row of the dispatch this transition settles
-                assert update.effect_id == d.spec.effect_id, "a result for another step"
-                assert d.direction is Direction.FORWARD, "a compensation's result stored"
-                assert d.state is DispatchState.SUCCEEDED, "a result without a success"
-            if update.kept:
-                self.kept[update.effect_id] = update.state
-            self._step(update.effect_id, update.state, update.result, update.succeeded_order)
+        success = transition.success
+        if success is not None:
+            # the store writes them on the row of the dispatch this transition settles
+            assert d.direction is Direction.FORWARD, "a compensation's result stored"
+            assert d.state is DispatchState.SUCCEEDED, "a result without a success"
+        moves = [e for e in every if e.kind == "step_state"]
+        for update in transition.steps:  # kept on the step row: a move of this transition
+            assert (update.effect_id, update.state.value) in {
+                (e.effect_id, e.to_state) for e in moves
+            }
+            self.kept[update.effect_id] = update.state
+        for move in moves:
+            effect, state = move.effect_id or "", StepState(move.to_state)
+            if state in (StepState.IN_PROGRESS, StepState.COMPENSATING):
+                before[effect] = self.steps[effect]
+            ours = success is not None and state is StepState.SUCCEEDED
+            if ours:
+                assert effect == d.spec.effect_id, "a result for another step"
+            assert not (state is StepState.SUCCEEDED and not ours), "a success without a result"
+            self._step(
+                effect, state, success.result if ours else None, success.order if ours else None
+            )
         for spec in transition.new_dispatches:
             self._check_enqueue(spec, before[spec.effect_id])
             self._insert(spec)
@@ -372,3 +387,15 @@ class Simulator:
         undone = [s for s in self.compensated]
         expected = [s for s in reversed(self.succeeded) if s in undone]
         assert undone == expected, "compensation order is not the reverse of success order"
+
+
+def every_entry_stored(completion: Completion, facts: SettlementFacts) -> Transition:
+    """The transition ``settle_completion`` makes of ``completion``, built with every timeline
+    entry a stored event (``TransitionBuilder.carry_in_rows`` off): the full event list."""
+    TransitionBuilder.carry_in_rows = False
+    try:
+        settlement = settle_completion(completion, facts, REGISTRY, 0.5)
+    finally:
+        TransitionBuilder.carry_in_rows = True
+    assert settlement.transition is not None
+    return settlement.transition

@@ -116,7 +116,7 @@ def test_steps_whose_dependencies_all_succeeded_are_enqueued_together() -> None:
         ("reserve-c", "forward"),
         ("notify", "forward"),
     ]
-    assert (transition.steps[0].effect_id, transition.steps[0].succeeded_order) == ("hold", 1)
+    assert transition.success is not None and transition.success.order == 1  # hold's row
     assert transition.saga is None
 
 
@@ -133,7 +133,7 @@ def test_a_join_waits_for_every_dependency_then_starts() -> None:
         answer(OutcomeClass.SUCCESS, "b"), forward("reserve-b"), facts(plan, steps), REGISTRY, 0.5
     )
     assert enqueued(first) == [("charge", "forward")]
-    assert first.steps[0].succeeded_order == 5
+    assert first.success is not None and first.success.order == 5
     steps["reserve-b"], steps["reserve-a"] = (OK, None, 5), (RUN, FLY, None)
     waiting = settle(
         answer(OutcomeClass.RETRYABLE), forward("reserve-a"), facts(plan, steps), REGISTRY, 0.5
@@ -171,7 +171,7 @@ def test_a_failed_branch_cancels_siblings_not_sent_and_waits_for_those_in_flight
     assert enqueued(transition) == []  # reserve-a is still in flight: nothing compensates yet
     assert saga_state(transition) is SagaState.COMPENSATING
     assert transition.saga and "reserve-c" in (transition.saga.stop_reason or "")
-    moved = {(u.effect_id, u.state) for u in transition.steps}
+    moved = {(e.effect_id, e.to_state) for e in transition.events if e.kind == "step_state"}
     assert moved == {("reserve-c", StepState.FAILED), ("notify", P)}
     kinds = [(e.kind, e.effect_id) for e in transition.events]
     assert ("dispatch_canceled", "notify") in kinds
@@ -335,7 +335,7 @@ def test_a_ready_step_that_cannot_be_resolved_fails_alone_and_nothing_of_its_rou
     assert enqueued(transition) == [("a", "compensation")]
     # b has no dispatch to say it failed: its row keeps it; every other move is read from
     # the dispatch rows (effectusd.core.steps)
-    kept = {(u.effect_id, u.state) for u in transition.steps if u.kept}
+    kept = {(u.effect_id, u.state) for u in transition.steps}
     assert kept == {("b", StepState.FAILED)}
     assert transition.saga and "step 'b' could not be dispatched" in (
         transition.saga.stop_reason or ""

@@ -503,7 +503,8 @@ def test_cancel_now_with_nothing_to_undo_ends_compensated_with_the_reason(
         facts, dispatch(1, "charge", DispatchState.QUEUED, attempt=0), core_registry, "why", "u"
     )
     assert transition.dispatch_state is DispatchState.CANCELED
-    assert [(s.effect_id, s.state) for s in transition.steps] == [("charge", StepState.PENDING)]
+    moves = [(e.effect_id, e.to_state) for e in transition.events if e.kind == "step_state"]
+    assert moves == [("charge", StepState.PENDING)]
     assert transition.saga is not None and transition.saga.state is SagaState.COMPENSATED
     assert transition.saga.stop_reason == "why"
     assert transition.new_dispatches == [] and transition.last_outcome is None

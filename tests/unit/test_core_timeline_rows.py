@@ -1,12 +1,12 @@
 """The enqueue and settlement entries a saga's rows carry instead of stored events
-(effectusd.core.timeline): what the writer leaves out of the events it stores
-(``carried_by_rows``), and that the reader (``timeline``) gives back, in the same place, the
-very entries an earlier version stored, for every transition the engine makes."""
+(effectusd.core.timeline): the builder says which entries its rows carry (``Transition``'s
+``settled``, ``enqueued_by``, ``started_from``), the writer fills their columns and the reader
+(``timeline``) gives back, in the same place, every entry the builder would have stored, for
+every transition the engine makes."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,13 +15,16 @@ from hypothesis import strategies as st
 
 from effectusd.core.enqueue import DispatchSpec
 from effectusd.core.settlement import SettlementFacts
-from effectusd.core.states import Cause, OutcomeClass
+from effectusd.core.states import OutcomeClass
 from effectusd.core.timeline import (
     CLAIMED,
     ENQUEUED,
+    ON_ATTEMPT,
+    ON_OUTBOX,
     SETTLED,
-    carried_by_rows,
+    attempt_columns,
     derived_event_id,
+    outbox_columns,
     timeline,
 )
 from effectusd.core.transition import Completion, Event, HeldClaim, Transition, enqueued_event
@@ -50,15 +53,16 @@ def view(entry: Any) -> tuple[Any, ...]:
 
 
 class Recorded(Simulator):
-    """The simulator's saga written twice: every event stored, as an earlier version did
-    (``old``), and as the store writes it now (``rows``: the events it still stores, the
-    settlements and enqueues its attempt and outbox rows carry)."""
+    """The simulator's saga written twice: every entry a stored event (``old``: the builder
+    with ``carry_in_rows`` off), and as the store writes it now (``rows``: the events the
+    transition stores, the entries its attempt and outbox rows carry, their columns filled
+    by the writer's ``attempt_columns`` and ``outbox_columns``)."""
 
     def __post_init__(self) -> None:
         self.old: list[tuple[Any, ...]] = []
         self.rows: list[dict[str, Any]] = []
         self.ticks = 0
-        self.carried: Any = None
+        self.carrier: Transition | None = None
         self.completion: Completion | None = None
         submitted = Event("saga_submitted", to_state="running", actor="client")
         self.old.append(view(submitted))
@@ -75,18 +79,20 @@ class Recorded(Simulator):
 
     def _insert(self, spec: DispatchSpec) -> None:
         super()._insert(spec)
-        if self.carried is None:  # a submit: the outbox row carries its enqueue
+        if self.carrier is None:  # a submit: the outbox row carries its enqueue
             self.old.append(view(enqueued_event(spec, "client")))
-            actor: str | None = "client"
+            columns = {"enqueued_by": "client", "started_from": None, "enqueued_after": None}
         else:
-            actor = self.carried.enqueued_by.get((spec.effect_id, spec.direction))
-        if actor is not None:
-            started = None if self.carried is None else self.carried.started_from
-            started_from = (started or {}).get((spec.effect_id, spec.direction))
-            follows = None if started_from is None else self.carried.follows
+            assert self.completion is not None
+            columns = {}
+            follows = derived_event_id(
+                self.completion.dispatch_id, self.completion.attempt, SETTLED
+            )
+            outbox_columns(self.carrier, follows, columns)
+        if columns["enqueued_by"] is not None:
             self.rows.append(
-                self._row(self.dispatches[-1], ENQUEUED, None, "queued", actor)
-                | {"started_from": started_from, "enqueued_after": follows}
+                self._row(self.dispatches[-1], ENQUEUED, None, "queued", columns["enqueued_by"])
+                | columns
             )
 
     def _row(
@@ -113,29 +119,51 @@ class Recorded(Simulator):
         self.completion = completion
         super()._settle(d, completion, facts)
 
-    def _apply(self, d: Dispatch, transition: Transition) -> None:
-        assert self.completion is not None
-        settles = (self.completion, d.spec.effect_id, d.spec.direction)
-        carried = carried_by_rows(transition.events, transition.new_dispatches, settles)
-        self.old += [view(event) for event in transition.events]
-        if carried.settled is not None:  # the settle statement runs first
+    def _apply(self, d: Dispatch, transition: Transition, every: list[Event]) -> None:
+        completion = self.completion
+        assert completion is not None
+        self.old += [view(event) for event in every]
+        assert_split(transition, every)
+        columns: dict[str, Any] = {}
+        attempt_columns(transition.settled, columns)
+        if columns["settled_to"] is not None:  # the settle statement runs first
             last = max(row["event_id"] or 0 for row in self.rows)
-            settled = carried.settled
+            detail = {
+                "outcome": completion.outcome.value,
+                "settled_by": completion.cause.settled_by.value,
+                "status_code": completion.status_code,
+                "error": completion.error,
+            }
             self.rows.append(
-                self._row(d, SETTLED, settled.attempt, settled.to_state or "", settled.actor)
-                | {"from_state": "in_flight", "detail": settled.detail, "settled_after": last}
-                | {"settled_step": carried.settled_step and carried.settled_step.to_state}
-                | {"settled_saga": carried.settled_saga and carried.settled_saga.to_state}
+                self._row(d, SETTLED, completion.attempt, columns["settled_to"], "")
+                | {"from_state": "in_flight", "detail": detail, "settled_after": last}
+                | {"actor": columns["settled_actor"]}
+                | columns
             )
-        self.carried = carried
-        super()._apply(d, transition)  # the inserts
-        for event in carried.events:
+        self.carrier = transition
+        super()._apply(d, transition, every)  # the inserts
+        for event in transition.events:
             self._store(event)
-        self.carried = None
+        self.carrier = None
 
     def read(self) -> list[tuple[Any, ...]]:
         rows = sorted(self.rows, key=lambda r: (r["event_id"] is None, r["event_id"] or 0))
         return [view(entry) for entry in timeline(rows)]
+
+
+def assert_split(transition: Transition, every: list[Event]) -> None:
+    """The transition's stored events, in order, plus the entries its rows carry (counted by
+    the table's columns) are its every entry."""
+    attempt: dict[str, Any] = {}
+    attempt_columns(transition.settled, attempt)
+    carried = sum(attempt[c.column] is not None for c in ON_ATTEMPT)
+    for _ in transition.new_dispatches:
+        outbox: dict[str, Any] = {}
+        outbox_columns(transition, 0, outbox)
+        carried += sum(outbox[c.column] is not None for c in ON_OUTBOX)
+    assert len(transition.events) + carried == len(every)
+    kept = iter(every)
+    assert all(any(event == other for other in kept) for event in transition.events)
 
 
 def assert_read_as_stored(shape: Shape, seed: int, cancels: bool = False) -> None:
@@ -183,47 +211,6 @@ def settlement(**changes: Any) -> Event:
 START = Event("step_state", "b", from_state="pending", to_state="in_progress")
 
 
-def test_the_attempt_row_carries_the_settlement_that_takes_its_dispatch_out_of_flight() -> None:
-    events = [settlement(), Event("step_state", "a"), START, enqueued_event(SPEC, "engine")]
-    carried = carried_by_rows(events, [SPEC], SETTLES)
-    assert carried.settled is events[0]
-    assert carried.enqueued_by == {("b", "forward"): "engine"}
-    assert carried.events == events[1:3]
-
-
-def test_the_outbox_rows_carry_the_enqueues_of_a_sagas_first_dispatches() -> None:
-    first = replace(SPEC, effect_id="a")
-    submitted = Event("saga_submitted", to_state="running", actor="user:ann")
-    events = [submitted, enqueued_event(first, "user:ann"), enqueued_event(SPEC, "user:ann")]
-    carried = carried_by_rows(events, [first, SPEC])
-    assert carried.events == [submitted]
-    assert carried.enqueued_by == {("a", "forward"): "user:ann", ("b", "forward"): "user:ann"}
-
-
-def test_what_the_rows_cannot_give_back_the_same_stays_a_stored_event() -> None:
-    """A second settlement of an attempt (a late answer, an operator's resolution: the row is
-    settled already), a settlement with evidence, one whose detail is not the completion's,
-    an attempt row left alone, an enqueue not written right after its step's start."""
-    late = settlement(from_state="blocked_unknown")
-    assert carried_by_rows([late], [], SETTLES).settled is None
-    resolved = replace(DONE, cause=Cause.RESOLVED, operator_evidence="checked")
-    assert carried_by_rows([settlement()], [], (resolved, "a", "forward")).settled is None
-    assert carried_by_rows([settlement(attempt=1)], [], SETTLES).settled is None
-    assert carried_by_rows([settlement()], [], None).settled is None
-    assert carried_by_rows([settlement()], [], (DONE, "b", "forward")).settled is None
-    enqueue = enqueued_event(SPEC, "engine")
-    assert carried_by_rows([Event("saga_state"), enqueue], [SPEC]).events == [
-        Event("saga_state"),
-        enqueue,
-    ]
-    assert carried_by_rows([START, enqueue], []).events == [START, enqueue]  # no such row
-    other = replace(enqueue, detail={"idempotency_key": "k", "args_hash": STEP})
-    assert carried_by_rows([START, other], [SPEC]).enqueued_by == {}
-
-
-# -- the reader's places -----------------------------------------------------------------------
-
-
 def stored(event_id: int, ms: int, kind: str, effect: str | None = None, **more: Any) -> dict:
     return {
         "event_id": event_id, "effect_id": effect, "direction": "forward" if effect else None,
@@ -234,7 +221,10 @@ def stored(event_id: int, ms: int, kind: str, effect: str | None = None, **more:
 
 
 def row(kind: str, dispatch_id: int, effect: str, ms: int, **more: Any) -> dict[str, Any]:
-    """A row select_saga_events reads from an attempt or outbox row (no event_id)."""
+    """A row select_saga_events reads from an attempt or outbox row (no event_id); a
+    settlement's or an enqueue's carries its entry (its settled_to, its enqueued_by)."""
+    carried = {SETTLED: {"to_state": "succeeded"}, ENQUEUED: {"to_state": "queued"}}
+    more = carried.get(kind, {}) | more
     return stored(0, ms, kind, effect, dispatch_id=dispatch_id, **more) | {"event_id": None}
 
 
@@ -331,35 +321,6 @@ def test_a_claim_is_placed_after_the_enqueue_or_settlement_that_made_it_due() ->
 DONE_A = Event("step_state", "a", from_state="in_progress", to_state="succeeded")
 
 
-def test_a_chain_step_that_succeeds_carries_both_its_step_moves_on_its_rows() -> None:
-    """[settled a, a succeeded, b started, b enqueued]: nothing of it is stored."""
-    events = [settlement(), DONE_A, START, enqueued_event(SPEC, "engine")]
-    carried = carried_by_rows(events, [SPEC], SETTLES)
-    assert carried.events == []
-    assert (carried.settled, carried.settled_step) == (events[0], DONE_A)
-    assert carried.started_from == {("b", "forward"): "pending"}
-    assert carried.follows == derived_event_id(7, 2, SETTLED)
-
-
-def test_a_step_move_the_rows_cannot_place_as_it_was_stays_stored() -> None:
-    """A start after a stored event of the same transaction, a fan-out's starts (two new
-    rows), a start whose settlement is not carried, a move with another actor or detail."""
-    enqueue = enqueued_event(SPEC, "engine")
-    between = Event("saga_state", from_state="running", to_state="compensating")
-    carried = carried_by_rows([settlement(), DONE_A, between, START, enqueue], [SPEC], SETTLES)
-    assert carried.events == [between, START]
-    assert carried.started_from == {} and carried.settled_step == DONE_A
-    other = replace(SPEC, effect_id="c")
-    fan_out = [settlement(), DONE_A, START, enqueue, replace(START, effect_id="c")]
-    fan_out.append(enqueued_event(other, "engine"))
-    assert carried_by_rows(fan_out, [SPEC, other], SETTLES).started_from == {}
-    assert carried_by_rows([START, enqueue], [SPEC]).started_from == {}
-    by_reclaim = replace(DONE_A, actor="daemon-2")
-    assert carried_by_rows([settlement(), by_reclaim], [], SETTLES).settled_step is None
-    with_detail = replace(DONE_A, detail={"note": 1})
-    assert carried_by_rows([settlement(), with_detail], [], SETTLES).settled_step is None
-
-
 def test_a_chains_step_moves_read_back_after_their_settlement_before_the_next_enqueue() -> None:
     settled_id = derived_event_id(1, 1, SETTLED)
     rows = [
@@ -373,12 +334,12 @@ def test_a_chains_step_moves_read_back_after_their_settlement_before_the_next_en
     entries = timeline(rows)
     assert [(e["kind"], e["effect_id"], e["from_state"], e["to_state"]) for e in entries] == [
         ("saga_submitted", None, None, None),
-        (ENQUEUED, "a", None, None),
-        (SETTLED, "a", None, None),
+        (ENQUEUED, "a", None, "queued"),
+        (SETTLED, "a", None, "succeeded"),
         ("step_state", "a", "in_progress", "succeeded"),
         ("step_state", "b", "pending", "in_progress"),
-        (ENQUEUED, "b", None, None),
-        (SETTLED, "b", None, None),
+        (ENQUEUED, "b", None, "queued"),
+        (SETTLED, "b", None, "succeeded"),
         ("step_state", "b", "in_progress", "succeeded"),
         ("saga_state", None, None, "completed"),
     ]
@@ -387,29 +348,6 @@ def test_a_chains_step_moves_read_back_after_their_settlement_before_the_next_en
 
 
 COMPLETED = Event("saga_state", from_state="running", to_state="completed")
-
-
-def test_the_success_that_completes_a_saga_carries_the_completion_after_its_step_move() -> None:
-    """[settled a, a succeeded, saga completed]: nothing of it is stored (migration 10020)."""
-    carried = carried_by_rows([settlement(), DONE_A, COMPLETED], [], SETTLES)
-    assert (carried.settled_step, carried.settled_saga) == (DONE_A, COMPLETED)
-    assert carried.events == []
-
-
-def test_a_saga_move_the_row_cannot_give_back_the_same_stays_stored() -> None:
-    """A completion with a reason (an operator's resolution says who and what), by another
-    actor, with no step move carried before it, or beside a new dispatch; any other end."""
-    resolved = replace(COMPLETED, detail={"reason": "resolved by ann as committed"})
-    by_reclaim = replace(COMPLETED, actor="daemon-2")
-    failed = Event("saga_state", from_state="running", to_state="failed")
-    for end in (resolved, by_reclaim, failed):
-        carried = carried_by_rows([settlement(), DONE_A, end], [], SETTLES)
-        assert (carried.settled_saga, carried.events) == (None, [end])
-    alone = carried_by_rows([settlement(), COMPLETED], [], SETTLES)
-    assert (alone.settled_saga, alone.events) == (None, [COMPLETED])
-    enqueue = enqueued_event(SPEC, "engine")
-    beside = carried_by_rows([settlement(), DONE_A, COMPLETED, START, enqueue], [SPEC], SETTLES)
-    assert beside.settled_saga is None and COMPLETED in beside.events
 
 
 def test_a_carried_completion_reads_back_last_with_its_own_id() -> None:
@@ -423,9 +361,9 @@ def test_a_carried_completion_reads_back_last_with_its_own_id() -> None:
     entries = timeline(rows)
     assert [(e["kind"], e["from_state"], e["to_state"]) for e in entries] == [
         ("saga_submitted", None, None),
-        (ENQUEUED, None, None),
+        (ENQUEUED, None, "queued"),
         (CLAIMED, "queued", "in_flight"),
-        (SETTLED, None, None),
+        (SETTLED, None, "succeeded"),
         ("step_state", "in_progress", "succeeded"),
         ("saga_state", "running", "completed"),
     ]

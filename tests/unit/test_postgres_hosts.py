@@ -7,6 +7,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from effectusd.backends.postgres.hosts import primary_conninfo
+from effectusd.backends.postgres.session import open_bound
 from effectusd.core.database_url import DatabaseURLError, PostgresDatabase, parse_database_url
 
 
@@ -48,3 +49,17 @@ def test_a_parameter_libpq_does_not_know_is_a_database_url_error_quoting_nothing
 
     assert "SECRET-pw" not in str(refused.value) and "sslmdoe" not in str(refused.value)
     assert refused.value.__suppress_context__
+
+
+@pytest.mark.parametrize(
+    ("conninfo", "bound"),
+    [
+        ("host=db1 dbname=effectusd connect_timeout=3", 8.0),
+        ("host=db1 dbname=effectusd", 30.0),
+        ("host=db1 connect_timeout=0", 30.0),  # libpq's "wait forever": the pool's own bound
+    ],
+)
+def test_opening_the_daemons_pool_is_bounded_by_the_urls_connect_timeout(
+    conninfo: str, bound: float
+) -> None:
+    assert open_bound(conninfo) == bound

@@ -11,7 +11,7 @@ import pytest
 
 from effectusd.config import Config, ConfigError, parse_config
 from effectusd.core.checker import PlanCheckError, check
-from effectusd.core.submission import SubmitError, prepare_submission
+from effectusd.core.submission import SubmitError, SubmitRows, prepare_submission
 
 SECRET = "s3cret-" * 430  # 3,010 characters: a fact no path can carry
 
@@ -37,10 +37,10 @@ def plan(order: Any, *, steps: int = 1) -> dict[str, Any]:
     }
 
 
-def submit(probe_path: str, order: Any, region: str, *, steps: int = 1) -> None:
+def submit(probe_path: str, order: Any, region: str, *, steps: int = 1) -> SubmitRows:
     configured = config(probe_path)
     checked = check(plan(order, steps=steps), configured.verbs)
-    prepare_submission(checked, configured.registry(), "ns", "x-1", {"region": region})
+    return prepare_submission(checked, configured.registry(), "ns", "x-1", {"region": region})
 
 
 def test_a_probe_path_with_no_placeholder_is_refused_at_load_saying_why() -> None:
@@ -83,7 +83,8 @@ def test_submit_refuses_a_fact_that_can_never_fill_the_probe_path_naming_the_ste
 
 
 def test_a_probe_path_its_facts_fill_is_submitted() -> None:
-    submit("/charges/{key}/{facts.region}/{args.order}", "o-1", "eu", steps=2)
+    rows = submit("/charges/{key}/{facts.region}/{args.order}", "o-1", "eu", steps=2)
+    assert [d.effect_id for d in rows.first_dispatches] == ["s1"]
 
 
 def test_an_argument_only_a_result_decides_is_left_to_the_probe() -> None:

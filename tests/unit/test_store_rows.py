@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from effectusd.core.checker import check
 from effectusd.core.engine import Completion, StepUpdate, Transition
 from effectusd.core.plan import CheckedPlan
-from effectusd.core.states import DispatchState, OutcomeClass, StepState
-from effectusd.core.transition import HeldClaim
+from effectusd.core.states import DispatchState, OutcomeClass, SagaState, StepState
+from effectusd.core.timeline import ON_ATTEMPT
+from effectusd.core.transition import HeldClaim, Settled, Success
 from effectusd.store.rows import TransitionRows, may_cancel_siblings, plan_steps
 from tests.unit.conftest import make_core_verbs
 
@@ -17,17 +20,8 @@ HELD = HeldClaim(1, 1, "t")
 
 
 def test_a_success_writes_its_result_and_order_on_its_dispatch_row_and_no_step_row() -> None:
-    # A forward success with a cancel pending: the step succeeds and at once starts
-    # compensating, and the next step starts; each of those moves is read from the dispatch
-    # rows (the settled one, the compensation enqueued), so no step row is written.
-    transition = Transition(
-        DispatchState.SUCCEEDED,
-        steps=[
-            StepUpdate("charge", StepState.SUCCEEDED, {"id": 7}, True, succeeded_order=2),
-            StepUpdate("charge", StepState.COMPENSATING),
-            StepUpdate("ship", StepState.IN_PROGRESS),
-        ],
-    )
+    # The step moves are read from the dispatch rows: no step row is written for a success.
+    transition = Transition(DispatchState.SUCCEEDED, success=Success({"id": 7}, 2))
     rows = TransitionRows()
     rows.apply(
         Completion.answered(HELD, OutcomeClass.SUCCESS), {**ROW, "effect_id": "charge"}, transition
@@ -38,12 +32,8 @@ def test_a_success_writes_its_result_and_order_on_its_dispatch_row_and_no_step_r
 
 
 def test_a_null_result_is_stored_as_json_null_and_a_failure_stores_none() -> None:
-    success = Transition(
-        DispatchState.SUCCEEDED, steps=[StepUpdate("charge", StepState.SUCCEEDED, None, True, 1)]
-    )
-    failure = Transition(
-        DispatchState.FAILED_PERMANENT, steps=[StepUpdate("charge", StepState.FAILED)]
-    )
+    success = Transition(DispatchState.SUCCEEDED, success=Success(None, 1))
+    failure = Transition(DispatchState.FAILED_PERMANENT)
     rows = TransitionRows()
     row = {**ROW, "effect_id": "charge"}
     rows.apply(Completion.answered(HELD, OutcomeClass.SUCCESS), row, success)
@@ -60,16 +50,46 @@ def test_a_step_failed_at_enqueue_is_kept_on_its_row_once_per_batch() -> None:
     # No dispatch can say it: its arguments could not be resolved, so none was written.
     transition = Transition(
         DispatchState.SUCCEEDED,
-        steps=[
-            StepUpdate("reserve", StepState.SUCCEEDED, {"id": 1}, True, succeeded_order=1),
-            StepUpdate("charge", StepState.FAILED, kept=True),
-        ],
+        steps=[StepUpdate("charge", StepState.FAILED)],
+        success=Success({"id": 1}, 1),
     )
     rows = TransitionRows()
     rows.apply(
         Completion.answered(HELD, OutcomeClass.SUCCESS), {**ROW, "effect_id": "reserve"}, transition
     )
     assert rows.steps == [{"saga_id": ROW["saga_id"], "effect_id": "charge", "state": "failed"}]
+
+
+def test_the_attempt_row_carries_the_settlement_and_what_rides_on_it_per_the_table() -> None:
+    settled = Settled(DispatchState.SUCCEEDED, "engine", StepState.SUCCEEDED, SagaState.COMPLETED)
+    rows = TransitionRows()
+    rows.apply(
+        Completion.answered(HeldClaim(1, 2, "t"), OutcomeClass.SUCCESS),
+        {**ROW, "effect_id": "a"},
+        Transition(DispatchState.SUCCEEDED, settled=settled),
+    )
+    [attempt] = rows.attempts
+    assert {c.column: attempt[c.column] for c in ON_ATTEMPT} == {
+        "settled_to": "succeeded",
+        "settled_step": "succeeded",
+        "settled_saga": "completed",
+    }
+    assert attempt["settled_actor"] == "engine" and rows.events == []
+
+
+def test_a_settlement_entry_no_row_can_carry_in_its_place_is_refused() -> None:
+    """An operator's write leaves the attempt row alone: an entry it should carry would be
+    lost, so the writer refuses it (the builder carries none there); and a second one of a
+    saga in one batch would go before the first's events (a batch settles a saga once)."""
+    carried = Transition(DispatchState.SUCCEEDED, settled=Settled(DispatchState.SUCCEEDED, "x"))
+    with pytest.raises(ValueError, match="no row to carry it"):
+        TransitionRows().apply(
+            Completion.answered(HELD, OutcomeClass.SUCCESS), ROW, carried, attempt=False
+        )
+    rows = TransitionRows()
+    rows.apply(Completion.answered(HELD, OutcomeClass.SUCCESS), ROW, carried)
+    with pytest.raises(ValueError, match="no row to carry it"):
+        rows.apply(Completion.answered(HeldClaim(2, 1, "t"), OutcomeClass.SUCCESS), ROW, carried)
 
 
 def test_a_second_late_answer_for_one_attempt_replaces_the_first() -> None:

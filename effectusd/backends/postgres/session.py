@@ -58,7 +58,7 @@ class PoolSession:
             configure=configure,
         )
         try:
-            await pool.open(wait=True)
+            await pool.open(wait=True, timeout=open_bound(conninfo))
         except BaseException:  # PoolTimeout, or cancelled: a pool left open holds the process
             await pool.close()
             raise
@@ -212,3 +212,20 @@ async def async_saga_listener(
         yield listener
     finally:
         await listener.close()
+
+
+# How long opening the pool may wait past the URL's connect_timeout (psycopg_pool's own default,
+# 30 s, where the URL sets none): a server that took the start-up check but refuses the pool's
+# connections ends the start as a PoolTimeout in that bound, never later.
+POOL_OPEN_SLACK_S = 5.0
+POOL_OPEN_DEFAULT_S = 30.0
+
+
+def open_bound(conninfo: str) -> float:
+    """How long opening a pool on ``conninfo`` may take, in seconds."""
+    try:
+        timeout = float(psycopg.conninfo.conninfo_to_dict(conninfo).get("connect_timeout") or 0)
+        # 0 (or none) is libpq's "wait forever": then the pool's own default bounds it
+        return timeout + POOL_OPEN_SLACK_S if timeout > 0 else POOL_OPEN_DEFAULT_S
+    except (ValueError, psycopg.Error):  # parsed where it was read: only a test gets here
+        return POOL_OPEN_DEFAULT_S
