@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from effectusd.core import contracts
 from effectusd.core.canonical import JsonValue, canonical_hash
 from effectusd.core.contracts import VerbContract
 from effectusd.core.operator_decisions import RefusalKind, Refused
@@ -55,7 +56,7 @@ def drifted_verbs(plan: CheckedPlan, verbs: Mapping[str, VerbContract]) -> list[
             pins.append((step.compensate.verb, step.compensate.contract_hash))
         for verb, pinned in pins:
             live = verbs.get(verb)
-            if live is not None and not live.pins(pinned):
+            if live is not None and not contracts.pinned(live, pinned):
                 found.add(verb)
     return sorted(found)
 
@@ -76,7 +77,7 @@ def adopt(
     steps: list[CheckedStep] = []
     for step in plan.steps:
         update: dict[str, object] = {}
-        if step.verb in adopting and not verbs[step.verb].pins(step.contract_hash):
+        if step.verb in adopting and not contracts.pinned(verbs[step.verb], step.contract_hash):
             live_hash = verbs[step.verb].contract_hash
             repins.append(
                 Repin(step.id, Direction.FORWARD, step.verb, step.contract_hash, live_hash)
@@ -86,7 +87,7 @@ def adopt(
         if (
             comp is not None
             and comp.verb in adopting
-            and not verbs[comp.verb].pins(comp.contract_hash)
+            and not contracts.pinned(verbs[comp.verb], comp.contract_hash)
         ):
             live_hash = verbs[comp.verb].contract_hash
             repins.append(

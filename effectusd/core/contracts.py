@@ -181,10 +181,6 @@ class VerbContract(DerivedOnce):
             }
         )
 
-    def pins(self, pinned_hash: str) -> bool:
-        """Whether a saga pinned to ``pinned_hash`` may be dispatched under this contract."""
-        return pinned_hash in (self.contract_hash, self.legacy_contract_hash)
-
     @property
     def path_templates(self) -> list[Template]:
         """Every path this verb's steps render: its own, and its probe's (with a stand-in
@@ -208,3 +204,10 @@ def render_fencing(
     template: Template, args: Mapping[str, JsonValue], facts: Mapping[str, JsonValue]
 ) -> str:
     return template.render_within(MAX_FENCING_RESOURCE_CHARS, "fencing resource", args, facts)
+
+
+def pinned(live: VerbContract | None, pinned_hash: str) -> bool:
+    """Whether a saga pinned to ``pinned_hash`` may be dispatched under the ``live`` contract
+    (None: the verb is not configured, so it may not): the one check of a pin in Python,
+    wherever one is checked (the claim's own is its SQL, ``registry.live_pins``)."""
+    return live is not None and pinned_hash in (live.contract_hash, live.legacy_contract_hash)

@@ -32,6 +32,7 @@ from effectusd.core.transition import (
     DispatchFacts,
     Event,
     FenceWait,
+    Quarantined,
     SagaFacts,
     SagaUpdate,
     StepFacts,
@@ -71,7 +72,8 @@ def settle(
     registry: Registry,
     jitter: float,
 ) -> Transition:
-    """Decide everything that follows from ``completion`` (its guard already held)."""
+    """Decide everything that follows from ``completion`` (its guard already held): one case
+    per cause, then (an answer, a reclaim, a guard that only delays) per outcome."""
     builder = TransitionBuilder(saga, dispatch, completion, registry, completion.actor)
     match completion.cause, completion.outcome:
         case Cause.CONTRACT_DRIFT, _:
@@ -80,9 +82,10 @@ def settle(
                 SagaState.BLOCKED_CONTRACT,
                 f"verb {dispatch.verb!r} changed since the plan was checked; nothing was sent",
             )
-        case Cause.FENCE_WAIT, _:
-            assert completion.fence_wait is not None  # Completion.not_sent insists on it
-            _settle_fence_wait(builder, completion.fence_wait, dispatch, registry, jitter)
+        case FenceWait() as wait, _:
+            _settle_fence_wait(builder, wait, dispatch, registry, jitter)
+        case Quarantined(), _:
+            raise ValueError("a quarantined completion is settled by core.poison.quarantine")
         case _, OutcomeClass.SUCCESS if dispatch.direction is Direction.FORWARD:
             builder.dispatch(DispatchState.SUCCEEDED)
             builder.step(StepState.SUCCEEDED, result=completion.result)
@@ -92,8 +95,8 @@ def settle(
             builder.step(StepState.COMPENSATED)
             builder.reconcile()
         case _:
-            # answered, budget spent, lease too short, write-ahead failed, reclaimed: the
-            # outcome class and the delivery rule decide
+            # answered, budget spent, lease too short, write-ahead failed, reclaimed,
+            # resolved or probed as not committed: the outcome and the budgets decide
             _settle_failure(builder, completion, dispatch, registry, jitter)
     builder.resume_if_unblocked()
     return _restore_reason(saga, builder.transition)
@@ -139,61 +142,85 @@ def _settle_failure(
     jitter: float,
 ) -> None:
     """Every outcome but success: retry, block on uncertainty or a stale fence, or fail,
-    under the two budgets of ``core.budgets`` (requests written, and time)."""
-    if completion.preset is not None and _settle_preset_answer(
-        builder, completion, dispatch, registry, jitter
-    ):
-        return
+    under the two budgets of ``core.budgets`` (requests written, and time). An answer only
+    the ``answers`` preset classified never settles an earlier uncertain attempt (a plain
+    service does not replay by key), and a destination_problem one is retried under its
+    time budget, then blocked for a person, never compensated."""
     outcome = completion.outcome
     contract = registry.verbs.get(dispatch.verb)
+    policy = contract.retry if contract is not None else None
     budget = retry_budget(dispatch.max_attempts, dispatch.budget_base, contract)
     # the requests written so far, this one included when it may have been
-    written = dispatch.attempt - dispatch.unsent - (0 if completion.written else 1)
-    budget_left = written < budget
-    retry_policy = contract.retry if contract is not None else None
-    time_spent = not_committed_budget_spent(dispatch.budget_elapsed, retry_policy)
+    budget_left = dispatch.attempt - dispatch.unsent - (0 if completion.written else 1) < budget
+    time_spent = not_committed_budget_spent(dispatch.budget_elapsed, policy)
     uncertain = dispatch.uncertain_attempt
     at_least_once = dispatch.delivery is Delivery.AT_LEAST_ONCE
-    if outcome is OutcomeClass.UNKNOWN:
-        uncertain = dispatch.attempt if uncertain is None else min(uncertain, dispatch.attempt)
-        builder.transition.uncertain_attempt = uncertain
-        if at_least_once and budget_left and retry_policy:
-            builder.retry(retry_delay(retry_policy, dispatch.attempt, jitter, completion.evidence))
-        else:
-            why = (
-                "at_most_once: a call that may have reached the destination is never re-sent"
-                if dispatch.delivery is Delivery.AT_MOST_ONCE
-                else "retry budget exhausted with the outcome still unknown"
-            )
-            builder.block(DispatchState.BLOCKED_UNKNOWN, SagaState.BLOCKED_UNKNOWN, why)
-    elif outcome is OutcomeClass.STALE_FENCE:
-        builder.block(
-            DispatchState.BLOCKED_FENCE,
-            SagaState.BLOCKED_FENCE,
-            "the destination rejected the fencing token as stale",
-        )
-    elif (
-        uncertain is not None
-        and not (outcome is OutcomeClass.PERMANENT and at_least_once)
-        and (outcome is OutcomeClass.PERMANENT or not budget_left or time_spent)
-    ):
-        # A later answer must not mask an earlier attempt that may have committed. An
-        # at_least_once destination dedupes and replays by key, so its definite "no" is the
-        # answer for the key, earlier attempts included; attempts that were not sent are not.
-        builder.block(
-            DispatchState.BLOCKED_UNKNOWN,
-            SagaState.BLOCKED_UNKNOWN,
-            f"attempt {uncertain} may have committed; a later {outcome.value} cannot settle it",
-        )
-    elif outcome is OutcomeClass.RETRYABLE and time_spent:
-        builder.fail(_gave_up(retry_policy, completion))
-    elif outcome is OutcomeClass.RETRYABLE:
-        assert retry_policy is not None  # no policy: the time budget is spent
-        builder.retry(retry_delay(retry_policy, dispatch.attempt, jitter, completion.evidence))
-        spent = dispatch.budget_elapsed or timedelta(0)
-        builder.transition.gives_up_in = retry_policy.give_up_after - spent
-    else:
-        builder.fail(f"permanent failure: {completion.error or 'no detail'}")
+    match outcome, completion.preset:
+        case OutcomeClass.PERMANENT, PresetClass() if uncertain is not None:
+            builder.block(*_UNKNOWN, _preset_cannot_settle(uncertain, completion))
+        case _, PresetClass.DESTINATION if uncertain is None:
+            _settle_destination_problem(builder, completion, dispatch, contract, jitter)
+        case OutcomeClass.UNKNOWN, _ if at_least_once and budget_left and policy:
+            builder.transition.uncertain_attempt = _earliest(uncertain, dispatch.attempt)
+            builder.retry(retry_delay(policy, dispatch.attempt, jitter, completion.evidence))
+        case OutcomeClass.UNKNOWN, _:
+            builder.transition.uncertain_attempt = _earliest(uncertain, dispatch.attempt)
+            builder.block(*_UNKNOWN, _AT_MOST_ONCE if not at_least_once else _UNKNOWN_SPENT)
+        case OutcomeClass.STALE_FENCE, _:
+            builder.block(*_FENCE, "the destination rejected the fencing token as stale")
+        case OutcomeClass.PERMANENT, _ if uncertain is not None and not at_least_once:
+            # A later answer must not mask an earlier attempt that may have committed. An
+            # at_least_once destination dedupes and replays by key, so its definite "no" is
+            # the answer for the key, earlier attempts included.
+            builder.block(*_UNKNOWN, _cannot_settle(uncertain, outcome))
+        case OutcomeClass.RETRYABLE, _ if uncertain is not None and not budget_left:
+            builder.block(*_UNKNOWN, _cannot_settle(uncertain, outcome))
+        case OutcomeClass.RETRYABLE, _ if time_spent and uncertain is not None:
+            builder.block(*_UNKNOWN, _cannot_settle(uncertain, outcome))
+        case OutcomeClass.RETRYABLE, _ if time_spent:
+            builder.fail(_gave_up(policy, completion))
+        case OutcomeClass.RETRYABLE, _:
+            assert policy is not None  # no policy: the time budget is spent
+            _retry_not_committed(builder, completion, dispatch, policy, jitter)
+        case _:
+            builder.fail(f"permanent failure: {completion.error or 'no detail'}")
+
+
+_UNKNOWN = (DispatchState.BLOCKED_UNKNOWN, SagaState.BLOCKED_UNKNOWN)
+_FENCE = (DispatchState.BLOCKED_FENCE, SagaState.BLOCKED_FENCE)
+_AT_MOST_ONCE = "at_most_once: a call that may have reached the destination is never re-sent"
+_UNKNOWN_SPENT = "retry budget exhausted with the outcome still unknown"
+
+
+def _earliest(uncertain: int | None, attempt: int) -> int:
+    """The uncertain attempt once ``attempt`` ended unknown: the earliest one stays."""
+    return attempt if uncertain is None else min(uncertain, attempt)
+
+
+def _cannot_settle(uncertain: int, outcome: OutcomeClass) -> str:
+    return f"attempt {uncertain} may have committed; a later {outcome.value} cannot settle it"
+
+
+def _preset_cannot_settle(uncertain: int, completion: Completion) -> str:
+    return (
+        f"attempt {uncertain} may have committed; a later HTTP {completion.status_code}, "
+        'classified only by answers = "http", cannot settle it (a plain service does not '
+        "replay by key)"
+    )
+
+
+def _retry_not_committed(
+    builder: TransitionBuilder,
+    completion: Completion,
+    dispatch: DispatchFacts,
+    policy: RetryPolicy,
+    jitter: float,
+) -> None:
+    """Retry a call never sent or known not committed: when, and how long its time budget
+    has left (the views show when it gives up)."""
+    builder.retry(retry_delay(policy, dispatch.attempt, jitter, completion.evidence))
+    spent = dispatch.budget_elapsed or timedelta(0)
+    builder.transition.gives_up_in = policy.give_up_after - spent
 
 
 def _gave_up(policy: RetryPolicy | None, completion: Completion) -> str:
@@ -232,33 +259,15 @@ def destination_problem_budget(
     )
 
 
-def _settle_preset_answer(
+def _settle_destination_problem(
     builder: TransitionBuilder,
     completion: Completion,
     dispatch: DispatchFacts,
-    registry: Registry,
+    contract: VerbContract | None,
     jitter: float,
-) -> bool:
-    """An answer only the `answers` preset classified, where it differs from a declared one:
-    it never settles an earlier uncertain attempt (a plain service does not replay by key),
-    and a destination_problem one is retried under its budget, then blocked for a person,
-    never compensated. False: the declared answer's rules apply (a retry after an uncertain
-    attempt, which settles nothing)."""
-    uncertain = dispatch.uncertain_attempt
-    if uncertain is not None:
-        if completion.outcome is not OutcomeClass.PERMANENT:
-            return False
-        builder.block(
-            DispatchState.BLOCKED_UNKNOWN,
-            SagaState.BLOCKED_UNKNOWN,
-            f"attempt {uncertain} may have committed; a later HTTP {completion.status_code}, "
-            'classified only by answers = "http", cannot settle it (a plain service does not '
-            "replay by key)",
-        )
-        return True
-    if completion.preset is not PresetClass.DESTINATION:
-        return False
-    contract = registry.verbs.get(dispatch.verb)
+) -> None:
+    """A destination_problem answer (only the `answers` preset classified it): retried under
+    its budget, then blocked for a person, never compensated."""
     budget = destination_problem_budget(dispatch, contract)
     answered = f"destination answered {completion.error or 'no detail'}"
     if budget.spent or contract is None:
@@ -269,12 +278,8 @@ def _settle_preset_answer(
             "then retry (or cancel)",
         )
     else:
-        policy = contract.retry
-        builder.retry(retry_delay(policy, dispatch.attempt, jitter, completion.evidence))
-        spent = dispatch.budget_elapsed or timedelta(0)
-        builder.transition.gives_up_in = policy.give_up_after - spent
+        _retry_not_committed(builder, completion, dispatch, contract.retry, jitter)
         builder.transition.last_error = f"{answered}; retrying for {budget.until}"
-    return True
 
 
 def fence_wait_delay(policy: RetryPolicy, waits: int, jitter: float) -> timedelta:

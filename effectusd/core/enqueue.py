@@ -11,7 +11,7 @@ from effectusd.core.canonical import (
     canonical_bytes,
     json_problems,
 )
-from effectusd.core.contracts import render_fencing
+from effectusd.core.contracts import pinned, render_fencing
 from effectusd.core.document_checks import literal_schema_issues, schema_issues
 from effectusd.core.durations import to_milliseconds
 from effectusd.core.expressions import (
@@ -89,7 +89,7 @@ def build_dispatch(
     contract = registry.verbs.get(verb)
     if contract is None:
         raise ResolutionError(f"{where}: verb {verb!r} is not in the live registry")
-    if not contract.pins(pinned_hash):
+    if not pinned(contract, pinned_hash):
         raise ResolutionError(f"{where}: verb {verb!r} changed since the plan was checked")
     try:
         args = resolve(args_expr, facts, results)

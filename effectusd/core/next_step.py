@@ -28,6 +28,7 @@ from effectusd.core.branches import (
     undoing,
 )
 from effectusd.core.canonical import JsonValue
+from effectusd.core.contracts import pinned
 from effectusd.core.enqueue import DispatchSpec, build_dispatch
 from effectusd.core.expressions import ResolutionError
 from effectusd.core.plan import CheckedStep
@@ -200,7 +201,7 @@ class TransitionBuilder:
         compensate is canceled, not retried or blocked: nothing may start any more, and no
         earlier attempt of it is uncertain."""
         nothing_sent = (
-            self.completion.settled_by is SettledBy.GUARD
+            self.completion.cause.settled_by is SettledBy.GUARD
             or self.completion.outcome is OutcomeClass.RETRYABLE
         )
         return (
@@ -294,7 +295,7 @@ class TransitionBuilder:
         found out; then why it failed or compensated, if it did. The block's reason it replaces
         stays on the timeline."""
         ended = self.ended
-        if ended is None or ended.settled_by is not SettledBy.OPERATOR:
+        if ended is None or ended.cause.settled_by is not SettledBy.OPERATOR:
             return reason
         found = "committed" if ended.outcome is OutcomeClass.SUCCESS else "not committed"
         resolved = f"resolved by {ended.actor} as {found}"
@@ -395,12 +396,12 @@ class TransitionBuilder:
         """Why the verb ``step`` calls in ``direction`` cannot be sent as the plan pinned it
         (not configured, or changed since the check), or None when it can."""
         if direction is Direction.FORWARD:
-            verb, pinned = step.verb, step.contract_hash
+            verb, pinned_hash = step.verb, step.contract_hash
         else:
             assert step.compensate is not None  # only a step with an inverse is compensated
-            verb, pinned = step.compensate.verb, step.compensate.contract_hash
+            verb, pinned_hash = step.compensate.verb, step.compensate.contract_hash
         live = self.registry.verbs.get(verb)
-        if live is not None and live.pins(pinned):
+        if pinned(live, pinned_hash):
             return None
         why = "is not configured" if live is None else "changed since the plan was checked"
         return f"{step.id} ({direction.value}): verb {verb!r} {why}"

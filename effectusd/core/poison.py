@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from effectusd.core.canonical import printable
 from effectusd.core.engine import Completion, Event, SagaUpdate, Transition
 from effectusd.core.states import Direction, DispatchState, OutcomeClass, SagaState, SettledBy
-from effectusd.core.transition import Settled, settled_event
+from effectusd.core.transition import Quarantined, Settled, settled_event
 
 # Evidence kept about the failure: enough to find it, bounded so it is always storable.
 MAX_ERROR_CHARS = 300
@@ -34,14 +34,16 @@ class PoisonedDispatch:
 
 
 def held_completion(completion: Completion, failure: str) -> Completion:
-    """The completion as it can be stored: no result, the original class kept as evidence."""
-    may_have_been_sent = completion.settled_by is not SettledBy.GUARD
+    """The completion as it can be stored (the one constructor of a quarantine's): no result,
+    the original class kept as evidence, who reported it kept as ``settled_by``."""
+    settled_by = completion.cause.settled_by
+    may_have_been_sent = settled_by is not SettledBy.GUARD
     return Completion(
         dispatch_id=completion.dispatch_id,
         attempt=completion.attempt,
         lease_token=completion.lease_token,
         outcome=OutcomeClass.UNKNOWN if may_have_been_sent else OutcomeClass.RETRYABLE,
-        settled_by=completion.settled_by,
+        cause=Quarantined(settled_by),
         status_code=completion.status_code,
         error=f"the outcome could not be recorded: {printable(failure, MAX_ERROR_CHARS)}",
         evidence={

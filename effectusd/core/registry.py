@@ -46,7 +46,7 @@ class Registry:
         }
 
     def live_pins(self) -> dict[str, tuple[str, str]]:
-        """verb -> the contract hashes a dispatch may be pinned to (``VerbContract.pins``),
+        """verb -> the contract hashes a dispatch may be pinned to (``contracts.pinned``),
         as the claim checks them where it writes a row ahead."""
         return {
             name: (contract.contract_hash, contract.legacy_contract_hash)

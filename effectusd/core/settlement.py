@@ -1,14 +1,10 @@
-"""An attempt's guards, before its call and after it: whether it is sent at all, and what
-its reported outcome does, each decided in one place (docs/design.md section 7).
+"""An attempt's guard after its call: what its reported outcome does, decided in one place
+(docs/design.md section 7; the guard before it is ``effectusd.core.pre_send``), and whether
+a next step the record enqueues may be born claimed (``may_wait_for_slot``).
 
-Before the call (``pre_send``): a claimed attempt may go on to its write-ahead and call, or
-the guard returns the completion to record: nothing was sent, so the attempt is known not
-committed, with the cause the engine matches on (``Completion.not_sent``). The pipeline
-only carries the answer out.
-
-After it (``settle_completion``): the recorder loads the facts under its lock (the dispatch
-row, the attempt the outcome is for, the saga) and asks ``settle_completion``; it then writes
-what the answer says and nothing else. The rules, in the order they apply:
+The recorder loads the facts under its lock (the dispatch row, the attempt the outcome is
+for, the saga) and asks ``settle_completion``; it then writes what the answer says and
+nothing else. The rules, in the order they apply:
 
 * the guard: the dispatch is in flight on this very attempt and lease token, and a reclaim
   only takes a lease that has run out;
@@ -27,52 +23,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from enum import StrEnum
-from typing import Protocol
 
-from effectusd.core.contracts import VerbContract
 from effectusd.core.engine import settle
 from effectusd.core.frozen import frozen
 from effectusd.core.registry import Registry
 from effectusd.core.states import Cause, Delivery, DispatchState, OutcomeClass, SettledBy
 from effectusd.core.transition import (
     MAYBE_SENT,
-    NOT_SENT,
     Completion,
     DispatchFacts,
-    HeldAttempt,
     SagaFacts,
     Transition,
 )
-
-CONTRACT_DRIFT = "contract drift: nothing was sent"
-BUDGET_SPENT = "retry budget spent; not sent"
-LEASE_TOO_SHORT = "lease too short to finish the call; not sent"
-
-
-class PendingCall(HeldAttempt, Protocol):
-    """A claimed attempt as the guards see it (a store's ``Claim``)."""
-
-    @property
-    def contract_hash(self) -> str: ...
-
-    @property
-    def budget_spent(self) -> bool: ...
-
-
-def pre_send(
-    call: PendingCall, contract: VerbContract | None, lease_covers_call: bool
-) -> Completion | None:
-    """None when ``call`` may go on to its write-ahead and call; else the completion that
-    settles it unsent. ``contract``: the verb as loaded now (None: no longer configured);
-    ``lease_covers_call``: the call's timeout fits in what is left of the lease, judged on the
-    daemon's monotonic clock (the caller's, since core reads no clock)."""
-    if contract is None or not contract.pins(call.contract_hash):
-        return Completion.not_sent(call, Cause.CONTRACT_DRIFT, CONTRACT_DRIFT)
-    if call.budget_spent:  # the budget was lowered in config below the attempts already made
-        return Completion.not_sent(call, Cause.BUDGET_SPENT, BUDGET_SPENT)
-    if not lease_covers_call:
-        return Completion.not_sent(call, Cause.LEASE_TOO_SHORT, LEASE_TOO_SHORT)
-    return None
 
 
 def may_wait_for_slot(delivery: Delivery, fenced: bool) -> bool:
@@ -157,7 +119,7 @@ def holds_lease(completion: Completion, dispatch: LockedDispatch) -> bool:
 def guard_holds(completion: Completion, dispatch: LockedDispatch) -> bool:
     """The live attempt's own answer; a reclaim also needs the lease to have run out."""
     return holds_lease(completion, dispatch) and (
-        completion.settled_by is not SettledBy.RECLAIM or dispatch.lease_expired
+        completion.cause.settled_by is not SettledBy.RECLAIM or dispatch.lease_expired
     )
 
 
@@ -179,22 +141,6 @@ def as_settled_late(dispatch: DispatchFacts, completion: Completion) -> Dispatch
     return replace(dispatch, attempt=completion.attempt, uncertain_attempt=None)
 
 
-def reclaimed(held: HeldAttempt, sent: bool, lease_owner: str, actor: str) -> Completion:
-    """The completion a reclaim records for an attempt whose lease ran out (``actor``: the
-    reclaiming daemon): written ahead (``sent``) means it may have been sent, so the outcome
-    is unknown and the delivery rule decides; else nothing was sent, known not committed."""
-    when = "after the call may have been sent" if sent else "before anything was sent"
-    return Completion.of(
-        held,
-        OutcomeClass.UNKNOWN if sent else OutcomeClass.RETRYABLE,
-        evidence={"sent": MAYBE_SENT if sent else NOT_SENT},
-        settled_by=SettledBy.RECLAIM,
-        error=f"lease of {lease_owner} expired {when}",
-        actor=actor,
-        cause=Cause.RECLAIMED_SENT if sent else Cause.RECLAIMED_UNSENT,
-    )
-
-
 SENT_AFTER_RECLAIM_READ = (
     "; the write-ahead committed after the reclaim read the attempt: it may have been sent"
 )
@@ -205,7 +151,7 @@ def as_locked(completion: Completion, attempt: AttemptFacts) -> Completion:
     is what counts: written ahead means it may have been sent (unknown), never known not
     committed."""
     if (
-        completion.settled_by is SettledBy.RECLAIM
+        completion.cause.settled_by is SettledBy.RECLAIM
         and completion.outcome is OutcomeClass.RETRYABLE
         and attempt.sent
     ):
@@ -229,9 +175,9 @@ def settle_completion(
     dispatch = facts.dispatch.facts
     late = False
     if not guard_holds(completion, facts.dispatch):
-        if completion.settled_by is SettledBy.RECLAIM:
+        if completion.cause.settled_by is SettledBy.RECLAIM:
             return Settlement(Verdict.DROP, "the holder finished first: nothing to reclaim")
-        ours = completion.settled_by is SettledBy.EXECUTOR
+        ours = completion.cause.settled_by is SettledBy.EXECUTOR
         if ours and facts.attempt.settled_by is SettledBy.EXECUTOR:
             return Settlement(Verdict.DROP, "our own earlier commit went through after all")
         if not late_completion_settles(completion, dispatch, facts.attempt.later_sent):

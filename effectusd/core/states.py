@@ -111,17 +111,36 @@ class SettledBy(State):
 
 class Cause(State):
     """Why an attempt ended, as the engine matches on it (never stored: the attempt row keeps
-    ``settled_by``, the outcome and the error). Every cause but ``answered`` and the reclaims
-    is a pre-send guard's: nothing was sent."""
+    ``settled_by``, which each cause says, the outcome and the error). Two causes carry a
+    payload and are classes of their own (``effectusd.core.transition``): a fence wait (how
+    long, who holds) and a quarantine (who reported the outcome it could not record)."""
+
+    settled_by: SettledBy  # who reports an attempt that ends so (set per member below)
 
     ANSWERED = "answered"  # the executor classified the destination's answer or the transport's
     CONTRACT_DRIFT = "contract_drift"  # the verb's live contract no longer pins the saga's
     BUDGET_SPENT = "budget_spent"  # the loaded retry budget is below the attempts made
     LEASE_TOO_SHORT = "lease_too_short"  # the call could not finish before the lease ends
-    FENCE_WAIT = "fence_wait"  # a fencing resource is held by another live dispatch
     WRITE_AHEAD_FAILED = "write_ahead_failed"  # the write-ahead did not commit
     RECLAIMED_UNSENT = "reclaimed_unsent"  # the lease ran out before anything was sent
     RECLAIMED_SENT = "reclaimed_sent"  # the lease ran out after the call may have been sent
+    RESOLVED = "resolved"  # a person said what the uncertain attempt did (effectusd resolve)
+    PROBED = "probed"  # the destination's probe said what the uncertain attempt did
+
+
+_SETTLED_BY = {
+    Cause.ANSWERED: SettledBy.EXECUTOR,
+    Cause.CONTRACT_DRIFT: SettledBy.GUARD,
+    Cause.BUDGET_SPENT: SettledBy.GUARD,
+    Cause.LEASE_TOO_SHORT: SettledBy.GUARD,
+    Cause.WRITE_AHEAD_FAILED: SettledBy.GUARD,
+    Cause.RECLAIMED_UNSENT: SettledBy.RECLAIM,
+    Cause.RECLAIMED_SENT: SettledBy.RECLAIM,
+    Cause.RESOLVED: SettledBy.OPERATOR,
+    Cause.PROBED: SettledBy.OPERATOR,  # stored as a person's: a probe answers for one
+}
+for _cause, _by in _SETTLED_BY.items():
+    _cause.settled_by = _by  # a plain attribute: read on every settlement, never called
 
 
 def by_value(states: type[S]) -> Mapping[str, S]:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from effectusd.core.answers import PresetClass
 from effectusd.core.canonical import JsonValue
@@ -33,6 +33,7 @@ ENGINE = "engine"
 # means it ended before the write, so nothing reached the destination.
 NOT_SENT = "not_sent"
 MAYBE_SENT = "maybe_sent"
+NOT_SENT_EVIDENCE: Mapping[str, Any] = MappingProxyType({"sent": NOT_SENT})
 
 
 @frozen
@@ -93,14 +94,31 @@ class DispatchFacts:
 
 @frozen
 class FenceWait:
-    """The write-ahead found a fencing resource held by another live dispatch; nothing was
-    sent. ``waited`` runs from the first busy write-ahead of this wait (database clock);
-    ``holder`` names the holding dispatch, its saga and lease owner, never a resource value."""
+    """The cause of an attempt whose write-ahead found a fencing resource held by another
+    live dispatch; nothing was sent. ``waited`` runs from the first busy write-ahead of this
+    wait (database clock); ``holder`` names the holding dispatch, its saga and lease owner,
+    never a resource value."""
+
+    settled_by: ClassVar[SettledBy] = SettledBy.GUARD
 
     waited: timedelta
     holder: str
     resource: str | None = None  # the busy resource, for the timeline only (never an error)
     started: bool = False  # this busy write-ahead started the wait (none was in progress)
+
+
+@frozen
+class Quarantined:
+    """The cause of an attempt whose outcome the store could not record: the recorder holds
+    it for a person (``effectusd.core.poison``). ``settled_by``: who reported the outcome it
+    could not record (the attempt row keeps it)."""
+
+    settled_by: SettledBy
+
+
+# Why an attempt ended: a closed set, matched by ``engine.settle`` (``cause.settled_by`` says
+# who reported it).
+AttemptCause = Cause | FenceWait | Quarantined
 
 
 class HeldAttempt(Protocol):
@@ -130,13 +148,15 @@ class HeldClaim:
 
 @frozen
 class Completion:
-    """What one attempt ended with, as reported by the executor, a reclaim, a guard or a person."""
+    """What one attempt ended with, and why (``cause``): made by one named constructor per
+    kind, for the executor's answer, a guard, a fence wait, a reclaim, a person's resolution,
+    a probe's answer (here) and a quarantine (``effectusd.core.poison``)."""
 
     dispatch_id: int
     attempt: int
     lease_token: str | None
     outcome: OutcomeClass
-    settled_by: SettledBy = SettledBy.EXECUTOR
+    cause: AttemptCause  # what the engine matches on (``engine.settle``)
     status_code: int | None = None
     result: JsonValue = None
     error: str | None = None
@@ -144,16 +164,10 @@ class Completion:
     fencing_status: FencingStatus | None = None
     actor: str = ENGINE
     operator_evidence: str | None = None
-    cause: Cause = Cause.ANSWERED  # what the engine matches on (``engine.settle``)
-    fence_wait: FenceWait | None = None  # with cause FENCE_WAIT: how long, and who holds it
     # Set when only the destination's ``answers`` preset classified the answer (its status,
     # without X-Effectus-Outcome or a status_map entry): such an answer never settles an
     # earlier uncertain attempt, and a destination_problem one is never compensated.
     preset: PresetClass | None = None
-
-    def __post_init__(self) -> None:
-        # Callers outside core (tests, adapters) may still pass the stored string.
-        object.__setattr__(self, "settled_by", SettledBy(self.settled_by))
 
     @property
     def written(self) -> bool:
@@ -164,23 +178,17 @@ class Completion:
         return self.evidence.get("sent") != NOT_SENT
 
     @classmethod
-    def of(cls, held: HeldAttempt, outcome: OutcomeClass, **details: Any) -> Completion:
-        """The completion of the attempt ``held`` leases: the recorder's guard checks its
-        attempt and lease token, so an answer under a superseded lease is only kept as late."""
-        return cls(held.dispatch_id, held.attempt, held.lease_token, outcome, **details)
-
-    @classmethod
     def answered(
         cls,
         held: HeldAttempt,
         outcome: OutcomeClass,
         *,
-        status_code: int | None,
-        result: JsonValue,
-        error: str | None,
-        evidence: Mapping[str, Any],
-        fencing_acknowledged: bool,
-        fencing_sent: FencingStatus,
+        status_code: int | None = None,
+        result: JsonValue = None,
+        error: str | None = None,
+        evidence: Mapping[str, Any] = MappingProxyType({}),
+        fencing_acknowledged: bool = False,
+        fencing_sent: FencingStatus = FencingStatus.NOT_REQUESTED,
         preset: PresetClass | None = None,
     ) -> Completion:
         """The attempt ``held`` as its executor classified it (a transport failure included):
@@ -192,6 +200,7 @@ class Completion:
             held.attempt,
             held.lease_token,
             outcome,
+            Cause.ANSWERED,
             status_code=status_code,
             result=result,
             error=error,
@@ -202,31 +211,87 @@ class Completion:
 
     @classmethod
     def not_sent(
-        cls,
-        held: HeldAttempt,
-        cause: Cause,
-        reason: str,
-        *,
-        actor: str = ENGINE,
-        fence_wait: FenceWait | None = None,
+        cls, held: HeldAttempt, cause: Cause | FenceWait, reason: str, *, actor: str = ENGINE
     ) -> Completion:
-        """A pre-send guard stopped the call for ``cause``: nothing was sent, so the attempt is
-        known not committed (retryable), and a guard settlement never counts as maybe sent."""
-        if (cause is Cause.FENCE_WAIT) != (fence_wait is not None):
-            raise ValueError("a fence wait, and only a fence wait, says how long and who holds")
-        return cls.of(
-            held,
+        """A pre-send guard (or a busy fencing resource) stopped the call for ``cause``:
+        nothing was sent, so the attempt is known not committed (retryable), and a guard
+        settlement never counts as maybe sent."""
+        if cause.settled_by is not SettledBy.GUARD:
+            raise ValueError(f"{cause!r} is not a pre-send guard's cause")
+        return cls(
+            held.dispatch_id,
+            held.attempt,
+            held.lease_token,
             OutcomeClass.RETRYABLE,
-            settled_by=SettledBy.GUARD,
+            cause,
             error=reason,
             evidence=NOT_SENT_EVIDENCE,
             actor=actor,
-            cause=cause,
-            fence_wait=fence_wait,
         )
 
+    @classmethod
+    def reclaimed(cls, held: HeldAttempt, sent: bool, lease_owner: str, actor: str) -> Completion:
+        """What a reclaim records for an attempt whose lease ran out (``actor``: the
+        reclaiming daemon): written ahead (``sent``) means it may have been sent, so the
+        outcome is unknown and the delivery rule decides; else nothing was sent, known not
+        committed."""
+        when = "after the call may have been sent" if sent else "before anything was sent"
+        return cls(
+            held.dispatch_id,
+            held.attempt,
+            held.lease_token,
+            OutcomeClass.UNKNOWN if sent else OutcomeClass.RETRYABLE,
+            Cause.RECLAIMED_SENT if sent else Cause.RECLAIMED_UNSENT,
+            error=f"lease of {lease_owner} expired {when}",
+            evidence={"sent": MAYBE_SENT if sent else NOT_SENT},
+            actor=actor,
+        )
 
-NOT_SENT_EVIDENCE: Mapping[str, Any] = MappingProxyType({"sent": NOT_SENT})
+    @classmethod
+    def resolved(
+        cls, blocked: DispatchFacts, committed: bool, result: JsonValue, actor: str, evidence: str
+    ) -> Completion:
+        """What a person found out about the uncertain attempt of ``blocked`` (``effectusd
+        resolve``): success with ``result``, or known not committed, which fails the step."""
+        not_committed = OutcomeClass.PERMANENT
+        return cls._found_out(
+            blocked, Cause.RESOLVED, committed, not_committed, result, actor, evidence
+        )
+
+    @classmethod
+    def probed(
+        cls, blocked: DispatchFacts, committed: bool, result: JsonValue, actor: str, reason: str
+    ) -> Completion:
+        """What the destination's probe found out about the uncertain attempt of ``blocked``
+        (as ``resolved`` records a person's): success with ``result``, or known not committed
+        (retryable: the step is sent again)."""
+        not_committed = OutcomeClass.RETRYABLE
+        return cls._found_out(
+            blocked, Cause.PROBED, committed, not_committed, result, actor, reason
+        )
+
+    @classmethod
+    def _found_out(
+        cls,
+        blocked: DispatchFacts,
+        cause: Cause,
+        committed: bool,
+        not_committed: OutcomeClass,
+        result: JsonValue,
+        actor: str,
+        evidence: str,
+    ) -> Completion:
+        return cls(
+            blocked.dispatch_id,
+            blocked.attempt,
+            None,
+            OutcomeClass.SUCCESS if committed else not_committed,
+            cause,
+            result=result if committed else None,
+            error=None if committed else f"known not committed, per {actor}: {evidence}",
+            actor=actor,
+            operator_evidence=evidence,
+        )
 
 
 @frozen
@@ -258,7 +323,7 @@ def settled_event(
         completion.operator_evidence,
         {
             "outcome": completion.outcome.value,
-            "settled_by": completion.settled_by.value,
+            "settled_by": completion.cause.settled_by.value,
             "status_code": completion.status_code,
             "error": completion.error,
         },

@@ -78,7 +78,7 @@ def observe_record(metrics: Metrics, report: RecordReport) -> None:
             completion.outcome.value,
         ).inc()
         waits = transition.dispatch_state is DispatchState.RETRY_WAIT
-        if waits and answered_not_committed(completion.settled_by, completion.outcome):
+        if waits and answered_not_committed(completion.cause.settled_by, completion.outcome):
             metrics.child(
                 metrics.waiting_for_destination,
                 row["destination"],
@@ -108,6 +108,6 @@ def log_transition(completion: Completion, transition: Transition, row: Mapping[
             "outcome": completion.outcome.value,
             "dispatch_state": transition.dispatch_state.value,
             "saga_state": transition.saga.state.value if transition.saga else None,
-            "settled_by": completion.settled_by,
+            "settled_by": completion.cause.settled_by,
         },
     )

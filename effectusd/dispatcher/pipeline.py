@@ -23,9 +23,10 @@ from datetime import timedelta
 from effectusd import faults
 from effectusd.backends.errors import TRANSIENT_ERRORS, failure_name
 from effectusd.core.engine import Completion
+from effectusd.core.pre_send import LEASE_TOO_SHORT, pre_send
 from effectusd.core.registry import Registry
-from effectusd.core.settlement import LEASE_TOO_SHORT, pre_send
 from effectusd.core.states import Cause, FencingStatus
+from effectusd.core.transition import FenceWait
 from effectusd.dispatcher.capacity import Capacity, ClaimingSink
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.observability import observe_record
@@ -185,7 +186,7 @@ class Pipeline:
             self.spans.abandoned(sendable, "write-ahead failed; left to the lease's reclaim")
             return []
         self.metrics.fencing_acquisitions.inc(sum(len(w.grants) for w in ready))
-        waits = sum(1 for c in not_sent if c.cause is Cause.FENCE_WAIT)
+        waits = sum(1 for c in not_sent if isinstance(c.cause, FenceWait))
         self.metrics.fencing_conflicts.inc(waits)
         self.metrics.write_ahead_failures.inc(len(not_sent) - waits)
         for completion, claim in _pair(not_sent, sendable):

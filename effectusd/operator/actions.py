@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from effectusd.backends.operation import Operation
+from effectusd.core import contracts
 from effectusd.core.branches import sent_again_state
 from effectusd.core.canonical import JsonValue
 from effectusd.core.engine import resume_enqueue, settle
@@ -29,7 +30,7 @@ from effectusd.core.operator_decisions import (
     retry_target,
 )
 from effectusd.core.registry import Registry
-from effectusd.core.states import Direction, DispatchState, OutcomeClass, SettledBy
+from effectusd.core.states import Direction, DispatchState
 from effectusd.core.transition import (
     Completion,
     DispatchFacts,
@@ -130,17 +131,7 @@ def _operator_answer(
 ) -> Completion:
     """What the operator found out, as the completion of the uncertain attempt."""
     committed = resolution is Resolution.COMMITTED
-    return Completion(
-        dispatch_id=target.dispatch_id,
-        attempt=target.attempt,
-        lease_token=None,
-        outcome=OutcomeClass.SUCCESS if committed else OutcomeClass.PERMANENT,
-        settled_by=SettledBy.OPERATOR,
-        result=result if committed else None,
-        error=None if committed else f"known not committed, per {actor}: {evidence}",
-        actor=actor,
-        operator_evidence=evidence,
-    )
+    return Completion.resolved(target, committed, result, actor, evidence)
 
 
 def _live_budget(target: DispatchFacts, pinned: str, registry: Registry) -> int:
@@ -150,7 +141,7 @@ def _live_budget(target: DispatchFacts, pinned: str, registry: Registry) -> int:
     refusal = contract_refusal(
         target.verb,
         pinned,
-        None if live is None else pinned if live.pins(pinned) else live.contract_hash,
+        None if live is None else pinned if contracts.pinned(live, pinned) else live.contract_hash,
     )
     if refusal is not None or live is None:
         raise refusal or Refused(RefusalKind.CONFLICT, f"verb {target.verb!r} is not configured")

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from effectusd.backends.operation import Operation
 from effectusd.core.engine import resumed_stop_reason
 from effectusd.core.operator_decisions import RefusalKind, Refused
-from effectusd.core.states import OutcomeClass, SagaState, SettledBy
+from effectusd.core.states import SagaState
 from effectusd.core.transition import Completion, DispatchFacts, SagaFacts, Transition
 from effectusd.store.operations import locate_saga
 from effectusd.store.rows import (
@@ -72,9 +72,6 @@ def lock_saga(saga_id: str) -> Operation[Locked]:
     )
 
 
-_NO_ATTEMPT = Completion(0, 0, None, OutcomeClass.SUCCESS, SettledBy.OPERATOR)
-
-
 def write_transition(
     saga_id: str,
     transition: Transition,
@@ -84,11 +81,12 @@ def write_transition(
 ) -> Operation[None]:
     """The rows of an engine transition, written as the recorder writes them. The attempt
     rows are left alone: they keep the outcome their call had. The dispatch row is written
-    only for a settlement (``completion`` with its ``dispatch_row``); ``notify`` wakes the
+    only for a settlement (``completion`` with its ``dispatch_row``; no completion: no
+    attempt ended, as for a cancel or a retry); ``notify`` wakes the
     destinations of rows made due again besides the transition's new dispatches."""
     writes = TransitionRows()
     writes.apply(
-        completion or _NO_ATTEMPT,
+        completion,
         dispatch_row or {"saga_id": saga_id, "lease_token": None},
         transition,
         attempt=False,

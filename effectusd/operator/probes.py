@@ -26,7 +26,7 @@ from effectusd.core.probes import (
     first_probe_at,
 )
 from effectusd.core.registry import Registry
-from effectusd.core.states import Direction, DispatchState, OutcomeClass, SettledBy
+from effectusd.core.states import Direction, DispatchState
 from effectusd.core.transition import Completion, DispatchFacts
 from effectusd.operator.locked_saga import lock_saga, write_transition
 from effectusd.store.operations import event
@@ -265,17 +265,7 @@ def _probe_answer(target: DispatchFacts, decision: ProbeDecision) -> Completion:
     """What the probe found out, as the completion of the uncertain attempt (as ``resolve``
     builds the operator's): success with the result, or known not committed (retryable)."""
     committed = decision.verdict is Verdict.COMMITTED
-    return Completion(
-        dispatch_id=target.dispatch_id,
-        attempt=target.attempt,
-        lease_token=None,
-        outcome=OutcomeClass.SUCCESS if committed else OutcomeClass.RETRYABLE,
-        settled_by=SettledBy.OPERATOR,
-        result=decision.result if committed else None,
-        error=None if committed else f"known not committed, per {PROBE_ACTOR}: {decision.reason}",
-        actor=PROBE_ACTOR,
-        operator_evidence=decision.reason,
-    )
+    return Completion.probed(target, committed, decision.result, PROBE_ACTOR, decision.reason)
 
 
 def _probe_event(

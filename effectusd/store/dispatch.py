@@ -25,7 +25,6 @@ from effectusd.core.settlement import (
     SettlementFacts,
     Verdict,
     holds_lease,
-    reclaimed,
     settle_completion,
 )
 from effectusd.core.states import (
@@ -193,7 +192,7 @@ class DispatchStore(WriteAheadStore):
     def _expired(self, limit: int) -> Operation[list[Completion]]:
         expired = yield ("select_expired_leases", {"limit": limit})
         return [
-            reclaimed(
+            Completion.reclaimed(
                 Leased(row["dispatch_id"], row["attempt"], str(row["lease_token"])),
                 sent=row["sent_at"] is not None,
                 lease_owner=row["lease_owner"],

@@ -43,8 +43,11 @@ DISPATCH_STATES = by_value(DispatchState)
 STEP_STATES = by_value(StepState)
 SAGA_STATES = by_value(SagaState)
 SETTLED_BY = by_value(SettledBy)
-# json.dumps(..., default=str), made once: json.dumps builds an encoder per call when given
-# any option (a third of the time of encoding a small evidence document).
+# The one encoding of the row documents that are neither hashed nor sent (an attempt's
+# evidence, a success's result, an event's detail): json.dumps(..., default=str), made once
+# (json.dumps builds an encoder per call when given any option, a third of the time of
+# encoding a small evidence document). RFC 8785 canonical text stays for what is hashed or
+# matched by its text (arguments, plans, fencing resources: docs/design.md sections 2-3).
 _DOCUMENTS = json.JSONEncoder(default=str)
 
 
@@ -91,7 +94,7 @@ class TransitionRows:
 
     def apply(
         self,
-        completion: Completion,
+        completion: Completion | None,
         row: Row,
         transition: Transition,
         *,
@@ -100,7 +103,8 @@ class TransitionRows:
     ) -> None:
         """Add ``transition`` of ``row``'s saga. ``attempt``: settle the attempt row with
         ``completion``; ``dispatch``: write the dispatch row (the operator actions leave the
-        attempt, and sometimes the dispatch, as they are)."""
+        attempt, and sometimes the dispatch, as they are). ``completion`` is None only where
+        neither is written: no attempt ended (an operator's cancel or retry)."""
         saga_id = row["saga_id"]
         settled = transition.settled
         if settled is not None:
@@ -110,16 +114,18 @@ class TransitionRows:
                 raise ValueError(f"saga {saga_id}: a settlement's entry with no row to carry it")
             self._settled_sagas.add(saga_id)
         if attempt:
+            assert completion is not None
             params = outcome_params(completion)  # filled in place, not copied
-            params["settled_by"] = completion.settled_by.value
+            params["settled_by"] = completion.cause.settled_by.value
             fencing = completion.fencing_status
             params["fencing_status"] = fencing.value if fencing else None
             params["saga_id"] = saga_id
             attempt_columns(settled, params)
             self.attempts.append(params)
         if dispatch:
+            assert completion is not None
             self._dispatch(completion, transition)
-        if row["lease_token"] is not None and row.get("fenced", True):
+        if completion is not None and row["lease_token"] is not None and row.get("fenced", True):
             # only a dispatch with fencing resources can hold fencing leases
             self.released.append((completion.dispatch_id, str(row["lease_token"])))
         self._saga(saga_id, completion, transition)
@@ -139,7 +145,7 @@ class TransitionRows:
                 "uncertain_attempt": transition.uncertain_attempt,
                 "last_outcome": transition.last_outcome.value if transition.last_outcome else None,
                 "last_error": transition.last_error,
-                "result": None if success is None else json.dumps(success.result),
+                "result": None if success is None else _DOCUMENTS.encode(success.result),
                 "succeeded_order": None if success is None else success.order,
                 # a claim that ended before its write is no request (migration 10024)
                 "unsent": 0 if completion.written else 1,
@@ -151,7 +157,7 @@ class TransitionRows:
             }
         )
 
-    def _saga(self, saga_id: str, completion: Completion, transition: Transition) -> None:
+    def _saga(self, saga_id: str, completion: Completion | None, transition: Transition) -> None:
         for step in transition.steps:  # the kept states: the rest is read from dispatch rows
             self._step({"saga_id": saga_id, "effect_id": step.effect_id, "state": step.state.value})
         if transition.cancel_dispatches:
@@ -164,12 +170,17 @@ class TransitionRows:
                     "stop_reason": transition.saga.stop_reason,
                 }
             )
+        # the settlement entry a carried start goes after (none where no attempt ended)
+        follows = (
+            None
+            if completion is None
+            else derived_event_id(completion.dispatch_id, completion.attempt, SETTLED)
+        )
         for spec in transition.new_dispatches:
             params = dict(vars(spec))  # flat fields: asdict's deep copy cost the recorder 2%
             fencing = spec.fencing_resources
             params["fencing_resources"] = canonical_text(fencing) if fencing else "[]"
             params["not_before"] = None
-            follows = derived_event_id(completion.dispatch_id, completion.attempt, SETTLED)
             outbox_columns(transition, follows, params)
             self.inserts.append(params)
         for event in transition.events:
@@ -218,7 +229,7 @@ def outcome_params(completion: Completion) -> dict[str, Any]:
 
 def event_params(saga_id: str, event: Event) -> dict[str, Any]:
     """The insert_event row of ``event``, whoever appends it (the recorder, the submit, an
-    operator action): its detail as canonical JSON, so one kind of event is stored one way."""
+    operator action): its detail in the one encoding of row documents."""
     return {
         "saga_id": saga_id,
         "effect_id": event.effect_id,
@@ -229,7 +240,7 @@ def event_params(saga_id: str, event: Event) -> dict[str, Any]:
         "to_state": event.to_state,
         "actor": event.actor,
         "evidence": event.evidence,
-        "detail": canonical_text(dict(event.detail)),
+        "detail": _DOCUMENTS.encode(dict(event.detail)),
     }
 
 

@@ -154,17 +154,16 @@ class WriteAheadStore:
             busy.append(
                 Completion.not_sent(
                     claim,
-                    Cause.FENCE_WAIT,
-                    # the resource itself is not named: its text may carry argument values
-                    f"a fencing resource is held by another live dispatch ({who}); "
-                    "nothing was sent",
-                    actor=self.owner,
-                    fence_wait=FenceWait(
+                    FenceWait(
                         timedelta(seconds=max(waited.get(claim.dispatch_id, 0.0), 0.0)),
                         who,
                         resource,
                         claim.dispatch_id in started,
                     ),
+                    # the resource itself is not named: its text may carry argument values
+                    f"a fencing resource is held by another live dispatch ({who}); "
+                    "nothing was sent",
+                    actor=self.owner,
                 )
             )
         return busy

@@ -10,7 +10,7 @@ import secrets
 import sqlite3
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -25,6 +25,7 @@ from effectusd.config import Config
 from effectusd.core.engine import Completion
 from effectusd.core.registry import Registry
 from effectusd.core.states import FencingStatus, OutcomeClass
+from effectusd.core.transition import HeldClaim
 from effectusd.core.views import SagaView
 from effectusd.dispatcher.capacity import Capacity
 from effectusd.dispatcher.metrics import Metrics
@@ -234,16 +235,19 @@ def completion(
     attempt: int | None = None,
 ) -> Completion:
     """What the executor would report for ``claim`` (as pipeline._completion builds it)."""
-    return Completion(
-        dispatch_id=claim.dispatch_id,
-        attempt=claim.attempt if attempt is None else attempt,
-        lease_token=claim.lease_token if lease_token is None else lease_token,
-        outcome=outcome,
+    held = HeldClaim(
+        claim.dispatch_id,
+        claim.attempt if attempt is None else attempt,
+        claim.lease_token if lease_token is None else lease_token,
+    )
+    answered = Completion.answered(
+        held,
+        outcome,
         status_code=status_code if status_code is not None else _status_of(outcome),
         result=result,
         error=error if error is not None or outcome is OutcomeClass.SUCCESS else outcome.value,
-        fencing_status=fencing_status,
     )
+    return replace(answered, fencing_status=fencing_status)  # as the test sets it
 
 
 def _status_of(outcome: OutcomeClass) -> int | None:

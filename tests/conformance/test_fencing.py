@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from effectusd.backends.operation import Operation
-from effectusd.core.states import FencingGuarantee, OutcomeClass
+from effectusd.core.states import Cause, FencingGuarantee, OutcomeClass
 from effectusd.fencing.memory import MemoryFencing
 from effectusd.fencing.protocol import FenceBusy, FenceHolder, FencingProvider, Grants
 from effectusd.fencing.store import StoreFencing
@@ -209,7 +209,7 @@ async def test_the_write_ahead_takes_tokens_and_a_held_resource_sends_nothing(
     ready, busy = await daemon.write_ahead(claims)
     assert [(w.claim, w.fencing_status) for w in ready] == [(claims[0], "propagated")]
     token = only(ready[0].grants, "res:1")
-    assert [(b.dispatch_id, b.outcome, b.settled_by) for b in busy] == [
+    assert [(b.dispatch_id, b.outcome, b.cause.settled_by) for b in busy] == [
         (claims[1].dispatch_id, OutcomeClass.RETRYABLE, "guard")
     ]
     first = dispatch_in(store.view(first_saga), "s1")
@@ -346,10 +346,10 @@ async def test_a_claim_whose_write_ahead_fails_leaves_the_others_sent(
 
     ready, not_sent = await daemon.write_ahead(claims)
     assert [w.claim.saga_id for w in ready] == [sagas[0], sagas[2]]
-    assert [(c.dispatch_id, c.outcome, c.settled_by) for c in not_sent] == [
+    assert [(c.dispatch_id, c.outcome, c.cause.settled_by) for c in not_sent] == [
         (claims[1].dispatch_id, OutcomeClass.RETRYABLE, "guard")
     ]
-    assert not_sent[0].fence_wait is None
+    assert not_sent[0].cause is Cause.WRITE_AHEAD_FAILED
     assert poison not in (not_sent[0].error or "")
     for saga in (sagas[0], sagas[2]):
         assert dispatch_in(store.view(saga), "s1")["attempts"][0]["sent_at"] is not None

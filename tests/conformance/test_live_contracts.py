@@ -4,7 +4,6 @@ pins blocks the saga, and `adopt-contract` moves it to the loaded contract, audi
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,7 +18,6 @@ from tests.conformance.support import (
     VERBS,
     StoreUnderTest,
     claim_one,
-    completion,
     dispatch_in,
     has_dispatch,
     step,
@@ -123,9 +121,7 @@ async def _blocked_by_the_guard(store: StoreUnderTest) -> str:
     saga = store.submit(serial_plan("p", ["pay", "pay"], {"s1": "undo"}), "x")
     daemon = await store.dispatch_store()
     claim = await claim_one(daemon)
-    guard = replace(
-        completion(claim, RETRYABLE, error="contract drift"), cause=Cause.CONTRACT_DRIFT
-    )
+    guard = Completion.not_sent(claim, Cause.CONTRACT_DRIFT, "contract drift")
     await daemon.record([guard])
     view = store.view(saga)
     assert view["state"] == "blocked_contract"

@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from effectusd.core.states import Cause, Direction, OutcomeClass, SettledBy
+from effectusd.core.states import Cause, Direction, OutcomeClass
+from effectusd.core.transition import Completion
 from effectusd.store.dispatch import DispatchStore
 from tests.conformance.support import (
     StoreUnderTest,
@@ -512,11 +513,7 @@ async def test_contract_drift_found_before_the_call_blocks_the_saga(
     saga = store.submit(serial_plan("p", ["pay"]), "x")
     daemon = await store.dispatch_store()
     claim = await claim_one(daemon)
-    drift = replace(
-        completion(claim, RETRYABLE, error="contract drift: nothing was sent"),
-        settled_by=SettledBy.GUARD,
-        cause=Cause.CONTRACT_DRIFT,
-    )
+    drift = Completion.not_sent(claim, Cause.CONTRACT_DRIFT, "contract drift: nothing was sent")
     assert (await daemon.record([drift])).applied == 1
     view = store.view(saga)
     assert view["state"] == "blocked_contract"

@@ -9,6 +9,7 @@ import asyncio
 
 from effectusd.core.engine import Completion
 from effectusd.core.states import OutcomeClass
+from effectusd.core.transition import HeldClaim
 from effectusd.dispatcher.pipeline import Pipeline
 from effectusd.dispatcher.recorder import UNRECORDED_LIMIT
 from tests.conformance.support import (
@@ -27,7 +28,7 @@ def waiting_outcomes(pipeline: Pipeline, n: int) -> None:
     """``n`` outcomes waiting to be recorded, of dispatches that do not exist: recording them
     changes nothing (the store drops them)."""
     for i in range(n):
-        outcome = Completion(-1 - i, attempt=1, lease_token=None, outcome=OutcomeClass.SUCCESS)
+        outcome = Completion.answered(HeldClaim(-1 - i, 1, None), OutcomeClass.SUCCESS)
         pipeline.recorder.put(outcome)
 
 

@@ -93,8 +93,7 @@ async def main(path, owner):
         claimed += [[c.dispatch_id, c.attempt, c.lease_token] for c in claims]
         ready, _ = await store.write_ahead(claims)
         await store.record([
-            Completion(w.claim.dispatch_id, w.claim.attempt, w.claim.lease_token,
-                       OutcomeClass.SUCCESS)
+            Completion.answered(w.claim, OutcomeClass.SUCCESS)
             for w in ready
         ])
     await store.close()

@@ -37,6 +37,7 @@ from effectusd.core.transition import (
     Completion,
     DispatchFacts,
     Event,
+    HeldClaim,
     SagaFacts,
     StepFacts,
     Transition,
@@ -189,10 +190,8 @@ class Simulator:
         self.decided_to_undo = True
 
     def _answer(self, d: Dispatch, outcome: OutcomeClass, preset: PresetClass | None) -> None:
-        completion = Completion(
-            d.id,
-            d.attempt,
-            f"t{d.attempt}",
+        completion = Completion.answered(
+            HeldClaim(d.id, d.attempt, f"t{d.attempt}"),
             outcome,
             result={"id": d.spec.effect_id},
             preset=preset,
@@ -203,7 +202,8 @@ class Simulator:
     def _late(self, d: Dispatch) -> None:
         """The answer of the attempt whose uncertainty blocked ``d`` arrives after all."""
         outcome = self.rng.choice([OutcomeClass.SUCCESS, OutcomeClass.PERMANENT])
-        completion = Completion(d.id, d.attempt, "old", outcome, result={"id": d.spec.effect_id})
+        held = HeldClaim(d.id, d.attempt, "old")
+        completion = Completion.answered(held, outcome, result={"id": d.spec.effect_id})
         locked = LockedDispatch(d.facts(), None, False)
         facts = SettlementFacts(locked, AttemptFacts(None, d.later_sent), self.facts)
         self._settle(d, completion, facts)

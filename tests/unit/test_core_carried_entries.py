@@ -19,12 +19,12 @@ from effectusd.core.states import (
     DispatchState,
     OutcomeClass,
     SagaState,
-    SettledBy,
     StepState,
 )
 from effectusd.core.transition import (
     Completion,
     DispatchFacts,
+    HeldClaim,
     SagaFacts,
     Settled,
     StepFacts,
@@ -63,7 +63,7 @@ def in_flight(effect: str, state: DispatchState = DispatchState.IN_FLIGHT) -> Di
 
 
 def answered(outcome: OutcomeClass, **more: Any) -> Completion:
-    return Completion(7, 1, "t", outcome, result={"id": 1}, **more)
+    return Completion.answered(HeldClaim(7, 1, "t"), outcome, result={"id": 1}, **more)
 
 
 def test_a_chain_steps_success_stores_no_event_its_rows_carry_every_move(
@@ -108,9 +108,7 @@ def test_a_settlement_no_row_can_give_back_the_same_is_stored(core_registry: Reg
     facts = chain(core_registry, {"a": OK, "b": RUN, "c": WAIT})
     blocked = replace(facts, state=SagaState.BLOCKED_UNKNOWN)
     late = in_flight("b", DispatchState.BLOCKED_UNKNOWN)
-    resolved = answered(
-        OutcomeClass.SUCCESS, settled_by=SettledBy.OPERATOR, operator_evidence="ledger"
-    )
+    resolved = Completion.resolved(late, True, {"id": 1}, "ana", "ledger")
     for dispatch, completion, saga in (
         (late, answered(OutcomeClass.SUCCESS), blocked),
         (in_flight("b"), resolved, facts),
@@ -119,7 +117,7 @@ def test_a_settlement_no_row_can_give_back_the_same_is_stored(core_registry: Reg
         assert moved.settled is None and moved.started_from is None
         kinds = [(e.kind, e.effect_id) for e in moved.events]
         assert kinds[:2] == [("attempt_settled", "b"), ("step_state", "b")]
-        assert ("step_state", "c") in kinds and moved.enqueued_by == "engine"
+        assert ("step_state", "c") in kinds and moved.enqueued_by == completion.actor
 
 
 def test_with_nothing_carried_every_entry_is_a_stored_event(

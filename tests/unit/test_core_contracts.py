@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from effectusd.core.contracts import RetryPolicy, VerbContract
+from effectusd.core.contracts import RetryPolicy, VerbContract, pinned
 
 BASE: dict[str, Any] = {
     "name": "charge",
@@ -54,7 +54,7 @@ def test_contract_hash_changes_when_a_field_that_decides_the_effect_changes(
     changes: dict[str, Any],
 ) -> None:
     assert _contract(**changes).contract_hash != _contract().contract_hash
-    assert not _contract(**changes).pins(_contract().contract_hash)
+    assert not pinned(_contract(**changes), _contract().contract_hash)
 
 
 @pytest.mark.parametrize(
@@ -74,7 +74,7 @@ def test_contract_hash_changes_when_a_field_that_decides_the_effect_changes(
 def test_operational_tuning_keeps_the_contract_hash(changes: dict[str, Any]) -> None:
     """Timeout and retry policy are live, not pinned: tuning them blocks no saga."""
     assert _contract(**changes).contract_hash == _contract().contract_hash
-    assert _contract(**changes).pins(_contract().contract_hash)
+    assert pinned(_contract(**changes), _contract().contract_hash)
 
 
 # The hash of BASE as releases before the pinned/live split computed it (timeout and retry
@@ -85,10 +85,10 @@ LEGACY_BASE_HASH = "acb547fe1e6b3f31df5c5444c9406f400d914d5ad2dae11e8ada8f78cd0d
 def test_a_saga_pinned_by_an_older_release_still_matches_an_unchanged_contract() -> None:
     assert _contract().legacy_contract_hash == LEGACY_BASE_HASH
     assert _contract().contract_hash != LEGACY_BASE_HASH
-    assert _contract().pins(LEGACY_BASE_HASH)
+    assert pinned(_contract(), LEGACY_BASE_HASH)
     # the old hash covered the retry policy: a tuned verb no longer matches it (adopt-contract)
-    assert not _contract(retry=_retry(max_attempts=6)).pins(LEGACY_BASE_HASH)
-    assert not _contract(path="/charges").pins(LEGACY_BASE_HASH)
+    assert not pinned(_contract(retry=_retry(max_attempts=6)), LEGACY_BASE_HASH)
+    assert not pinned(_contract(path="/charges"), LEGACY_BASE_HASH)
 
 
 # The legacy hashes of a verb configured without a retry table, and with a partial one, as the
@@ -100,7 +100,7 @@ LEGACY_WITH_MAX_ATTEMPTS_3 = "93f387c0a0ff6412d0cb0efd9ead07eab9a040ba92eeaa6a71
 def test_new_retry_defaults_keep_the_legacy_hash_of_an_unchanged_configuration() -> None:
     plain = {"name": "shipping.schedule", "destination": "shipping", "path": "/ship"}
     assert VerbContract.model_validate(plain).legacy_contract_hash == LEGACY_WITHOUT_RETRY_TABLE
-    assert VerbContract.model_validate(plain).pins(LEGACY_WITHOUT_RETRY_TABLE)
+    assert pinned(VerbContract.model_validate(plain), LEGACY_WITHOUT_RETRY_TABLE)
     partial = {**plain, "retry": {"max_attempts": 3}}
     assert VerbContract.model_validate(partial).legacy_contract_hash == LEGACY_WITH_MAX_ATTEMPTS_3
     # give_up_after is live and never hashed, whatever its value
@@ -198,3 +198,7 @@ def test_an_overflowing_timeout_is_a_validation_error_naming_the_field() -> None
     with pytest.raises(ValidationError) as excinfo:
         _contract(timeout="9999999999999999d")
     assert excinfo.value.errors()[0]["loc"][0] == "timeout"
+
+
+def test_a_verb_no_longer_configured_pins_nothing() -> None:
+    assert not pinned(None, _contract().contract_hash)

@@ -21,7 +21,14 @@ from effectusd.core.states import (
     SagaState,
     StepState,
 )
-from effectusd.core.transition import Completion, DispatchFacts, SagaFacts, StepFacts, Transition
+from effectusd.core.transition import (
+    Completion,
+    DispatchFacts,
+    HeldClaim,
+    SagaFacts,
+    StepFacts,
+    Transition,
+)
 from tests.unit.saga_simulator import REGISTRY, VERBS
 
 Steps = dict[str, tuple[StepState, DispatchState | None, int | None]]
@@ -82,7 +89,8 @@ def forward(effect: str, state: DispatchState = FLY, delivery: str = "alo") -> D
 
 
 def answer(outcome: OutcomeClass, effect: str = "x") -> Completion:
-    return Completion(7, 1, "t", outcome, result={"id": f"{effect}-1"}, error="declined")
+    held = HeldClaim(7, 1, "t")
+    return Completion.answered(held, outcome, result={"id": f"{effect}-1"}, error="declined")
 
 
 def enqueued(transition: Transition) -> list[tuple[str, str]]:

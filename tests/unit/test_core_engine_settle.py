@@ -21,7 +21,6 @@ from effectusd.core.engine import (
 )
 from effectusd.core.registry import Registry
 from effectusd.core.states import (
-    Cause,
     Delivery,
     Direction,
     DispatchState,
@@ -29,6 +28,7 @@ from effectusd.core.states import (
     SagaState,
     StepState,
 )
+from effectusd.core.transition import HeldClaim
 from tests.unit.conftest import make_core_verbs
 
 SAGA = "b" * 64
@@ -87,11 +87,12 @@ def dispatch(
     )
 
 
-def answer(outcome: OutcomeClass, attempt: int, fence_wait: FenceWait | None = None) -> Completion:
-    cause = Cause.ANSWERED if fence_wait is None else Cause.FENCE_WAIT
-    return Completion(
-        1, attempt, "t", outcome, error="declined", cause=cause, fence_wait=fence_wait
-    )
+def answer(outcome: OutcomeClass, attempt: int) -> Completion:
+    return Completion.answered(HeldClaim(1, attempt, "t"), outcome, error="declined")
+
+
+def busy(attempt: int, wait: FenceWait) -> Completion:
+    return Completion.not_sent(HeldClaim(1, attempt, "t"), wait, "busy")
 
 
 VERB_OF = {Delivery.AT_LEAST_ONCE: "ship", Delivery.AT_MOST_ONCE: "notify"}
@@ -143,7 +144,7 @@ def test_a_fence_wait_past_max_attempts_waits_again(core_registry: Registry) -> 
     facts = dispatch(Delivery.AT_LEAST_ONCE, attempt=10, fence_waits=10)
     wait = FenceWait(timedelta(minutes=4), HOLDER)
     transition = settle(
-        answer(OutcomeClass.RETRYABLE, 10, wait),
+        busy(10, wait),
         replace(facts, verb="ship"),
         saga(core_registry, "ship"),
         core_registry,
@@ -159,9 +160,7 @@ def test_a_fence_wait_past_its_bound_blocks_naming_the_holder(core_registry: Reg
     limit = core_registry.fence_wait_limit
     facts = dispatch(Delivery.AT_LEAST_ONCE, attempt=2, fence_waits=2)
     wait = FenceWait(limit, HOLDER)
-    state, saga_state, reason = decide(
-        core_registry, facts, answer(OutcomeClass.RETRYABLE, 2, wait)
-    )
+    state, saga_state, reason = decide(core_registry, facts, busy(2, wait))
     assert (state, saga_state) == (DispatchState.BLOCKED_FENCE, SagaState.BLOCKED_FENCE)
     assert reason is not None and HOLDER in reason and "nothing was sent" in reason
 
@@ -170,12 +169,8 @@ def test_a_fence_wait_bound_comes_from_the_registry(core_registry: Registry) -> 
     short = replace(core_registry, fence_wait_limit=timedelta(seconds=30))
     facts = dispatch(Delivery.AT_LEAST_ONCE, attempt=1, fence_waits=1)
     wait = FenceWait(timedelta(seconds=31), HOLDER)
-    assert decide(core_registry, facts, answer(OutcomeClass.RETRYABLE, 1, wait))[0] is (
-        DispatchState.RETRY_WAIT
-    )
-    assert decide(short, facts, answer(OutcomeClass.RETRYABLE, 1, wait))[0] is (
-        DispatchState.BLOCKED_FENCE
-    )
+    assert decide(core_registry, facts, busy(1, wait))[0] is (DispatchState.RETRY_WAIT)
+    assert decide(short, facts, busy(1, wait))[0] is (DispatchState.BLOCKED_FENCE)
 
 
 @pytest.mark.parametrize(
@@ -200,8 +195,11 @@ GIVE_UP = make_core_verbs()["ship"].retry.give_up_after
 
 
 def not_sent(attempt: int) -> Completion:
-    return Completion(
-        1, attempt, "t", OutcomeClass.RETRYABLE, error="refused", evidence={"sent": "not_sent"}
+    return Completion.answered(
+        HeldClaim(1, attempt, "t"),
+        OutcomeClass.RETRYABLE,
+        error="refused",
+        evidence={"sent": "not_sent"},
     )
 
 
@@ -303,7 +301,7 @@ def test_a_fence_wait_stores_its_start_and_its_end_when_it_blocks(core_registry:
     def kinds(wait: FenceWait) -> list[tuple[str, dict[str, Any]]]:
         facts = dispatch(Delivery.AT_LEAST_ONCE, attempt=3, fence_waits=3)
         transition = settle(
-            answer(OutcomeClass.RETRYABLE, 3, wait),
+            busy(3, wait),
             facts,
             saga(core_registry, "ship"),
             core_registry,

@@ -39,6 +39,7 @@ from effectusd.core.states import (
     StepState,
 )
 from effectusd.core.submission import SubmitError, ensure_checked, prepare_submission
+from effectusd.core.transition import HeldClaim
 
 SECRET = "SECRET-4111-1111"
 SAGA = SagaRef("saga-1", "default", "order-7")
@@ -300,9 +301,7 @@ def success_of_first_step(checked: CheckedPlan, result: Any) -> Any:
         max_attempts=5,
         uncertain_attempt=None,
     )
-    completion = Completion(
-        dispatch_id=1, attempt=1, lease_token="t", outcome=OutcomeClass.SUCCESS, result=result
-    )
+    completion = Completion.answered(HeldClaim(1, 1, "t"), OutcomeClass.SUCCESS, result=result)
     return settle(completion, dispatch, saga, REGISTRY, jitter=0.0)
 
 

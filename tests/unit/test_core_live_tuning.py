@@ -24,6 +24,7 @@ from effectusd.core.states import (
     SagaState,
     StepState,
 )
+from effectusd.core.transition import HeldClaim
 from tests.unit.test_core_operator_decisions import SAGA, saga_facts
 
 
@@ -75,7 +76,7 @@ def test_an_unknown_outcome_is_judged_against_the_loaded_retry_budget(
         registry, checkout_plan, {"charge": StepState.IN_PROGRESS, "ship": StepState.PENDING}
     )
     dispatch = replace(_retrying(attempt, budget_base), delivery=Delivery.AT_LEAST_ONCE)
-    completion = Completion(1, attempt, "t", OutcomeClass.UNKNOWN)
+    completion = Completion.answered(HeldClaim(1, attempt, "t"), OutcomeClass.UNKNOWN)
     transition = settle(completion, dispatch, facts, registry, 0.0)
     assert transition.dispatch_state is expected
 
@@ -100,7 +101,7 @@ def test_a_retryable_failure_is_judged_against_the_loaded_give_up_after(
         registry, checkout_plan, {"charge": StepState.IN_PROGRESS, "ship": StepState.PENDING}
     )
     dispatch = replace(_retrying(9, 0), budget_elapsed=elapsed)  # past max_attempts: no matter
-    completion = Completion(1, 9, "t", OutcomeClass.RETRYABLE)
+    completion = Completion.answered(HeldClaim(1, 9, "t"), OutcomeClass.RETRYABLE)
     transition = settle(completion, dispatch, facts, registry, 0.0)
     assert transition.dispatch_state is expected
     if expected is DispatchState.FAILED_PERMANENT:
@@ -143,7 +144,9 @@ def test_a_saga_state_unrelated_to_tuning_is_left_alone(
     facts = saga_facts(
         core_registry, checkout_plan, {"charge": StepState.IN_PROGRESS, "ship": StepState.PENDING}
     )
-    completion = Completion(1, 1, "t", OutcomeClass.SUCCESS, result={"charge_id": "c-1"})
+    completion = Completion.answered(
+        HeldClaim(1, 1, "t"), OutcomeClass.SUCCESS, result={"charge_id": "c-1"}
+    )
     transition = settle(completion, _retrying(1, 0), facts, registry, 0.0)
     assert transition.saga is None or transition.saga.state is not SagaState.BLOCKED_CONTRACT
     assert [d.effect_id for d in transition.new_dispatches] == ["ship"]

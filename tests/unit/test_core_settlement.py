@@ -3,13 +3,16 @@ locked facts in, drop / late / apply out."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from effectusd.core.checker import check
+from effectusd.core.engine import settle
 from effectusd.core.poison import held_completion
 from effectusd.core.registry import Registry
 from effectusd.core.settlement import (
@@ -34,6 +37,8 @@ from effectusd.core.states import (
 from effectusd.core.transition import (
     Completion,
     DispatchFacts,
+    HeldClaim,
+    Quarantined,
     SagaFacts,
     StepFacts,
 )
@@ -53,7 +58,7 @@ PLAN = {
 class Case:
     name: str
     # the completion
-    settled_by: SettledBy = SettledBy.EXECUTOR
+    cause: Cause = Cause.ANSWERED  # a reclaim's outcome is its own (sent: unknown)
     outcome: OutcomeClass = OutcomeClass.SUCCESS
     attempt: int = 2
     token: str | None = TOKEN
@@ -99,20 +104,20 @@ CASES = [
     ),
     Case(
         "reclaim of an expired lease",
-        settled_by=SettledBy.RECLAIM,
+        cause=Cause.RECLAIMED_UNSENT,
         lease_expired=True,
         outcome=OutcomeClass.RETRYABLE,
         dispatch_to=DispatchState.RETRY_WAIT,
     ),
     Case(
         "reclaim of a lease still running",
-        settled_by=SettledBy.RECLAIM,
+        cause=Cause.RECLAIMED_SENT,
         outcome=OutcomeClass.UNKNOWN,
         verdict=Verdict.DROP,
     ),
     Case(
         "reclaim after the holder finished",
-        settled_by=SettledBy.RECLAIM,
+        cause=Cause.RECLAIMED_SENT,
         lease_expired=True,
         state=DispatchState.SUCCEEDED,
         row_token=None,
@@ -141,7 +146,7 @@ CASES = [
     ),
     Case(
         "a guard's answer that missed the guard",
-        settled_by=SettledBy.GUARD,
+        cause=Cause.WRITE_AHEAD_FAILED,
         outcome=OutcomeClass.RETRYABLE,
         row_token="lease-2",
         verdict=Verdict.LATE,
@@ -261,9 +266,7 @@ def facts_of(case: Case, saga: Callable[[], SagaFacts]) -> SettlementFacts:
 
 
 def run(registry: Registry, case: Case) -> Settlement:
-    completion = Completion(
-        1, case.attempt, case.token, case.outcome, case.settled_by, error="declined"
-    )
+    completion = completion_of(case)
     built: list[SagaFacts] = []
 
     def saga() -> SagaFacts:
@@ -274,6 +277,18 @@ def run(registry: Registry, case: Case) -> Settlement:
     # a dropped or merely late answer never needs the saga (its plan is never even read)
     assert bool(built) is (settlement.verdict is Verdict.APPLY)
     return settlement
+
+
+def completion_of(case: Case) -> Completion:
+    held = HeldClaim(1, case.attempt, case.token)
+    match case.cause:
+        case Cause.ANSWERED:
+            return Completion.answered(held, case.outcome, error="declined")
+        case Cause.RECLAIMED_SENT | Cause.RECLAIMED_UNSENT:
+            sent = case.cause is Cause.RECLAIMED_SENT
+            return Completion.reclaimed(held, sent, "worker-2", "worker-5")
+        case guard:
+            return Completion.not_sent(held, guard, "declined")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -303,14 +318,57 @@ def test_a_not_sent_completion_is_a_guard_retry_of_the_held_attempt() -> None:
         Held(), Cause.WRITE_AHEAD_FAILED, "nothing was sent", actor="worker-1"
     )
     assert (completion.dispatch_id, completion.attempt, completion.lease_token) == (7, 2, TOKEN)
-    assert (completion.outcome, completion.settled_by) == (OutcomeClass.RETRYABLE, SettledBy.GUARD)
+    assert (completion.outcome, completion.cause.settled_by) == (
+        OutcomeClass.RETRYABLE,
+        SettledBy.GUARD,
+    )
     assert (completion.error, completion.actor) == ("nothing was sent", "worker-1")
-    assert (completion.cause, completion.fence_wait) == (Cause.WRITE_AHEAD_FAILED, None)
+    assert completion.cause is Cause.WRITE_AHEAD_FAILED
     # Unrecordable, it is still held as not sent: only a guard settlement says so.
     held = held_completion(completion, "boom")
     assert held.outcome is OutcomeClass.RETRYABLE
-    sent = held_completion(Completion.of(Held(), OutcomeClass.RETRYABLE), "boom")
+    sent = held_completion(Completion.answered(Held(), OutcomeClass.RETRYABLE), "boom")
     assert sent.outcome is OutcomeClass.UNKNOWN
+
+
+@pytest.mark.parametrize(
+    ("cause", "settled_by"),
+    [
+        (Cause.ANSWERED, SettledBy.EXECUTOR),
+        (Cause.RECLAIMED_SENT, SettledBy.RECLAIM),
+        (Cause.LEASE_TOO_SHORT, SettledBy.GUARD),
+    ],
+)
+def test_a_quarantined_completion_keeps_who_reported_it_and_is_never_settled_by_the_engine(
+    core_registry: Registry, cause: Cause, settled_by: SettledBy
+) -> None:
+    ended = {
+        Cause.ANSWERED: Completion.answered(Held(), OutcomeClass.SUCCESS),
+        Cause.RECLAIMED_SENT: Completion.reclaimed(Held(), True, "worker-2", "worker-5"),
+        Cause.LEASE_TOO_SHORT: Completion.not_sent(Held(), Cause.LEASE_TOO_SHORT, "short"),
+    }[cause]
+    held = held_completion(ended, "boom")
+    assert held.cause == Quarantined(settled_by)
+    assert held.cause.settled_by is settled_by  # the attempt row keeps who reported it
+    case = Case("quarantined")
+    facts = facts_of(case, lambda: saga_of(core_registry, case)).dispatch.facts
+    with pytest.raises(ValueError, match="quarantine"):
+        settle(held, facts, saga_of(core_registry, case), core_registry, 0.5)
+
+
+def test_no_completion_is_built_field_by_field_outside_core() -> None:
+    """Each kind of completion has its named constructor in core (Completion.answered,
+    .not_sent, .reclaimed, .resolved, .probed; core.poison's held_completion)."""
+    root = Path(__file__).resolve().parents[2]
+    raw = re.compile(r"\bCompletion\(")
+    found = [
+        str(path.relative_to(root))
+        for folder in ("effectusd", "tests")
+        for path in (root / folder).rglob("*.py")
+        if "core" not in path.relative_to(root / folder).parts[:1]
+        and raw.search(path.read_text(encoding="utf-8"))
+    ]
+    assert found == []
 
 
 ANSWERS = [outcome for outcome in OutcomeClass if outcome is not OutcomeClass.STALE_FENCE]
@@ -366,4 +424,4 @@ def test_an_answered_completion_is_the_held_attempts_with_the_fencing_status_the
         "HTTP 200",
     )
     assert completion.evidence is evidence
-    assert (completion.settled_by, completion.cause) == (SettledBy.EXECUTOR, Cause.ANSWERED)
+    assert (completion.cause.settled_by, completion.cause) == (SettledBy.EXECUTOR, Cause.ANSWERED)

@@ -27,7 +27,7 @@ from effectusd.core.timeline import (
     outbox_columns,
     timeline,
 )
-from effectusd.core.transition import Completion, Event, Transition, enqueued_event
+from effectusd.core.transition import Completion, Event, HeldClaim, Transition, enqueued_event
 from tests.unit.saga_simulator import Dispatch, Simulator, make_plan
 from tests.unit.test_core_parallel_properties import PROPERTY, Shape, dags, sequential
 
@@ -130,7 +130,7 @@ class Recorded(Simulator):
             last = max(row["event_id"] or 0 for row in self.rows)
             detail = {
                 "outcome": completion.outcome.value,
-                "settled_by": completion.settled_by.value,
+                "settled_by": completion.cause.settled_by.value,
                 "status_code": completion.status_code,
                 "error": completion.error,
             }
@@ -195,7 +195,7 @@ SPEC = DispatchSpec(
     "s" * 64, "b", "forward", "default", "x", "d", "pay", STEP, "at_most_once", "POST", "/p",
     "{}", STEP, STEP, [], 1000, 3,
 )  # fmt: skip
-DONE = Completion(7, 2, "t", OutcomeClass.SUCCESS, status_code=200)
+DONE = Completion.answered(HeldClaim(7, 2, "t"), OutcomeClass.SUCCESS, status_code=200)
 SETTLES = (DONE, "a", "forward")
 
 

@@ -12,14 +12,14 @@ import pytest
 
 from effectusd.backends.isolation import isolate
 from effectusd.core.states import OutcomeClass
-from effectusd.core.transition import Completion
+from effectusd.core.transition import Completion, HeldClaim
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.recorder import Recorder
 from effectusd.store.dispatch import RecordReport
 
 
 def outcome(dispatch_id: int) -> Completion:
-    return Completion(dispatch_id, 1, "lease", OutcomeClass.SUCCESS)
+    return Completion.answered(HeldClaim(dispatch_id, 1, "lease"), OutcomeClass.SUCCESS)
 
 
 class Port:

@@ -11,11 +11,12 @@ from effectusd.core.engine import Completion, StepUpdate, Transition
 from effectusd.core.plan import CheckedPlan
 from effectusd.core.states import DispatchState, OutcomeClass, SagaState, StepState
 from effectusd.core.timeline import ON_ATTEMPT
-from effectusd.core.transition import Settled, Success
+from effectusd.core.transition import HeldClaim, Settled, Success
 from effectusd.store.rows import TransitionRows, may_cancel_siblings, plan_steps
 from tests.unit.conftest import make_core_verbs
 
 ROW = {"saga_id": "s" * 64, "lease_token": "t"}
+HELD = HeldClaim(1, 1, "t")
 
 
 def test_a_success_writes_its_result_and_order_on_its_dispatch_row_and_no_step_row() -> None:
@@ -23,7 +24,7 @@ def test_a_success_writes_its_result_and_order_on_its_dispatch_row_and_no_step_r
     transition = Transition(DispatchState.SUCCEEDED, success=Success({"id": 7}, 2))
     rows = TransitionRows()
     rows.apply(
-        Completion(1, 1, "t", OutcomeClass.SUCCESS), {**ROW, "effect_id": "charge"}, transition
+        Completion.answered(HELD, OutcomeClass.SUCCESS), {**ROW, "effect_id": "charge"}, transition
     )
     assert rows.steps == []
     [dispatch] = rows.dispatches
@@ -35,8 +36,9 @@ def test_a_null_result_is_stored_as_json_null_and_a_failure_stores_none() -> Non
     failure = Transition(DispatchState.FAILED_PERMANENT)
     rows = TransitionRows()
     row = {**ROW, "effect_id": "charge"}
-    rows.apply(Completion(1, 1, "t", OutcomeClass.SUCCESS), row, success)
-    rows.apply(Completion(2, 1, "t", OutcomeClass.PERMANENT), {**row, "saga_id": "x"}, failure)
+    rows.apply(Completion.answered(HELD, OutcomeClass.SUCCESS), row, success)
+    failed = Completion.answered(HeldClaim(2, 1, "t"), OutcomeClass.PERMANENT)
+    rows.apply(failed, {**row, "saga_id": "x"}, failure)
     assert [(d["result"], d["succeeded_order"]) for d in rows.dispatches] == [
         ("null", 1),
         (None, None),
@@ -53,7 +55,7 @@ def test_a_step_failed_at_enqueue_is_kept_on_its_row_once_per_batch() -> None:
     )
     rows = TransitionRows()
     rows.apply(
-        Completion(1, 1, "t", OutcomeClass.SUCCESS), {**ROW, "effect_id": "reserve"}, transition
+        Completion.answered(HELD, OutcomeClass.SUCCESS), {**ROW, "effect_id": "reserve"}, transition
     )
     assert rows.steps == [{"saga_id": ROW["saga_id"], "effect_id": "charge", "state": "failed"}]
 
@@ -62,7 +64,7 @@ def test_the_attempt_row_carries_the_settlement_and_what_rides_on_it_per_the_tab
     settled = Settled(DispatchState.SUCCEEDED, "engine", StepState.SUCCEEDED, SagaState.COMPLETED)
     rows = TransitionRows()
     rows.apply(
-        Completion(1, 2, "t", OutcomeClass.SUCCESS),
+        Completion.answered(HeldClaim(1, 2, "t"), OutcomeClass.SUCCESS),
         {**ROW, "effect_id": "a"},
         Transition(DispatchState.SUCCEEDED, settled=settled),
     )
@@ -82,19 +84,19 @@ def test_a_settlement_entry_no_row_can_carry_in_its_place_is_refused() -> None:
     carried = Transition(DispatchState.SUCCEEDED, settled=Settled(DispatchState.SUCCEEDED, "x"))
     with pytest.raises(ValueError, match="no row to carry it"):
         TransitionRows().apply(
-            Completion(1, 1, "t", OutcomeClass.SUCCESS), ROW, carried, attempt=False
+            Completion.answered(HELD, OutcomeClass.SUCCESS), ROW, carried, attempt=False
         )
     rows = TransitionRows()
-    rows.apply(Completion(1, 1, "t", OutcomeClass.SUCCESS), ROW, carried)
+    rows.apply(Completion.answered(HELD, OutcomeClass.SUCCESS), ROW, carried)
     with pytest.raises(ValueError, match="no row to carry it"):
-        rows.apply(Completion(2, 1, "t", OutcomeClass.SUCCESS), ROW, carried)
+        rows.apply(Completion.answered(HeldClaim(2, 1, "t"), OutcomeClass.SUCCESS), ROW, carried)
 
 
 def test_a_second_late_answer_for_one_attempt_replaces_the_first() -> None:
     rows = TransitionRows()
-    rows.late(Completion(3, 2, "t", OutcomeClass.UNKNOWN, error="first"))
-    rows.late(Completion(3, 2, "t", OutcomeClass.SUCCESS, error="second"))
-    rows.late(Completion(3, 1, "t", OutcomeClass.UNKNOWN))
+    rows.late(Completion.answered(HeldClaim(3, 2, "t"), OutcomeClass.UNKNOWN, error="first"))
+    rows.late(Completion.answered(HeldClaim(3, 2, "t"), OutcomeClass.SUCCESS, error="second"))
+    rows.late(Completion.answered(HeldClaim(3, 1, "t"), OutcomeClass.UNKNOWN))
     assert [(r["attempt"], r["outcome"], r["error"]) for r in rows.lates] == [
         (2, "success", "second"),
         (1, "unknown_outcome", None),
