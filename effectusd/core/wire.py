@@ -258,15 +258,7 @@ def decode_request_headers(headers: HeaderSource) -> RequestIdentity | list[Wire
             deadline = parse_deadline(text[DEADLINE])
         except WireError as exc:
             check(DEADLINE, False, exc.reason)
-    key_issued_at = None
-    issued = read_header(found, KEY_ISSUED_AT)
-    if isinstance(issued, str):
-        try:
-            key_issued_at = parse_time(issued, KEY_ISSUED_AT)
-        except WireError as exc:
-            problems.append(WireProblem(KEY_ISSUED_AT, exc.reason))
-    elif issued.reason != "missing":  # absent: a daemon that predates the header
-        problems.append(issued)
+    key_issued_at = _key_issued_at(found, problems)
     if problems or deadline is None:
         return problems
     return RequestIdentity(
@@ -284,6 +276,22 @@ def decode_request_headers(headers: HeaderSource) -> RequestIdentity | list[Wire
         deadline=deadline,
         key_issued_at=key_issued_at,
     )
+
+
+def _key_issued_at(
+    found: dict[str, list[str | bytes]], problems: list[WireProblem]
+) -> datetime | None:
+    """``X-Effectus-Key-Issued-At``, optional (absent from a daemon that predates it); a
+    malformed one is added to ``problems``."""
+    issued = read_header(found, KEY_ISSUED_AT)
+    if isinstance(issued, str):
+        try:
+            return parse_time(issued, KEY_ISSUED_AT)
+        except WireError as exc:
+            problems.append(WireProblem(KEY_ISSUED_AT, exc.reason))
+    elif issued.reason != "missing":
+        problems.append(issued)
+    return None
 
 
 def decode_fencing_grants(value: str) -> tuple[FencingGrant, ...]:

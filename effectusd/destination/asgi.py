@@ -233,10 +233,7 @@ def effectus_app(
     """
     database = parse_database_url(database_url)
     if isinstance(database, SqliteDatabase):
-        for path, mutation in routes.items():
-            _require_plain_function(mutation, f"route {path}")
-        if setup is not None:
-            _require_plain_function(setup, "setup")
+        _require_plain_functions(routes, setup)
         sqlite_pool = SqlitePool(database.path, size=max_size)
         lifespan = _sqlite_lifespan(sqlite_pool, cast(SqliteSetup | None, setup))
         endpoints = {
@@ -273,6 +270,17 @@ def effectus_app(
     app = Starlette(routes=routes_served, lifespan=lifespan)
     app.state.pool = pool
     return app
+
+
+def _require_plain_functions(
+    routes: Mapping[str, AsyncMutation] | Mapping[str, SqliteMutation],
+    setup: Setup | SqliteSetup | None,
+) -> None:
+    """On SQLite every route's mutation and ``setup`` run in a worker thread: plain functions."""
+    for path, mutation in routes.items():
+        _require_plain_function(mutation, f"route {path}")
+    if setup is not None:
+        _require_plain_function(setup, "setup")
 
 
 _Lifespan = Callable[[Starlette], AbstractAsyncContextManager[None]]
