@@ -261,15 +261,20 @@ def effectus_app(
             for path, mutation in routes.items()
         }
         pool = pg_pool
-    routes_served = [
-        Route(path, endpoint, methods=[*methods]) for path, endpoint in endpoints.items()
-    ]
-    if probe_mount is not None:
-        probe_path = f"{probe_mount.rstrip('/')}/keys/{{key}}"
-        routes_served.append(Route(probe_path, effectus_probe(pool), methods=["GET"]))
-    app = Starlette(routes=routes_served, lifespan=lifespan)
+    app = Starlette(routes=_served(endpoints, methods, pool, probe_mount), lifespan=lifespan)
     app.state.pool = pool
     return app
+
+
+def _served(
+    endpoints: Mapping[str, Any], methods: tuple[str, ...], pool: Any, probe_mount: str | None
+) -> list[Route]:
+    """A route per endpoint, and the probe's under ``probe_mount`` (None: no probe route)."""
+    served = [Route(path, endpoint, methods=[*methods]) for path, endpoint in endpoints.items()]
+    if probe_mount is not None:
+        probe_path = f"{probe_mount.rstrip('/')}/keys/{{key}}"
+        served.append(Route(probe_path, effectus_probe(pool), methods=["GET"]))
+    return served
 
 
 def _require_plain_functions(
