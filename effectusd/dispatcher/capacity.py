@@ -1,31 +1,23 @@
-"""Slots: how many calls the pipeline has in flight, per destination and overall, and the
-recorder's sink that claims into them.
+"""Slots: how many calls the pipeline has in flight, per destination and overall.
 
-A slot is taken when a row is claimed, by the claim loop or by a record that claims a saga's
-next step where it writes it (``ClaimingSink``), and given back when the call ends or nothing
-came of the claim. Whoever takes one takes it with no await between the check and the take; a
-claim statement reserves the slots it asks for while it runs (``reserve``, ``keep``), and a
-record transaction the slots and places of its ``SlotBudget`` (``budget``, ``settle``).
+A slot is taken when a row is claimed, by the claim loop or by the recorder (which claims a
+saga's next step where it writes it, see ``RecordSlots``), and given back when the call ends
+or nothing came of the claim. Whoever takes one takes it with no await between the check and
+the take; a claim statement reserves the slots it asks for while it runs.
 
-A next step a record claims while its destination is full may instead wait in the daemon for
-that destination's next free slot: only where its destination's calls all end well within the
-lease's margin, so that every waiting claim starts before its lease runs short
-(``wait_limits``), and only a step whose early write-ahead costs no guard
+A next step the recorder claims while its destination is full may instead wait in the daemon
+for that destination's next free slot (``Capacity.may_wait``): only where its destination's
+calls all end well within the lease's margin, so that every waiting claim starts before its
+lease runs short (``wait_limits``), and only a step whose early write-ahead costs no guard
 (``effectusd.core.settlement.may_wait_for_slot``).
 """
 
 from __future__ import annotations
 
-import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import TypeVar
-
-from effectusd.core.transition import Completion
-from effectusd.store.dispatch import DispatchStore, RecordReport
-from effectusd.store.records import Claim, SlotBudget
 
 T = TypeVar("T")
 
@@ -71,6 +63,15 @@ class Capacity:
             and self.busy < self.total_limit
         )
 
+    def may_wait(self, destination: str) -> bool:
+        """A claim may wait for a slot of ``destination``: the destination is at its own
+        limit, so one of its calls ends and frees a slot within its longest timeout, and
+        fewer than its wait limit wait already. Waiting claims take slots before the claim
+        loop does (``Pipeline``), so each is started by one of the calls now in flight."""
+        return self.in_flight.get(destination, 0) >= self.limits.get(
+            destination, 0
+        ) and self.waiting[destination] < self.wait_limits.get(destination, 0)
+
     def reserve(self, wanted: Mapping[str, int]) -> None:
         """Take ``wanted`` slots per destination before a claim is sent, so that nothing
         else can take them while it runs; ``keep`` gives back what the claim did not get."""
@@ -83,51 +84,6 @@ class Capacity:
         unused.subtract(got)
         for destination, slots in unused.items():
             self.in_flight[destination] -= slots
-
-    def budget(self, outcomes: int) -> SlotBudget:
-        """Reserve, before a record transaction of ``outcomes`` begins, what the next steps it
-        writes may be claimed into: per destination its free slots, at most one per outcome,
-        and at most the overall room in all; and where the destination is then at its own
-        limit (one of its calls in flight frees a slot for a waiting claim), its free places
-        among the claims that wait. ``settle`` gives back what the record did not use."""
-        room = min(self.total_limit - self.busy, outcomes)
-        claim: dict[str, int] = {}
-        wait: dict[str, int] = {}
-        for destination, limit in self.limits.items():
-            own = limit - self.in_flight.get(destination, 0)
-            slots = min(own, room)
-            if slots > 0:
-                claim[destination] = slots
-                self.in_flight[destination] = limit - own + slots
-            places = self.wait_limits.get(destination, 0) - self.waiting[destination]
-            if places > 0 and slots >= own:
-                wait[destination] = places
-                self.waiting[destination] += places
-        return SlotBudget(claim, room, wait)
-
-    def settle(
-        self, budget: SlotBudget, claims: Iterable[T], destination: Callable[[T], str]
-    ) -> tuple[list[T], list[T]]:
-        """The record that reserved ``budget`` ended: committed, with the ``claims`` it made,
-        or not, with none. Its claims split into those with a slot, to call now (each slot
-        given back when its call ends), and the others, to wait for a slot; every slot and
-        place it did not use is given back."""
-        slots = Counter(budget.claim)
-        now: list[T] = []
-        waiting: list[T] = []
-        for claim in claims:
-            to = destination(claim)
-            if slots[to] > 0:
-                slots[to] -= 1
-                now.append(claim)
-            else:
-                waiting.append(claim)
-        for to, unused in slots.items():
-            self.in_flight[to] -= unused
-        places = Counter(budget.wait)
-        places.subtract(map(destination, waiting))
-        self.waiting.subtract(places)
-        return now, waiting
 
     @property
     def busy(self) -> int:
@@ -158,54 +114,63 @@ def wait_limits(
     return limited
 
 
-Claimed = Callable[[list[Claim], list[Claim], float], None]
+class RecordSlots:
+    """The slots one record of outcomes claims into (one transaction of it).
 
-_destination: Callable[[Claim], str] = attrgetter("destination")
+    While the recorder decides, ``take`` gives the next dispatch it writes a free slot of
+    its destination's, within that destination's limit and the overall one, or, where the
+    row ``may_wait`` and its destination lets it (``Capacity.may_wait``), a place among the
+    claims waiting for that destination's next slot; False when there is neither (or claiming
+    is off), and the row is written queued for the claim loop. A transaction that does not
+    commit gives back what it took (``undo``); one that does hands its claims over
+    (``committed``)."""
 
-
-class ClaimingSink:
-    """The recorder's sink (``write(batch) -> RecordReport``, ``effectusd.dispatcher.recorder``):
-    one transaction of the store's per batch, claiming the next steps it writes where the
-    store can (docs/design.md section 7, step 5).
-
-    Before the transaction it reserves a ``SlotBudget`` of the daemon's free slots
-    (``Capacity.budget``); the store writes claimed each next step the budget has a slot or a
-    waiting place for, and returns them; after it, committed or not, what the budget held and
-    the record did not use is given back (``Capacity.settle``), so a record never holds more
-    than its destinations' limits, nor keeps a slot it did not fill. The claims it made go to
-    the pipeline (``claimed``): those with a slot are called at once, the others wait for
-    their destination's next free slot."""
-
-    def __init__(
-        self,
-        store: DispatchStore,
-        capacity: Capacity,
-        may_claim: Callable[[], bool],
-        claimed: Claimed,
-    ) -> None:
-        """``may_claim``: whether a record may claim now (off before a drain, and while the
-        recorder is behind). ``claimed(now, waiting, started)``: told once a record that
-        claimed ended, of the claims it made (none if it did not commit) and the monotonic
-        time its transaction began (its leases' start, as we see it): the slots it gave back
-        may be a waiting claim's."""
-        self.store = store
+    def __init__(self, capacity: Capacity, claiming: Callable[[], bool]) -> None:
         self.capacity = capacity
-        self.may_claim = may_claim
-        self.claimed = claimed
-        self.claims = store.claims_in_record
+        self.claiming = claiming
+        self.taken: Counter[str] = Counter()
+        self.waits: Counter[str] = Counter()
 
-    async def write(self, batch: Sequence[Completion]) -> RecordReport:
-        if not (self.claims and self.may_claim()):
-            return await self.store.record(batch)
+    def take(self, destination: str, may_wait: bool) -> bool:
         capacity = self.capacity
-        budget = capacity.budget(len(batch))
-        started = time.monotonic()  # before the transaction: our view of the lease is early
-        try:
-            report = await self.store.record(batch, budget)
-        except BaseException:
-            capacity.settle(budget, (), _destination)  # nothing was claimed
-            self.claimed([], [], started)
-            raise
-        now, waiting = capacity.settle(budget, report.claimed, _destination)
-        self.claimed(now, waiting, started)
-        return report
+        if not self.claiming():
+            return False
+        if capacity.has_room_for(destination):
+            capacity.take(destination)
+            self.taken[destination] += 1
+            return True
+        if may_wait and capacity.may_wait(destination):
+            capacity.waiting[destination] += 1
+            self.waits[destination] += 1
+            return True
+        return False
+
+    def undo(self) -> None:
+        """The transaction that took ``taken`` did not commit: nothing was claimed."""
+        self._release(Counter())
+
+    def committed(
+        self, claims: Iterable[T], destination: Callable[[T], str]
+    ) -> tuple[list[T], list[T]]:
+        """The transaction committed: its ``claims`` split into those with a slot taken, to
+        be called now (each slot given back when its call ends), and the others, as many per
+        destination as were told to wait, to wait for a slot."""
+        slots, now, waiting = self.taken, [], []
+        for claim in claims:
+            to = destination(claim)
+            if slots[to] > 0:
+                slots[to] -= 1
+                now.append(claim)
+            else:
+                waiting.append(claim)
+        # Every row taken comes back claimed; should one not, its slot or place is freed.
+        self._release(Counter(map(destination, waiting)))
+        return now, waiting
+
+    def _release(self, kept_waiting: Counter[str]) -> None:
+        """Give back the slots left in ``taken`` and the places in ``waits`` beyond
+        ``kept_waiting``, the claims that wait now; the next transaction starts afresh."""
+        for destination, slots in self.taken.items():
+            self.capacity.in_flight[destination] -= slots
+        self.capacity.waiting.subtract(self.waits - kept_waiting)
+        self.taken, self.waits = Counter(), Counter()

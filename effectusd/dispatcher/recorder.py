@@ -11,9 +11,8 @@ transaction. Around that one write the recorder owns what every group commit nee
 * outcomes the write deferred (a second one of a saga in the batch) go back in the queue;
 * ``behind``: so many outcomes wait that nothing new may be claimed until a round catches up.
 
-It knows nothing of stores, claims or spans: the pipeline gives it the sink (the daemon's is
-``effectusd.dispatcher.capacity.ClaimingSink``) and is told of each recorded batch
-(``recorded``).
+It knows nothing of stores, claims or spans: the pipeline gives it the port and is told of
+each recorded batch (``recorded``).
 """
 
 from __future__ import annotations
@@ -22,12 +21,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
-from typing import Protocol
 
 from effectusd import faults
+from effectusd.backends.batches import isolate, retry_transient
 from effectusd.backends.errors import failure_name
-from effectusd.backends.isolation import isolate, retry_transient
 from effectusd.core.transition import Completion
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.store.dispatch import RecordReport
@@ -37,22 +34,14 @@ log = logging.getLogger("effectusd.dispatcher")
 RECORD_BATCH = 256
 UNRECORDED_LIMIT = 2 * RECORD_BATCH  # outcomes waiting to be recorded: see Recorder.behind
 
-
-class Sink(Protocol):
-    """The recorder's port: where a batch is written."""
-
-    async def write(self, batch: Sequence[Completion]) -> RecordReport:
-        """Record ``batch`` in one transaction, or raise (nothing of it committed)."""
-        ...
-
-
+Write = Callable[[Sequence[Completion]], Awaitable[RecordReport]]
 Quarantine = Callable[[Completion, str], Awaitable[RecordReport]]
 
 
 class Recorder:
     def __init__(
         self,
-        sink: Sink,
+        write: Write,
         quarantine: Quarantine,
         metrics: Metrics,
         *,
@@ -61,11 +50,11 @@ class Recorder:
         batch_size: int = RECORD_BATCH,
         limit: int = UNRECORDED_LIMIT,
     ) -> None:
-        """``sink``: the port, one transaction per ``write``. ``quarantine``: settles the one
+        """``write``: the port, one transaction per call. ``quarantine``: settles the one
         outcome ``write`` cannot take, given the failure's name. ``recorded``: told of each
         batch recorded, with its report. ``caught_up``: told when the queue falls back under
         ``limit`` (claims held back may go on)."""
-        self.sink = sink
+        self.write = write
         self.quarantine = quarantine
         self.metrics = metrics
         self.recorded = recorded
@@ -133,7 +122,7 @@ class Recorder:
         )
 
     async def _write_retrying(self, batch: Sequence[Completion]) -> RecordReport:
-        report = await retry_transient(partial(self.sink.write, batch), self._transient)
+        report = await retry_transient(lambda: self.write(batch), self._transient)
         self.failing_since = None
         return report
 

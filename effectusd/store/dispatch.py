@@ -13,7 +13,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from effectusd import faults
 from effectusd.backends import Session
@@ -34,7 +34,7 @@ from effectusd.core.states import (
 )
 from effectusd.core.transition import Completion, SagaFacts, Transition
 from effectusd.fencing.protocol import FencingProvider
-from effectusd.store.records import Claim, SlotBudget, Spending
+from effectusd.store.records import Claim
 from effectusd.store.rows import (
     TransitionRows,
     attempt_facts,
@@ -51,6 +51,14 @@ T = TypeVar("T")
 log = logging.getLogger("effectusd.store")
 
 
+class ClaimSlots(Protocol):
+    """The daemon's slots, as the recorder claims into them (the dispatcher's RecordSlots)."""
+
+    def take(self, destination: str, may_wait: bool) -> bool:
+        """Take a slot for a new dispatch to ``destination``, or where ``may_wait`` a place
+        among the claims waiting for one (True), or say there is neither."""
+
+
 @dataclass
 class RecordReport:
     applied: int = 0
@@ -61,7 +69,7 @@ class RecordReport:
     # (completion, transition, the dispatch row it applied to)
     transitions: list[tuple[Completion, Transition, dict[str, Any]]] = field(default_factory=list)
     notified: set[str] = field(default_factory=set)
-    # new dispatches written claimed by this daemon, within ``record``'s ``SlotBudget``
+    # new dispatches written claimed by this daemon (``record``'s ``take_slot``): to call now
     claimed: list[Claim] = field(default_factory=list)
 
     def merge(self, other: RecordReport) -> RecordReport:
@@ -203,20 +211,19 @@ class DispatchStore(WriteAheadStore):
 
     # -- 5. record outcomes (group commit) ---------------------------------------------------
     async def record(
-        self, completions: Sequence[Completion], budget: SlotBudget | None = None
+        self, completions: Sequence[Completion], slots: ClaimSlots | None = None
     ) -> RecordReport:
-        """``budget``: where this store can (``claims_in_record``), each new dispatch the
-        budget has a slot or a waiting place for is written claimed by this daemon and comes
-        back in ``claimed``; the budget is read, never written, so the caller gives back
-        what ``claimed`` did not use."""
-        budget = budget if self.claims_in_record else None
-        return await self._write(self._record(completions, crash_point=True, budget=budget))
+        """``slots``: where this store can (``claims_in_record``), each new dispatch that
+        ``slots`` has a slot for is written claimed by this daemon and comes back in
+        ``claimed``, to be called at once."""
+        taker = slots if self.claims_in_record else None
+        return await self._write(self._record(completions, crash_point=True, slots=taker))
 
     def _record(
         self,
         completions: Sequence[Completion],
         crash_point: bool = False,
-        budget: SlotBudget | None = None,
+        slots: ClaimSlots | None = None,
     ) -> Operation[RecordReport]:
         """Load the facts under lock, ask ``settle_completion`` for each completion (one
         transition per saga per batch; the rest are deferred), write what it says."""
@@ -255,8 +262,8 @@ class DispatchStore(WriteAheadStore):
                 report.applied += 1
                 report.transitions.append((applied, settlement.transition, drow))
         claimed: list[dict[str, Any]] = []
-        if budget is not None:
-            claimed = writes.claim_new(Spending(budget).take)
+        if slots is not None:
+            claimed = writes.claim_new(slots.take)
         yield from write_rows(writes)
         if claimed:
             report.claimed = yield from self._insert_claimed(claimed)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
 from datetime import datetime
 from typing import Any
 
@@ -80,49 +79,6 @@ class WriteAhead:
     claim: Claim
     grants: tuple[tuple[str, int], ...]
     fencing_status: FencingStatus
-
-
-@frozen
-class SlotBudget:
-    """The slots a record transaction may claim the next steps it writes into: reserved by the
-    daemon before the transaction begins, a plain value the store reads (never calls back).
-
-    ``claim``: per destination, how many new dispatches may be written claimed into a slot of
-    its own, and at most ``total`` in all. ``wait``: per destination, how many more may be
-    written claimed to wait in the daemon for its next free slot once its ``claim`` is used up,
-    each one a row that ``may_wait_for_slot`` (set only where the destination is then at its
-    own limit). What the transaction does not use, the daemon gives back, commit or not."""
-
-    claim: Mapping[str, int] = field(default_factory=dict)
-    total: int = 0
-    wait: Mapping[str, int] = field(default_factory=dict)
-
-
-class Spending:
-    """What one record transaction takes of its ``SlotBudget``, row by row (a transaction
-    repeated after a transient fault spends the budget afresh)."""
-
-    __slots__ = ("left", "places", "slots")
-
-    def __init__(self, budget: SlotBudget) -> None:
-        self.slots = dict(budget.claim)
-        self.places = dict(budget.wait)
-        self.left = budget.total
-
-    def take(self, destination: str, may_wait: bool) -> bool:
-        """Whether the next new dispatch to ``destination`` is written claimed: into a slot
-        while the destination's and the overall ones last, else, where the row ``may_wait``
-        and the destination's own slots are all taken, into a place waiting for one."""
-        slots = self.slots.get(destination, 0)
-        if slots > 0 and self.left > 0:
-            self.slots[destination] = slots - 1
-            self.left -= 1
-            return True
-        places = self.places.get(destination, 0)
-        if may_wait and slots == 0 and places > 0:
-            self.places[destination] = places - 1
-            return True
-        return False
 
 
 def claim_from_row(row: Mapping[str, Any]) -> Claim:
