@@ -152,7 +152,8 @@ class Fleet:
         """A daemon for ``store``: the store's namespace, no server or signals of its own."""
         config = self.config.model_copy(deep=True, update={"namespace": store.namespace})
         config.observability.http_port = None
-        daemon = Daemon(config, store.url, owner=self.owner, tracer_provider=tracer_provider)
+        owner = f"{self.owner}/{store.label}"  # its leases and log lines name the store
+        daemon = Daemon(config, store.url, owner=owner, tracer_provider=tracer_provider)
         daemon.capacity = self.slots.for_store(daemon.wake.set)
         daemon.namespace = store.namespace
         daemon.stopping = self.stopping
@@ -171,14 +172,16 @@ class Fleet:
             )
 
     async def run(self, until_idle: bool = False) -> int:
-        """Serve every store until stopped (with ``until_idle``: until each is idle)."""
+        """Serve every store until stopped (with ``until_idle``: until each is idle; 1 if a
+        store could not be served at all, which ``until_idle`` does not wait for)."""
         self.check_startup()
         own = self._executors is None
         self.executors = self._executors or destination_executors(self.config)
         for part in self.parts:
             part.daemon._executors = self.executors
         server: ObservabilityServer | None = None
-        tasks: list[asyncio.Task[None]] = []
+        tasks: list[asyncio.Task[bool]] = []
+        served: list[bool] = []
         try:
             server = await self._serve()
             install_stop_signals(self.stopping)
@@ -189,17 +192,18 @@ class Fleet:
                 asyncio.create_task(self._serve_store(part, until_idle), name=part.label)
                 for part in self.parts
             ]
-            await asyncio.gather(*tasks)
+            served = await asyncio.gather(*tasks)
         finally:
             self.started = False
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self._close(server, own)
-        return 0
+        return 0 if all(served) else 1
 
-    async def _serve_store(self, part: Part, until_idle: bool) -> None:
-        """Serve one store; while it cannot be started, say why and try again."""
+    async def _serve_store(self, part: Part, until_idle: bool) -> bool:
+        """Serve one store; while it cannot be started, say why and try again (with
+        ``until_idle``, once: False, it was not served)."""
         delay = RETRY_FIRST_S
         serving = self.metrics.serving.labels(part.label)
         while not self.stopping.is_set():
@@ -208,23 +212,22 @@ class Fleet:
                 part.trouble = None
                 serving.set(1)
                 await part.daemon.run(until_idle, checked=True)
-                return
+                return True
             except RETRIED as exc:
                 if isinstance(exc, ConfigError) and not isinstance(exc.__cause__, REFUSED_SERVERS):
                     raise  # the configuration's, not the store's: no store is served with it
                 part.trouble = _why(exc)
-                log.warning(
-                    "store %r cannot be served (%s); trying again in %.1fs",
-                    part.label,
-                    part.trouble,
-                    delay,
-                )
+                again = "" if until_idle else f"; trying again in {delay:.1f}s"
+                log.warning("store %r cannot be served (%s)%s", part.label, part.trouble, again)
             finally:
                 serving.set(0)
+            if until_idle:
+                return False
             try:
                 await asyncio.wait_for(self.stopping.wait(), delay)
             except TimeoutError:
                 delay = min(delay * 2, RETRY_MAX_S)
+        return True  # asked to stop before it could be started
 
     async def _serve(self) -> ObservabilityServer | None:
         observability = self.config.observability

@@ -182,3 +182,19 @@ async def test_a_store_down_or_read_only_stalls_its_own_sagas_alone(
     for text in (health[1], ready[1], metrics):
         assert SECRET not in text and "127.0.0.1:1/" not in text
         assert not any(url in text for url in two_stores.values())
+
+
+async def test_until_idle_serves_the_stores_it_can_and_fails_naming_the_one_it_cannot(
+    two_stores: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    with running() as dest:
+        config = make_config(dest.base_url, {"do": {}})
+        east = submit(config, two_stores["east"], "east", "order-1")
+        fleet = Fleet(config, stores_of({"east": two_stores["east"], "down": DOWN}))
+
+        code = await asyncio.wait_for(fleet.run(until_idle=True), 60)
+
+    assert code == 1
+    assert state(two_stores["east"], east) == "completed"
+    assert "store 'down' cannot be served (OperationalError" in caplog.text
+    assert SECRET not in caplog.text
