@@ -151,6 +151,8 @@ def run(
     if len(stores) > 1:
         sys.exit(_run_fleet(config, stores, until_idle))
     daemon = Daemon(config, store.url, web=for_daemon(config, store.backend))
+    if store.label is not None:  # a store of [database.stores]: its namespace's rows alone
+        daemon.namespace = config.namespace
     observability = config.observability
     try:
         with listening(

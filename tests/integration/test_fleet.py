@@ -198,3 +198,21 @@ async def test_until_idle_serves_the_stores_it_can_and_fails_naming_the_one_it_c
     assert state(two_stores["east"], east) == "completed"
     assert "store 'down' cannot be served (OperationalError" in caplog.text
     assert SECRET not in caplog.text
+
+
+def test_run_with_several_stores_and_the_console_exits_3_naming_the_way(
+    two_stores: dict[str, str], tmp_path: Path
+) -> None:
+    live = stores_file(tmp_path, make_config("http://127.0.0.1:9", {"do": {}}), two_stores)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EFFECTUSD_")}
+    command = [sys.executable, "-m", "effectusd.cli", "--config", str(live), "run"]
+
+    done = subprocess.run(
+        [*command, "--console", "--http-port", "0", "--until-idle"],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 3, done.stderr.decode()
+    assert "effectusd console --store LABEL" in done.stderr.decode()
