@@ -105,17 +105,17 @@ class Daemon:
         self.claimer: Loop | None = None
         self.prober: Prober | None = None
         # One store of several (effectusd.dispatcher.fleet): the fleet's slots, the store's
-        # namespace (its rows alone are claimed), the fleet's stop signals.
+        # namespace (its rows alone are claimed); the fleet's stop signals and warnings.
         self.capacity: Capacity | None = None
         self.namespace: str | None = None
-        self.own_signals = True
+        self.fleet_part = False
 
     def check_startup(self) -> None:
         """Refuse to run on a schema we do not match, with test-only fencing in a real setup,
         or with extra routes (a console) nobody may use safely, before touching anything
         else; and say what the configuration allows but should change."""
         fencing_provider(self.config)
-        for warning in self.config.warnings():
+        for warning in [] if self.fleet_part else self.config.warnings():
             log.warning("%s", warning)
         serving = self.config.observability.http_port is not None
         if self._web is not None and serving:
@@ -156,7 +156,7 @@ class Daemon:
             ]
             opened.server = await self._serve()
             self.started = True
-            if self.own_signals:
+            if not self.fleet_part:
                 install_stop_signals(self.stopping)
             log.info("daemon %s started (%d destination(s))", self.owner, len(opened.executors))
             await self._claim_until_stopped(pipeline, store, until_idle)

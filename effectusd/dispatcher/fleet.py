@@ -157,13 +157,16 @@ class Fleet:
         daemon.capacity = self.slots.for_store(daemon.wake.set)
         daemon.namespace = store.namespace
         daemon.stopping = self.stopping
-        daemon.own_signals = False
+        daemon.fleet_part = True
         return Part(store, daemon)
 
     def check_startup(self) -> None:
         """What no store can be served without: fencing a real setup may use, no console
-        (it serves one store: `effectusd console --store LABEL`)."""
+        (it serves one store: `effectusd console --store LABEL`); and what the configuration
+        allows but should change, said once for every store."""
         fencing_provider(self.config)
+        for warning in self.config.warnings():
+            log.warning("%s", warning)
         if self.config.console.enabled:
             raise ConfigError(
                 "console.enabled: the console serves one store, and database.stores lists "
