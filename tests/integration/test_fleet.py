@@ -23,6 +23,7 @@ from effectusd.client import Submission
 from effectusd.config import Config
 from effectusd.core.stores import Store
 from effectusd.dispatcher.fleet import Fleet
+from tests.conftest import drop_database
 from tests.integration.test_cli_stores import (
     DOWN,
     NAMESPACES,
@@ -216,3 +217,30 @@ def test_run_with_several_stores_and_the_console_exits_3_naming_the_way(
 
     assert done.returncode == 3, done.stderr.decode()
     assert "effectusd console --store LABEL" in done.stderr.decode()
+
+
+async def test_a_store_lost_while_served_stalls_its_own_sagas_alone(
+    two_stores: dict[str, str],
+) -> None:
+    with running() as dest:
+        config = make_config(dest.base_url, {"do": {}}, observability={"http_port": 0})
+        first = {label: submit(config, url, label, "order-1") for label, url in two_stores.items()}
+        fleet = Fleet(config, stores_of(two_stores))
+        task = asyncio.create_task(fleet.run())
+        try:
+            for label, saga in first.items():
+                url = two_stores[label]
+                await until(lambda u=url, s=saga: state(u, s) == "completed", f"{label}'s saga")
+            await asyncio.to_thread(drop_database, two_stores["west"])  # its connections too
+            later = submit(config, two_stores["east"], "east", "order-2")
+            await until(lambda: state(two_stores["east"], later) == "completed", "east's next")
+            assert fleet.http_port is not None
+            health = await asyncio.to_thread(get, fleet.http_port, "/healthz")
+        finally:
+            fleet.stopping.set()
+            await asyncio.wait_for(task, 30)
+    assert health[0] == 200, health
+    stores = json.loads(health[1])["stores"]
+    assert stores["east"]["ok"] is True
+    assert stores["west"]["ok"] is False  # its ping fails: named, by its label
+    assert SECRET not in health[1] and two_stores["west"] not in health[1]
