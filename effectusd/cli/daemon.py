@@ -127,7 +127,8 @@ def run(
     console: bool,
     store_label: str | None,
 ) -> None:
-    """Run the dispatcher daemon (SIGTERM drains in-flight calls and exits 0)."""
+    """Run the dispatcher daemon, of every configured store (SIGTERM drains in-flight calls
+    and exits 0)."""
     import asyncio
 
     from effectusd.console import for_daemon
