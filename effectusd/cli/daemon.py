@@ -26,12 +26,14 @@ from effectusd.cli.app import (
     main,
 )
 from effectusd.cli.stores import store_option
+from effectusd.config import Config
 from effectusd.core.database_url import (
     PostgresDatabase,
     SqliteDatabase,
     parse_database_url,
 )
 from effectusd.core.errors import SchemaNotReady
+from effectusd.core.stores import Store
 from effectusd.executors.factory import EXECUTOR_CLASSES
 
 
@@ -104,12 +106,15 @@ def auto_processes(sqlite: bool) -> int:
         "host, sharing the file); `auto`: one per CPU this process may run on, on PostgreSQL "
         "(on SQLite, where every process queues on the one write lock, auto is 1). "
         "Limits (concurrency, --workers, each destination's max_concurrency, the pool) apply "
-        "per process; with --http-port PORT, process i (from 0) serves PORT+i. The parent "
+        "per process; with several stores each process serves every store; with "
+        "--http-port PORT, process i (from 0) serves PORT+i. The parent "
         "forwards SIGTERM and SIGINT, stops the others when one fails, and exits with the "
         "first failure's code."
     ),
 )
-@store_option("Serve this store of [database.stores] (one daemon per store in this release).")
+@store_option(
+    "Serve only this store of [database.stores] (default: every store, from this process)."
+)
 @click.pass_obj
 def run(
     obj: Context,
@@ -122,15 +127,17 @@ def run(
     console: bool,
     store_label: str | None,
 ) -> None:
-    """Run the dispatcher daemon (SIGTERM drains in-flight calls and exits 0)."""
+    """Run the dispatcher daemon, of every configured store (SIGTERM drains in-flight calls
+    and exits 0)."""
     import asyncio
 
     from effectusd.console import for_daemon
     from effectusd.dispatcher.daemon import Daemon
     from effectusd.logs import configure_logging
 
-    store = _served_store(obj, store_label)
-    config = store.config
+    stores = obj.stores(store_label)
+    store = stores[0]
+    config = store.config if len(stores) == 1 else obj.config
     if workers is not None:
         config.dispatcher.concurrency = workers
     if http_port is not None:
@@ -141,8 +148,12 @@ def run(
     if processes is None:
         processes = auto_processes(isinstance(parse_database_url(store.url), SqliteDatabase))
     if processes > 1:
-        _run_processes(obj, store, processes, until_idle, workers, log_format, log_level, console)
+        _run_processes(obj, stores, processes, until_idle, workers, log_format, log_level, console)
+    if len(stores) > 1:
+        sys.exit(_run_fleet(config, stores, until_idle))
     daemon = Daemon(config, store.url, web=for_daemon(config, store.backend))
+    if store.label is not None:  # a store of [database.stores]: its namespace's rows alone
+        daemon.namespace = config.namespace
     observability = config.observability
     try:
         with listening(
@@ -160,18 +171,21 @@ def run(
     sys.exit(code)
 
 
-def _served_store(obj: Context, label: str | None) -> StoreContext:
-    """The store `run` serves: the one configured, or the one --store names. Several and none
-    named: exit 3, since a daemon serves one store in this release."""
-    stores = obj.stores(label)
-    if len(stores) > 1:
-        labels = ", ".join(str(store.label) for store in stores)
-        fail(
-            f"database.stores lists {len(stores)} stores ({labels}): several stores are served "
-            "by one daemon per store in this release; run one with `run --store LABEL` for each",
-            EXIT_INVALID,
-        )
-    return stores[0]
+def _run_fleet(config: Config, stores: Sequence[StoreContext], until_idle: bool) -> int:
+    """Serve several stores from this process (a store that cannot be served is reported and
+    tried again; the others are served meanwhile)."""
+    import asyncio
+
+    from effectusd.dispatcher.fleet import Fleet
+
+    fleet = Fleet(
+        config, [Store(store.label, store.url, store.config.namespace) for store in stores]
+    )
+    observability = config.observability
+    with listening(
+        observability.http_host, observability.http_port, "--http-port (observability.http_port)"
+    ):
+        return asyncio.run(fleet.run(until_idle=until_idle))
 
 
 def require_postgres(url: str, what: str) -> None:
@@ -215,7 +229,7 @@ def child_run_args(
 
 def _run_processes(
     obj: Context,
-    store: StoreContext,
+    stores: Sequence[StoreContext],
     processes: int,
     until_idle: bool,
     workers: int | None,
@@ -225,7 +239,7 @@ def _run_processes(
 ) -> None:
     from effectusd.dispatcher.processes import child_command, supervise
 
-    port = store.config.observability.http_port
+    port = (stores[0].config if len(stores) == 1 else obj.config).observability.http_port
     if port and port + processes - 1 > 65535:
         fail(
             f"--processes {processes} from --http-port {port} would need ports up to "
@@ -244,15 +258,15 @@ def _run_processes(
                 log_level=log_level,
                 http_port=port,
                 console=console,
-                store=store.label,
+                store=stores[0].label if len(stores) == 1 else None,
             ),
         )
         for index in range(processes)
     ]
-    # the URL travels in the environment, not on command lines anyone can read with ps; a
-    # labelled store's as LABEL=URL, which overrides that store's alone
-    url = store.url if store.label is None else f"{store.label}={store.url}"
-    sys.exit(supervise(commands, env={"EFFECTUSD_DATABASE_URL": url}))
+    # the URLs travel in the environment, not on command lines anyone can read with ps; a
+    # labelled store's as LABEL=URL, which overrides that store's alone (one line each)
+    urls = [store.url if store.label is None else f"{store.label}={store.url}" for store in stores]
+    sys.exit(supervise(commands, env={"EFFECTUSD_DATABASE_URL": "\n".join(urls)}))
 
 
 @main.command()

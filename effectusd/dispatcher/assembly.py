@@ -1,5 +1,5 @@
 """What a daemon is assembled from, by its configuration: an executor per destination, the
-fencing provider, and the owner id its leases carry."""
+fencing provider, its slots, and the owner id its leases carry."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import ssl
 import uuid
 
 from effectusd.config import Config, ConfigError
+from effectusd.core.registry import Registry
+from effectusd.dispatcher.capacity import Capacity, wait_limits
 from effectusd.executors.factory import executor_for
 from effectusd.executors.protocol import Executor
 from effectusd.fencing.memory import MemoryFencing
@@ -26,6 +28,19 @@ def fencing_provider(config: Config) -> FencingProvider:
             )
         return MemoryFencing()
     return StoreFencing()
+
+
+def configured_capacity(config: Config, registry: Registry) -> Capacity:
+    """The slots of ``config``: each destination's ``max_concurrency``, the overall
+    ``dispatcher.concurrency``, and how many claims may wait for a destination's slot."""
+    settings = config.dispatcher
+    limits = {name: d.max_concurrency for name, d in config.destinations.items()}
+    longest_call_s = {name: registry.longest_timeout(name).total_seconds() for name in limits}
+    return Capacity(
+        limits=limits,
+        total_limit=settings.concurrency,
+        wait_limits=wait_limits(limits, longest_call_s, settings.lease_margin.total_seconds()),
+    )
 
 
 def new_owner_id() -> str:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -14,14 +12,20 @@ from typing import Any
 from effectusd.backends.errors import DATABASE_ERRORS, LISTEN_LOST, failure_name
 from effectusd.config import Config, ConfigError
 from effectusd.core.replication import REFUSED_SERVERS
-from effectusd.dispatcher.assembly import destination_executors, fencing_provider, new_owner_id
-from effectusd.dispatcher.capacity import Capacity, wait_limits
+from effectusd.dispatcher.assembly import (
+    configured_capacity,
+    destination_executors,
+    fencing_provider,
+    new_owner_id,
+)
+from effectusd.dispatcher.capacity import Capacity
 from effectusd.dispatcher.heap import settle_heap
 from effectusd.dispatcher.loops import Loop, Round
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.observability import ObservabilityServer
 from effectusd.dispatcher.pipeline import Pipeline
 from effectusd.dispatcher.probes import Prober
+from effectusd.dispatcher.signals import install_stop_signals
 from effectusd.executors.protocol import Executor
 from effectusd.store.dialects import open_dispatch_store
 from effectusd.store.dispatch import DispatchStore
@@ -41,7 +45,6 @@ IDLE_HORIZON_S = 2.0  # --until-idle waits for retries due within this long
 LOOP_STOP_S = 1.0  # a claim round under way when a stop is asked for
 CLOSE_BOUND_S = 5.0  # closing pools, executors and the HTTP server after a drain
 RECORD_DRAIN_S = 5.0  # recording what the drained calls returned, past the grace period
-REPEATED_SIGNAL_S = 1.0  # a second SIGTERM sooner than this is the first one, delivered twice
 _HEALTH_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *DATABASE_ERRORS)
 
 
@@ -101,13 +104,18 @@ class Daemon:
         self._background: list[asyncio.Task[Any]] = []
         self.claimer: Loop | None = None
         self.prober: Prober | None = None
+        # One store of several (effectusd.dispatcher.fleet): the fleet's slots, the store's
+        # namespace (its rows alone are claimed); the fleet's stop signals and warnings.
+        self.capacity: Capacity | None = None
+        self.namespace: str | None = None
+        self.fleet_part = False
 
     def check_startup(self) -> None:
         """Refuse to run on a schema we do not match, with test-only fencing in a real setup,
         or with extra routes (a console) nobody may use safely, before touching anything
         else; and say what the configuration allows but should change."""
         fencing_provider(self.config)
-        for warning in self.config.warnings():
+        for warning in [] if self.fleet_part else self.config.warnings():
             log.warning("%s", warning)
         serving = self.config.observability.http_port is not None
         if self._web is not None and serving:
@@ -129,12 +137,15 @@ class Daemon:
             self.config.dispatcher.lease_margin.total_seconds(),
             fencing_provider(self.config),
             (database.pool_min_size, database.pool_max_size),
+            self.namespace,
         )
 
-    async def run(self, until_idle: bool = False) -> int:
+    async def run(self, until_idle: bool = False, *, checked: bool = False) -> int:
         """Start, claim until stopped (or idle), drain, stop. A start that fails after
-        opening something (the store, the loops) closes it all again before raising."""
-        self.check_startup()
+        opening something (the store, the loops) closes it all again before raising.
+        ``checked``: ``check_startup`` has passed already."""
+        if not checked:
+            self.check_startup()
         opened = _Opened(executors=self._executors or destination_executors(self.config))
         try:
             store = self._store = opened.store = await self._open_store()
@@ -145,7 +156,8 @@ class Daemon:
             ]
             opened.server = await self._serve()
             self.started = True
-            self._install_signals()
+            if not self.fleet_part:
+                install_stop_signals(self.stopping)
             log.info("daemon %s started (%d destination(s))", self.owner, len(opened.executors))
             await self._claim_until_stopped(pipeline, store, until_idle)
             await self._drain(pipeline)
@@ -158,15 +170,7 @@ class Daemon:
 
     def _pipeline(self, store: DispatchStore, executors: Mapping[str, Executor]) -> Pipeline:
         settings = self.config.dispatcher
-        limits = {name: d.max_concurrency for name, d in self.config.destinations.items()}
-        longest_call_s = {
-            name: self.registry.longest_timeout(name).total_seconds() for name in limits
-        }
-        capacity = Capacity(
-            limits=limits,
-            total_limit=settings.concurrency,
-            wait_limits=wait_limits(limits, longest_call_s, settings.lease_margin.total_seconds()),
-        )
+        capacity = self.capacity or configured_capacity(self.config, self.registry)
         return Pipeline(
             store,
             executors,
@@ -460,26 +464,3 @@ class Daemon:
             self.listening = False
             await wakeups.aclose()
         return 0.1
-
-    def _install_signals(self) -> None:
-        loop = asyncio.get_running_loop()
-        first: list[float] = []
-
-        def on_term() -> None:
-            if first:
-                if time.monotonic() - first[0] < REPEATED_SIGNAL_S:
-                    # One stop request delivered twice (systemd signals the whole control
-                    # group, and `run --processes` forwards the same signal): keep draining.
-                    log.info("SIGTERM again at once: the same stop request; still draining")
-                    return
-                log.warning("second SIGTERM: exiting now; leases are left to expire")
-                os._exit(143)
-            first.append(time.monotonic())
-            log.info("SIGTERM: no new claims; draining")
-            self.stopping.set()
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                loop.add_signal_handler(sig, on_term)
-            except (NotImplementedError, RuntimeError):  # not the main thread (tests)
-                return

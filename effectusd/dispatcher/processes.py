@@ -1,6 +1,7 @@
 """`effectusd run --processes N`: several dispatcher processes on one host, under one parent.
 
-Each child is a plain `effectusd run` with the same config and database and its own owner id.
+Each child is a plain `effectusd run` with the same config and databases (every store it
+serves) and its own owner id.
 Claims are already safe across daemons (SKIP LOCKED, leases, guarded completions), so the
 children do not coordinate. The parent starts them, forwards SIGTERM and SIGINT, and waits:
 

@@ -23,9 +23,10 @@ async def open_dispatch_store(
     lease_margin_s: float,
     fencing: FencingProvider,
     pool_size: tuple[int, int] = (2, 10),
+    namespace: str | None = None,
 ) -> DispatchStore:
     """The dispatch store on ``backend``: a connection pool of ``pool_size`` (min, max) on
-    PostgreSQL, one worker thread on SQLite."""
+    PostgreSQL, one worker thread on SQLite; claiming only ``namespace``'s rows, if given."""
     session = await backend.runner.open_session(*pool_size)
     store_class = DISPATCH_STORES[backend.dialect]
-    return store_class(session, registry, owner, lease_margin_s, fencing)
+    return store_class(session, registry, owner, lease_margin_s, fencing, namespace)

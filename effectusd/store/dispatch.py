@@ -130,8 +130,12 @@ class DispatchStore(WriteAheadStore):
         owner: str,
         lease_margin_s: float,
         fencing: FencingProvider,
+        namespace: str | None = None,
     ) -> None:
+        """``namespace``: claim only that namespace's rows (a daemon serving several stores);
+        None, every row (the one store's daemon). PostgreSQL only: several stores are."""
         self.session = session
+        self.namespace = namespace
         self.registry = registry
         self.owner = owner
         self.lease_margin_s = lease_margin_s
@@ -344,12 +348,14 @@ class DispatchStore(WriteAheadStore):
 
     # -- waiting and watching ---------------------------------------------------------------
     async def seconds_until_due(self, destinations: list[str]) -> float | None:
-        rows = await self._read(single("next_due", {"destinations": destinations}))
+        params = {"destinations": destinations, "namespace": self.namespace}
+        rows = await self._read(single("next_due", params))
         seconds = rows[0]["seconds"] if rows else None
         return None if seconds is None else float(seconds)
 
     async def outbox_counts(self, horizon_s: float) -> tuple[int, int]:
-        rows = await self._read(single("outbox_counts", {"horizon_s": horizon_s}))
+        params = {"horizon_s": horizon_s, "namespace": self.namespace}
+        rows = await self._read(single("outbox_counts", params))
         return int(rows[0]["in_flight"] or 0), int(rows[0]["due_soon"] or 0)
 
     async def sample(self) -> OutboxSample:

@@ -93,7 +93,10 @@ def _config(path: Path, ports: dict[str, int], scenario: Scenario) -> Path:
 class Daemons:
     """Keeps `effectusd run` processes alive, each set to die at a random fault point."""
 
-    def __init__(self, scenario: Scenario, config: Path, url: str, rng: random.Random) -> None:
+    def __init__(
+        self, scenario: Scenario, config: Path, url: str | None, rng: random.Random
+    ) -> None:
+        """``url``: the store's, or None for the config's stores (tests/chaos/stores.py)."""
         self.scenario, self.config, self.url, self.rng = scenario, config, url, rng
         self.procs: list[subprocess.Popen[bytes]] = []
         self.kills = 0
@@ -116,8 +119,7 @@ class Daemons:
                 "effectusd.cli",
                 "--config",
                 str(self.config),
-                "--database-url",
-                self.url,
+                *(("--database-url", self.url) if self.url else ()),
                 "run",
                 "--log-level",
                 "WARNING" if log is None else "INFO",
@@ -223,6 +225,10 @@ def _kit_retention(scenario: Scenario) -> tuple[str, ...]:
 
 def run_scenario(scenario: Scenario, seed: int = 0) -> Report:
     rng = random.Random(seed or hash(scenario.name))
+    if scenario.stores > 1:
+        from tests.chaos import stores
+
+        return stores.run(scenario, rng)
     report = Report(scenario.name, sagas=scenario.sagas)
     started = time.monotonic()
     with _store(scenario) as url, _database("effectusd_chaos_dest") as dest_url:

@@ -52,6 +52,9 @@ class Scenario:
     # section 7, step 5); with 1 s none do.
     lease_margin: float = 1.0
     max_concurrency: int = 0
+    # Several stores ([database.stores]), each daemon serving every one; each store runs
+    # ``sagas`` sagas under the same execution ids (tests/chaos/stores.py)
+    stores: int = 1
 
 
 @dataclass
@@ -216,6 +219,19 @@ SHORT = [
         reset_after_commit=0.1,
         probes=True,
         timeout_s=120,
+    ),
+    # Two stores served by every daemon, each store's sagas under the same execution ids in
+    # its own namespace, daemons dying at every point and from outside (issue 48).
+    Scenario(
+        "two stores, each daemon serving both, kills at every point",
+        sagas=30,  # per store
+        daemons=2,
+        faults=tuple(sorted(POINTS)),
+        external_kills=4,
+        stall_after_commit=0.05,
+        reset_after_commit=0.05,
+        stores=2,
+        timeout_s=180,
     ),
     # Healthy sagas must all complete while hostile sagas beside them meet destinations that
     # answer what the store cannot hold, send stray responses, stall, reset, or bomb.

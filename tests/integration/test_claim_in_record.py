@@ -16,7 +16,7 @@ from effectusd.backends.postgres.runner import sql
 from effectusd.bench.claims import claim_params
 from effectusd.config import parse_config
 from effectusd.core.states import OutcomeClass
-from effectusd.dispatcher import daemon as daemon_module
+from effectusd.dispatcher import assembly
 from effectusd.dispatcher.capacity import Capacity
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.pipeline import Pipeline
@@ -100,7 +100,7 @@ async def test_the_recorder_takes_no_slot_a_destination_does_not_have(
     def watched_capacity(**kwargs: Any) -> Capacity:
         return Capacity(**kwargs, in_flight=Watched())
 
-    monkeypatch.setattr(daemon_module, "Capacity", watched_capacity)
+    monkeypatch.setattr(assembly, "Capacity", watched_capacity)  # the daemon's slots
     with running() as narrow, running() as wide:
         config = parse_config(
             {

@@ -55,7 +55,10 @@ CLAIM = {  # what the daemon's claim passes: free slots, owner, lease margin, li
     "contract_hashes": ["a" * 64],
     "legacy_hashes": ["b" * 64],
     "write_ahead": True,
+    "namespace": None,  # the one store's daemon: every row
 }
+# A daemon serving several stores claims its namespace's rows in each (the backlog's: 'default')
+CLAIM_IN_NAMESPACE = {**CLAIM, "namespace": "default"}
 
 
 def plan_of(conn: psycopg.Connection, query: str, params: dict[str, object]) -> str:
@@ -86,13 +89,39 @@ def test_claim_and_next_due_use_the_ready_index_over_a_large_finished_backlog(db
     with psycopg.connect(db) as conn:  # one transaction, rolled back: nothing is left behind
         load_backlog(conn, ready_every=10_000)
         claim = claim_plan(conn)
-        due = plan_of(conn, sql("next_due").as_string(conn), {"destinations": ["dest"]})
+        due = plan_of(
+            conn, sql("next_due").as_string(conn), {"destinations": ["dest"], "namespace": None}
+        )
         expired = plan_of(conn, sql("select_expired_leases").as_string(conn), {"limit": 10})
         conn.rollback()
     assert "effectus_saga_outbox_ready" in claim, claim
     assert "Seq Scan on effectus_saga_outbox" not in claim, claim
     assert "effectus_saga_outbox_ready" in due, due
     assert "effectus_saga_outbox_leased" in expired, expired
+
+
+def test_a_claim_in_one_namespace_takes_its_rows_alone_through_the_ready_index(db: str) -> None:
+    # Several stores: each store's claim names its namespace; rows of another namespace in the
+    # same database are filtered from the ready index's rows, never claimed.
+    with psycopg.connect(db) as conn:  # one transaction, rolled back: nothing is left behind
+        load_backlog(conn, ready_every=10_000)
+        ours = conn.execute(
+            "UPDATE effectus_saga_outbox SET namespace = 'other'"
+            " WHERE state = 'queued' AND (dispatch_id / 10000) % 2 = 0 RETURNING dispatch_id"
+        ).fetchall()
+        query = sql("claim_ready").as_string(conn)
+        plan = plan_of(conn, query, CLAIM_IN_NAMESPACE)
+        due = plan_of(
+            conn, sql("next_due").as_string(conn), {"destinations": ["dest"], "namespace": "x"}
+        )
+        claimed = conn.execute(query.encode(), CLAIM_IN_NAMESPACE).fetchall()  # type: ignore[arg-type]
+        conn.rollback()
+    assert "effectus_saga_outbox_ready" in plan, plan
+    assert "Seq Scan on effectus_saga_outbox" not in plan, plan
+    assert "effectus_saga_outbox_ready" in due, due
+    others = {row[0] for row in ours}
+    assert others and len(claimed) == 10  # the 20 ready rows, half of them another namespace's
+    assert not others & {row[0] for row in claimed}
 
 
 def test_claiming_from_a_large_ready_backlog_touches_only_the_claimed_rows(db: str) -> None:
@@ -242,7 +271,9 @@ def test_the_daemons_generic_plans_read_only_their_rows_over_a_large_backlog(db:
         load_backlog(conn, ready_every=2, analyze=False)
         statements: dict[str, Mapping[str, Any]] = {
             "claim_ready": CLAIM,
-            "next_due": {"destinations": ["dest"]},
+            "claim_ready (one namespace)": CLAIM_IN_NAMESPACE,
+            "next_due": {"destinations": ["dest"], "namespace": None},
+            "next_due (one namespace)": {"destinations": ["dest"], "namespace": "default"},
             "select_expired_leases": {"limit": 10},
             **recorder_reads(conn, batch),
         }
@@ -251,7 +282,7 @@ def test_the_daemons_generic_plans_read_only_their_rows_over_a_large_backlog(db:
             if statistics == "analyzed":
                 conn.execute(ANALYZE)
             for name, params in statements.items():
-                query = sql(name).as_string(conn)
+                query = sql(name.split(" ")[0]).as_string(conn)
                 found[statistics, name] = generic_plan_read(conn, query, with_array_texts(params))
         conn.rollback()
     for (statistics, name), (most, read) in found.items():

@@ -1,5 +1,5 @@
 """Several stores in one configuration, on real PostgreSQL databases: `migrate` migrates each
-and names the one it could not, `run` serves one store per daemon (`--store`), and the
+and names the one it could not, `run --store` serves one store, and the
 operator's commands see every store, each saga with its store's label; a store that is down
 is named and the others still answer."""
 
@@ -121,21 +121,16 @@ def test_migrate_migrates_every_store_and_names_the_one_it_could_not_reach(
             drop_database(url)
 
 
-# -- run: one daemon per store ------------------------------------------------------------------
+# -- run: every store, or the one --store names (tests/integration/test_fleet.py: every store) ---
 
 
-def test_run_with_several_stores_is_refused_in_one_line(
+def test_run_store_with_a_label_no_table_names_is_a_usage_error(
     two_stores: dict[str, str], tmp_path: Path
 ) -> None:
     live = stores_file(tmp_path, CONFIG, two_stores)
 
-    result = cli(live, "run", "--until-idle")
-
-    assert result.exit_code == 3
-    assert result.stderr.count("\n") == 1
-    assert "several stores are served by one daemon per store in this release" in result.stderr
-    assert "run --store LABEL" in result.stderr
     unknown = cli(live, "run", "--store", "north", "--until-idle")
+
     assert unknown.exit_code == 2 and "--store north: no such store; stores: east, west" in (
         unknown.stderr
     )

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from effectusd.cli import main
 from effectusd.cli.app import Context
-from effectusd.config import ConfigError, load_config
+from effectusd.config import ConfigError, env_urls, load_config
 from effectusd.core.stores import Store, database_key, labelled_url
 
 SECRET = "pa55word-never-shown"
@@ -153,6 +153,23 @@ def test_label_equals_url_overrides_that_store_alone(
     monkeypatch.setenv("EFFECTUSD_DATABASE_URL", f"west={pg('w2', host='db2')}")
 
     assert [store.url for store in load_config(path).stores()] == [pg("e"), pg("w2", "db2")]
+
+
+def test_environment_lines_of_label_equals_url_override_each_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # what `run --processes N` hands its children for several stores
+    path = write(tmp_path, {"east": (pg("e"), "e"), "west": (pg("w"), "w")})
+    lines = f"east={pg('e2', host='db3')}\nwest={pg('w2', host='db2')}"
+    monkeypatch.setenv("EFFECTUSD_DATABASE_URL", lines)
+
+    urls = [store.url for store in load_config(path).stores()]
+
+    assert urls == [pg("e2", "db3"), pg("w2", "db2")]
+
+
+def test_a_keyword_string_over_lines_stays_one_url() -> None:
+    assert env_urls("host=db1\ndbname=shop") == ["host=db1\ndbname=shop"]
 
 
 def test_repeated_database_url_options_override_their_stores(

@@ -26,6 +26,7 @@ class PostgresDispatchStore(DispatchStore):
             self.registry.live_limits(),
             self.registry.live_pins(),
             write_ahead=write_ahead,
+            namespace=self.namespace,
         )
         rows = await self._read(single("claim_ready", params))
         return [claim_from_row(row) for row in rows]
@@ -49,10 +50,12 @@ def claim_ready_params(
     pins: dict[str, tuple[str, str]],
     *,
     write_ahead: bool = False,
+    namespace: str | None = None,
 ) -> dict[str, Any]:
     """What claim_ready.sql takes: free slots per destination, the overall room, the lease
     owner and margin, each verb's live call timeout, retry budget and the contract hashes it
-    pins, and whether to write rows ahead in the claim. ``pins`` has ``live``'s verbs."""
+    pins, whether to write rows ahead in the claim, and the namespace whose rows it claims
+    (None: every row). ``pins`` has ``live``'s verbs."""
     return {
         "destinations": [dest for dest, _ in wanted],
         "limits": [free for _, free in wanted],
@@ -65,4 +68,5 @@ def claim_ready_params(
         "contract_hashes": [pins[verb][0] for verb in live],
         "legacy_hashes": [pins[verb][1] for verb in live],
         "write_ahead": write_ahead,
+        "namespace": namespace,
     }

@@ -28,6 +28,13 @@ candidates AS (
         WHERE o.state IN ('queued', 'retry_wait')
           AND o.destination = wanted.destination
           AND o.next_attempt_at <= now()
+          -- a daemon serving several stores claims its namespace's rows in each (NULL: every
+          -- row, the one store's daemon): a filter on the ready index's rows, never a scan of
+          -- its own. A CASE, whose selectivity the planner does not guess: planned generically
+          -- before ANALYZE, a plain test of namespace looked selective, and the planner sorted
+          -- every ready row of the destination instead of reading the index in order.
+          AND CASE WHEN %(namespace)s::text IS NULL OR o.namespace = %(namespace)s::text
+                   THEN true ELSE false END
         ORDER BY o.next_attempt_at
         LIMIT wanted.lim
         FOR UPDATE SKIP LOCKED
