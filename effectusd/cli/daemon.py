@@ -142,7 +142,9 @@ def run(
         processes = auto_processes(isinstance(parse_database_url(store.url), SqliteDatabase))
     if processes > 1:
         _run_processes(obj, store, processes, until_idle, workers, log_format, log_level, console)
-    daemon = Daemon(config, store.url, web=for_daemon(config, store.backend))
+    daemon = Daemon(
+        config, store.url, web=for_daemon(config, store.backend), store_label=store.label
+    )
     observability = config.observability
     try:
         with listening(
