@@ -1,4 +1,5 @@
-"""The schema: migrate (and its --check for deploy scripts), on every configured store."""
+"""The schema: migrate (and its --check for deploy scripts), on every configured store and the
+fencing authority."""
 
 from __future__ import annotations
 
