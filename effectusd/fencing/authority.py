@@ -8,7 +8,9 @@ release (on the authority). Leases expire on the authority's clock, after the di
 plus ``SKEW_MARGIN``. Its counters start above every token the stores issued: ``carry`` raises
 them to a store's counters (``effectusd migrate`` for every listed store, and each daemon for
 its own store before its first grant), and every grant is also above the authority's clock
-floor (the stores' layout, migration 10023). docs/design.md section 8.
+floor (the stores' layout, migration 10023). A store's counters keep the highest token the
+authority granted it, so an authority restored from an older backup is carried above them
+again. docs/design.md section 8.
 """
 
 from __future__ import annotations
@@ -260,7 +262,8 @@ class AuthorityFencing(InStore):
 
 class _Granted(InStore):
     """One batch's tokens, taken on the authority, handed out inside the store's write-ahead:
-    the grants are recorded there as the store's own would be."""
+    the grants are recorded there as the store's own would be, and the store's counters keep
+    the highest token of each resource."""
 
     guarantee = FencingGuarantee.DURABLE_MONOTONIC
 
@@ -278,10 +281,16 @@ class _Granted(InStore):
         return without_queries(None)
 
     def acquire(self, holder: FenceHolder, resources: Sequence[str]) -> Operation[Grants]:
+        """The holder's grants, each kept in the store's counter (its highest token from the
+        authority, for ``carry`` after a restore); FenceBusy if the authority refused them."""
         outcome = self.taken[_key(holder)]
         if isinstance(outcome, FenceBusy):
             raise outcome
-        return without_queries(outcome)
+        # No lock order is needed for these rows: the authority's leases keep two batches
+        # from holding grants for one resource at the same time.
+        for resource, token in outcome:
+            yield ("keep_fence_token", {"resource": resource, "token": token})
+        return outcome
 
     def release(self, holders: Sequence[tuple[int, str]]) -> Operation[None]:
         return without_queries(None)

@@ -36,6 +36,7 @@ from tests.support.harness import (
     dispatch_of,
     fetch,
     make_config,
+    run_until_idle,
 )
 
 pytestmark = pytest.mark.postgres
@@ -86,12 +87,20 @@ async def give_back(provider: AuthorityFencing, *holders: FenceHolder) -> None:
 
 
 def handed_out(operation: Operation[Grants]) -> Grants:
-    """What a granted provider's acquire hands out: it runs no statement."""
+    """What a granted provider's acquire hands out in the store's write-ahead: the tokens
+    taken on the authority, each kept in the store's counter (its only statements)."""
+    kept = []
     try:
-        next(operation)
+        statement = next(operation)
+        while True:
+            kept.append(statement)
+            statement = operation.send([])
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    raise AssertionError("the tokens were taken on the authority; acquire runs no statement")
+        grants: Grants = done.value
+    assert kept == [
+        ("keep_fence_token", {"resource": resource, "token": token}) for resource, token in grants
+    ]
+    return grants
 
 
 async def test_tokens_rise_across_stores_and_start_above_every_token_a_store_issued(
@@ -129,7 +138,6 @@ async def test_tokens_rise_across_stores_and_start_above_every_token_a_store_iss
         authority, "SELECT last_token FROM effectus_fencing_counters WHERE resource = 'account:1'"
     )
     assert row["last_token"] == tokens[-1]
-    assert fetch(stores["a"], "SELECT * FROM effectus_fencing_counters") == []
 
 
 async def test_migrate_carries_every_store_counters_so_the_first_grant_is_above_them(
@@ -388,8 +396,15 @@ async def test_two_stores_fence_one_account_through_the_authority_with_no_stale_
                 "account:shared",
                 f"tenant:{label}",
             }
-        # the tokens came from the authority: the store's own counters issued none
-        assert fetch(url, "SELECT * FROM effectus_fencing_counters") == []
+        # the tokens came from the authority; the store's counters keep the highest it sent
+        kept = fetch(url, "SELECT resource, last_token FROM effectus_fencing_counters")
+        sent = [
+            g for saga in sagas[label] for g in attempts_of(url, saga.saga_id, "s")[-1]["grants"]
+        ]
+        assert {row["resource"]: row["last_token"] for row in kept} == {
+            resource: max(g["token"] for g in sent if g["resource"] == resource)
+            for resource in {g["resource"] for g in sent}
+        }
     # every lease was given back on the authority after its outcome was recorded
     assert fetch(authority, "SELECT * FROM effectus_fencing_leases") == []
 
@@ -428,3 +443,47 @@ async def test_while_the_authority_is_unreachable_fenced_work_waits_and_unfenced
     assert all(a["outcome"] == "retryable_failure_known_not_committed" for a in waits)
     assert attempts_of(url, fenced, "s")[-1]["fencing_status"] == "acknowledged"
     assert destination.calls.count("/charge") == 1 and destination.refused == []
+
+
+async def test_an_authority_restored_from_an_older_backup_grants_above_every_token_sent(
+    authority: str, stores: dict[str, str], tmp_path: Path
+) -> None:
+    backup = create_database("effectusd_authority", template=authority)  # before any grant
+    try:
+        ahead = 3 * 2**36  # the authority had run far ahead of its clock's floor
+        with psycopg.connect(authority, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO effectus_fencing_counters (resource, last_token)"
+                " VALUES ('account:shared', %s)",
+                (ahead,),
+            )
+        destination = Watermarks()
+        with running(destination) as dest:
+            config = store_config(dest.base_url, authority, stores, "a")
+            client = client_for(config, stores["a"])
+            for n in range(3):
+                client.submit(plan("charge", n), execution_id=f"c-{n}")
+            await run_until_idle(config, stores["a"], store_label="a")
+        sent = max(token for resource, token in destination.seen if resource == "account:shared")
+        assert sent > ahead
+        # the authority is lost; its backup is restored and `migrate` run, as after any restore
+        path = tmp_path / "effectusd.toml"
+        path.write_text(
+            f'[fencing]\nurl = "{backup}"\n'
+            + "".join(
+                f'[database.stores.{label}]\nurl = "{url}"\nnamespace = "ns-{label}"\n'
+                for label, url in stores.items()
+            )
+        )
+        result = CliRunner().invoke(main, ["--config", str(path), "migrate"])
+        assert result.exit_code == 0, result.output
+        provider = open_authority(backup, "b", "daemon-b")
+        try:
+            who = holder(1)
+            granted = await provider.grant([(who, ["account:shared"])])
+            [(_, token)] = handed_out(granted.acquire(who, ["account:shared"]))
+        finally:
+            await provider.close()
+        assert token > sent  # carried from store a's counter, which kept what it sent
+    finally:
+        drop_database(backup)
