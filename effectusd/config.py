@@ -375,7 +375,9 @@ class Config(BaseModel):
         """Why these stores cannot fence with this ``[fencing]`` (several stores and a fenced
         verb without an authority, or an authority in a store's database), or None."""
         fenced = sorted(name for name, verb in self.verbs.items() if verb.fencing)
-        stores = {store.label or "database": store.url for store in self.stores()}
+        stores = {
+            store.name if store.label else "[database] url": store.url for store in self.stores()
+        }
         return authority_problem(stores, fenced, self.fencing.url)
 
     def stores(self) -> list[Store]:

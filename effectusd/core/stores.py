@@ -94,11 +94,12 @@ def store_conflicts(stores: Mapping[str, tuple[str, str]]) -> list[str]:
 def authority_problem(
     stores: Mapping[str, str], fenced_verbs: list[str], authority: str | None
 ) -> str | None:
-    """Why ``stores`` (label → url) cannot fence ``fenced_verbs`` with the fencing authority
-    at ``authority`` (None: none configured), or None. Several stores each issuing their own
-    tokens would interleave them for one resource, so a destination's watermark would refuse
-    honest calls and could take a zombie's: with several stores, tokens come from the authority.
-    The authority is a database of its own (its schema is not a store's)."""
+    """Why ``stores`` (each store's name in messages → its url) cannot fence ``fenced_verbs``
+    with the fencing authority at ``authority`` (None: none configured), or None. Several
+    stores each issuing their own tokens would interleave them for one resource, so a
+    destination's watermark would refuse honest calls and could take a zombie's: with several
+    stores, tokens come from the authority. The authority is a database of its own (its schema
+    is not a store's)."""
     if authority is None:
         if len(stores) > 1 and fenced_verbs:
             return (
@@ -110,10 +111,10 @@ def authority_problem(
             )
         return None
     own = database_key(authority)
-    shared = [label for label, url in stores.items() if database_key(url) == own]
+    shared = [name for name, url in stores.items() if database_key(url) == own]
     if shared:
         return (
-            f"fencing.url: names the database of store {', '.join(shared)}; the fencing "
+            f"fencing.url: names the same database as {' and '.join(shared)}; the fencing "
             "authority is a database of its own"
         )
     return None

@@ -75,7 +75,13 @@ def test_several_stores_with_an_authority_load() -> None:
 def test_an_authority_in_a_store_database_is_refused_by_the_store_label() -> None:
     message = refusal(config(FENCED, url="postgresql://other:pw@DB:5432/s1"))
 
-    assert "fencing.url: names the database of store s1" in message
+    assert "fencing.url: names the same database as store 's1'" in message
+
+
+def test_an_authority_in_the_one_store_database_is_refused() -> None:
+    message = refusal(config(FENCED, stores=1, url=f"postgresql://app:{SECRET}@db/s0"))
+
+    assert "fencing.url: names the same database as [database] url;" in message
 
 
 def test_a_sqlite_authority_is_refused() -> None:
@@ -100,7 +106,7 @@ def test_the_refusal_holds_when_an_environment_url_names_the_stores(
     with pytest.raises(ConfigError) as caught:
         load_config(path)
 
-    assert "EFFECTUSD_DATABASE_URL: fencing.url: names the database of store s1" in str(
+    assert "EFFECTUSD_DATABASE_URL: fencing.url: names the same database as store 's1'" in str(
         caught.value
     )
     assert SECRET not in str(caught.value)
