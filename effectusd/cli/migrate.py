@@ -121,7 +121,7 @@ def _report_text(report: dict[str, Any]) -> str:
     authority = report.get("authority")
     if authority is None:
         return text
-    if "error" in authority:
+    if "applied" not in authority:  # as a store's: what it says when it could be read
         body = [f"error: {authority['error']}"]
     else:
         body = _text(authority).splitlines()

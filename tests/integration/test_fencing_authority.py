@@ -180,6 +180,35 @@ async def test_migrate_carries_every_store_counters_so_the_first_grant_is_above_
     assert token > issued
 
 
+def test_migrate_check_names_a_pending_or_unreachable_authority_never_its_url(
+    stores: dict[str, str], tmp_path: Path
+) -> None:
+    empty = create_database("effectusd_authority")
+    unreachable = "postgresql://postgres:pa55word@127.0.0.1:1/fencing?connect_timeout=2"
+    try:
+        for authority, code, said in (
+            (empty, 6, "authority:\n  applied: none\n  pending: 1_fencing_authority, "),
+            (unreachable, 1, "authority:\n  error: cannot connect to the fencing authority: "),
+        ):
+            path = tmp_path / "effectusd.toml"
+            path.write_text(
+                f'[fencing]\nurl = "{authority}"\n'
+                + "".join(
+                    f'[database.stores.{label}]\nurl = "{url}"\nnamespace = "ns-{label}"\n'
+                    for label, url in stores.items()
+                )
+            )
+            result = CliRunner().invoke(main, ["--config", str(path), "migrate", "--check"])
+
+            assert result.exit_code == code, result.output
+            assert said in result.output
+            assert "failed in the fencing authority" in result.output
+            assert "store a:\n  applied: 10001" in result.output  # the stores are checked too
+            assert "pa55word" not in result.output and "effectusd_authority" not in result.output
+    finally:
+        drop_database(empty)
+
+
 async def test_a_holder_in_one_store_keeps_the_resource_from_the_others_but_not_its_own_store(
     authority: str, stores: dict[str, str]
 ) -> None:

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from effectusd.cli import main
 from effectusd.config import ConfigError, load_config, parse_config
 from effectusd.core.contracts import VerbContract
 from effectusd.core.templates import TemplateError
@@ -158,3 +160,25 @@ def test_carry_raises_each_named_resource_to_the_highest_token_of_the_store() ->
 def test_carry_of_a_store_that_granted_nothing_runs_no_statement() -> None:
     with pytest.raises(StopIteration):
         next(carry([], "east"))
+
+
+def test_check_and_run_refuse_several_stores_fencing_without_an_authority(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("EFFECTUSD_DATABASE_URL", raising=False)
+    path = tmp_path / "effectusd.toml"
+    path.write_text(
+        f'[database.stores.s0]\nurl = "postgresql://a:{SECRET}@db/s0"\nnamespace = "n0"\n'
+        f'[database.stores.s1]\nurl = "postgresql://a:{SECRET}@db/s1"\nnamespace = "n1"\n'
+        '[destinations.d]\nbase_url = "http://127.0.0.1:9"\n'
+        '[verbs.pay]\ndestination = "d"\npath = "/p"\nfencing = ["a:{args.x}"]\n'
+    )
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"steps": []}')
+
+    for args in (["check", str(plan)], ["run", "--store", "s0"]):
+        result = CliRunner().invoke(main, ["--config", str(path), *args])
+
+        assert result.exit_code == 3, result.output
+        assert "fencing.url: verb(s) pay are fenced" in result.output
+        assert SECRET not in result.output
