@@ -443,7 +443,7 @@ class Daemon:
         """Claiming work: started, not draining, database reachable."""
         healthy, detail = await self._healthy()
         ready = healthy and self.started and not self.stopping.is_set()
-        fencing = self._store.fencing.readiness() if self._store is not None else None
+        fencing = (await self._store.fencing.readiness()) if self._store is not None else None
         if fencing is not None:  # the fencing authority: fenced work waits while it is down
             ready = ready and fencing[0]
             detail = {**detail, "fencing_authority": fencing[1]}

@@ -27,7 +27,7 @@ from typing import Any
 from effectusd.backends import Backend, Session, backend_for
 from effectusd.backends.errors import DATABASE_ERRORS, UNAVAILABLE, failure_name
 from effectusd.backends.migrations import MigrationError, MigrationSet
-from effectusd.backends.operation import Operation, without_queries
+from effectusd.backends.operation import Operation, single, without_queries
 from effectusd.backends.statements import Statements
 from effectusd.core.states import FencingGuarantee, FencingStatus
 from effectusd.core.templates import STORE_PLACEHOLDER
@@ -50,6 +50,7 @@ AUTHORITY_STATEMENTS = Statements("effectusd", "sql/postgres/authority")
 SKEW_MARGIN = timedelta(seconds=10)
 # The longest a grant or a release waits for the authority before it counts as unreachable.
 AUTHORITY_TIMEOUT_S = 5.0
+PING_TIMEOUT_S = 0.5  # /readyz asking an authority that was unreachable whether it is back
 UNREACHABLE = "the fencing authority, unreachable"
 Counters = Sequence[tuple[str, int]]
 UNREACHABLE_ERRORS: tuple[type[BaseException], ...] = (*DATABASE_ERRORS, TimeoutError)
@@ -156,20 +157,19 @@ class AuthorityFencing(InStore):
         """Take this batch's tokens on the authority, in one transaction there; the provider
         returned hands them out in the store's write-ahead. Unreachable: every claim of the
         batch waits (``AuthorityUnreachable``), and nothing is sent."""
-        # never more than half the shortest dispatch lease left: a claim must still be sent
-        # (or settled unsent) in its own lease
+        # at most half the shortest dispatch lease left: a claim must still be sent (or
+        # settled unsent) in its own lease
         left = min(holder.expires_at for holder, _ in wanted) - datetime.now(UTC)
+        bound = max(PING_TIMEOUT_S, min(AUTHORITY_TIMEOUT_S, left.total_seconds() / 2))
         try:
-            async with asyncio.timeout(min(AUTHORITY_TIMEOUT_S, left.total_seconds() / 2)):
+            async with asyncio.timeout(bound):
                 session = await self._session()
                 taken = await session.write(self._grant(wanted))
         except UNREACHABLE_ERRORS as exc:
             self._unreachable(exc)
             gone = AuthorityUnreachable("", UNREACHABLE)
             return _Granted({_key(holder): gone for holder, _ in wanted}, self.status)
-        if self.unreachable_since is not None:
-            log.info("the fencing authority answers again")
-        self.unreachable_since = None
+        self._reachable()
         return _Granted(taken, self.status)
 
     async def released(self, holders: Sequence[tuple[int, str]]) -> None:
@@ -189,11 +189,20 @@ class AuthorityFencing(InStore):
         except UNREACHABLE_ERRORS as exc:
             self._unreachable(exc)
 
-    def readiness(self) -> tuple[bool, str]:
-        if self.unreachable_since is None:
-            return True, "reachable"
-        down = time.monotonic() - self.unreachable_since
-        return False, f"unreachable for {down:.0f}s: fenced dispatches wait, nothing fenced is sent"
+    async def readiness(self) -> tuple[bool, str]:
+        """Reachable until a grant or release could not reach it; then asked again on each
+        look (a daemon with no fenced work left would otherwise never see it come back)."""
+        if self.unreachable_since is not None:
+            try:
+                async with asyncio.timeout(PING_TIMEOUT_S):
+                    await (await self._session()).read(single("health_ping", {}))
+            except UNREACHABLE_ERRORS:
+                down = time.monotonic() - self.unreachable_since
+                return False, (
+                    f"unreachable for {down:.0f}s: fenced dispatches wait, nothing fenced is sent"
+                )
+            self._reachable()
+        return True, "reachable"
 
     async def close(self) -> None:
         await asyncio.gather(*self.releasing, return_exceptions=True)  # each bounded
@@ -250,6 +259,11 @@ class AuthorityFencing(InStore):
                 rows = yield ("select_fence_holders", {"resources": [busy.resource]})
                 taken[_key(holder)] = FenceBusy(busy.resource, _holder_name(rows))
         return taken
+
+    def _reachable(self) -> None:
+        if self.unreachable_since is not None:
+            log.info("the fencing authority answers again")
+        self.unreachable_since = None
 
     def _unreachable(self, error: BaseException) -> None:
         if self.unreachable_since is None:

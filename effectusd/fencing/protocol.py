@@ -74,7 +74,7 @@ class FencingProvider(Protocol):
         """After that transaction committed: release what is held elsewhere."""
         ...
 
-    def readiness(self) -> tuple[bool, str] | None:
+    async def readiness(self) -> tuple[bool, str] | None:
         """For /readyz: whether fenced work can be sent now and why (None: nothing to say)."""
         ...
 
@@ -91,7 +91,7 @@ class InStore:
     async def released(self, holders: Sequence[tuple[int, str]]) -> None:
         return None
 
-    def readiness(self) -> tuple[bool, str] | None:
+    async def readiness(self) -> tuple[bool, str] | None:
         return None
 
     async def close(self) -> None:

@@ -247,12 +247,12 @@ async def test_a_holder_in_one_store_keeps_the_resource_from_the_others_but_not_
 async def test_an_unreachable_authority_hands_out_waits_and_readiness_says_so() -> None:
     provider = open_authority("postgresql://postgres@127.0.0.1:1/nowhere", "a", "daemon-a")
     try:
-        assert provider.readiness() == (True, "reachable")
+        assert await provider.readiness() == (True, "reachable")
         who = holder(1)
         granted = await provider.grant([(who, ["account:1"])])
         with pytest.raises(AuthorityUnreachable):
             handed_out(granted.acquire(who, ["account:1"]))
-        ready, why = provider.readiness()
+        ready, why = await provider.readiness()
         assert not ready
         assert why.startswith("unreachable for ") and "fenced dispatches wait" in why
         await give_back(provider, who)  # logged, never raised
@@ -299,6 +299,27 @@ class Proxy:
         except asyncio.CancelledError:  # the loop closing under a connection still open
             writer.close()
             up_writer.close()
+
+
+async def test_readiness_sees_the_authority_back_with_no_fenced_work_to_grant(
+    authority: str,
+) -> None:
+    async with relayed(authority) as (proxy, through_proxy):
+        provider = open_authority(through_proxy, "a", "daemon-a")
+        try:
+            who = holder(1)
+            handed_out((await provider.grant([(who, ["account:1"])])).acquire(who, ["account:1"]))
+            await proxy.stop()  # the pool's open connection is cut too
+            gone = await provider.grant([(who, ["account:1"])])
+            with pytest.raises(AuthorityUnreachable):
+                handed_out(gone.acquire(who, ["account:1"]))
+            assert (await provider.readiness())[0] is False
+            await proxy.start()
+            async with asyncio.timeout(30):  # the pool reconnects with its own backoff
+                while (await provider.readiness()) != (True, "reachable"):
+                    await asyncio.sleep(0.1)
+        finally:
+            await provider.close()
 
 
 @asynccontextmanager
