@@ -25,7 +25,7 @@ from importlib.resources.abc import Traversable
 from typing import Any
 
 from effectusd.backends import Backend, Session, backend_for
-from effectusd.backends.errors import DATABASE_ERRORS, UNAVAILABLE, failure_name
+from effectusd.backends.errors import TRANSIENT_ERRORS, UNAVAILABLE, failure_name
 from effectusd.backends.migrations import MigrationError, MigrationSet
 from effectusd.backends.operation import Operation, single, without_queries
 from effectusd.backends.statements import Statements
@@ -53,7 +53,10 @@ AUTHORITY_TIMEOUT_S = 5.0
 PING_TIMEOUT_S = 0.5  # /readyz asking an authority that was unreachable whether it is back
 UNREACHABLE = "the fencing authority, unreachable"
 Counters = Sequence[tuple[str, int]]
-UNREACHABLE_ERRORS: tuple[type[BaseException], ...] = (*DATABASE_ERRORS, TimeoutError)
+# A connection that failed or timed out: the authority cannot be asked now (any other error is
+# the authority refusing one grant).
+UNREACHABLE_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, TimeoutError)
+Taken = dict[tuple[int, str], "Grants | Exception"]
 
 
 def _folder() -> Traversable:
@@ -164,13 +167,32 @@ class AuthorityFencing(InStore):
         try:
             async with asyncio.timeout(bound):
                 session = await self._session()
-                taken = await session.write(self._grant(wanted))
+                try:
+                    taken = await session.write(self._grant(wanted))
+                except UNREACHABLE_ERRORS:
+                    raise
+                except Exception:  # noqa: BLE001 - a grant the authority refused: find whose
+                    taken = await self._grant_alone(session, wanted)
         except UNREACHABLE_ERRORS as exc:
             self._unreachable(exc)
             gone = AuthorityUnreachable("", UNREACHABLE)
             return _Granted({_key(holder): gone for holder, _ in wanted}, self.status)
         self._reachable()
         return _Granted(taken, self.status)
+
+    async def _grant_alone(self, session: Session, wanted: Wanted) -> Taken:
+        """Each holder's grant in a transaction of its own: the one the authority refuses
+        (an error of its own, never a connection's) carries that error into the store's
+        write-ahead, which settles that claim alone as a failed write-ahead."""
+        taken: Taken = {}
+        for holder, resources in wanted:
+            try:
+                taken.update(await session.write(self._grant([(holder, resources)])))
+            except UNREACHABLE_ERRORS:
+                raise
+            except Exception as refused:  # noqa: BLE001 - settled by that claim alone
+                taken[_key(holder)] = refused
+        return taken
 
     async def released(self, holders: Sequence[tuple[int, str]]) -> None:
         """Give back on the authority what ``holders`` took, after their outcomes were
@@ -243,13 +265,13 @@ class AuthorityFencing(InStore):
                 raise
         return session
 
-    def _grant(self, wanted: Wanted) -> Operation[dict[tuple[int, str], Grants | FenceBusy]]:
+    def _grant(self, wanted: Wanted) -> Operation[Taken]:
         named = {
             _key(holder): sorted({store_resource(r, self.label) for r in resources})
             for holder, resources in wanted
         }
         yield from self.operations.lock([r for names in named.values() for r in names])
-        taken: dict[tuple[int, str], Grants | FenceBusy] = {}
+        taken: Taken = {}
         for holder, _ in wanted:
             try:
                 taken[_key(holder)] = yield from self.operations.acquire(
@@ -282,7 +304,7 @@ class _Granted(InStore):
     guarantee = FencingGuarantee.DURABLE_MONOTONIC
 
     def __init__(
-        self, taken: Mapping[tuple[int, str], Grants | FenceBusy], status: FencingStatus
+        self, taken: Mapping[tuple[int, str], Grants | Exception], status: FencingStatus
     ) -> None:
         self.taken = taken
         self._status = status
@@ -296,9 +318,10 @@ class _Granted(InStore):
 
     def acquire(self, holder: FenceHolder, resources: Sequence[str]) -> Operation[Grants]:
         """The holder's grants, each kept in the store's counter (its highest token from the
-        authority, for ``carry`` after a restore); FenceBusy if the authority refused them."""
+        authority, for ``carry`` after a restore); FenceBusy if the resource is held (or the
+        authority unreachable), the authority's error if it refused the grant."""
         outcome = self.taken[_key(holder)]
-        if isinstance(outcome, FenceBusy):
+        if isinstance(outcome, Exception):  # busy, unreachable, or refused by the authority
             raise outcome
         # No lock order is needed for these rows: the authority's leases keep two batches
         # from holding grants for one resource at the same time.

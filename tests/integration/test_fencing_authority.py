@@ -244,6 +244,27 @@ async def test_a_holder_in_one_store_keeps_the_resource_from_the_others_but_not_
         await b.close()
 
 
+async def test_a_grant_the_authority_refuses_fails_that_claim_alone(authority: str) -> None:
+    with psycopg.connect(authority, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO effectus_fencing_counters (resource, last_token)"
+            " VALUES ('account:full', 9007199254740991)"  # 2^53 - 1: no token is left
+        )
+    provider = open_authority(authority, "a", "daemon-a")
+    try:
+        fine, refused = holder(1), holder(2)
+        granted = await provider.grant([(fine, ["account:1"]), (refused, ["account:full"])])
+
+        [(resource, _)] = handed_out(granted.acquire(fine, ["account:1"]))
+        assert resource == "account:1"
+        with pytest.raises(psycopg.Error) as caught:  # the store's write-ahead fails for it
+            handed_out(granted.acquire(refused, ["account:full"]))
+        assert not isinstance(caught.value, FenceBusy)
+        assert await provider.readiness() == (True, "reachable")  # the authority answered
+    finally:
+        await provider.close()
+
+
 async def test_an_unreachable_authority_hands_out_waits_and_readiness_says_so() -> None:
     provider = open_authority("postgresql://postgres@127.0.0.1:1/nowhere", "a", "daemon-a")
     try:
