@@ -27,13 +27,19 @@ from pydantic import (
 
 from effectusd.core.answers import DECLARED, Preset
 from effectusd.core.contracts import VerbContract
-from effectusd.core.database_url import parse_database_url
+from effectusd.core.database_url import PostgresDatabase, parse_database_url
 from effectusd.core.durations import Duration
 from effectusd.core.errors import EffectusError
 from effectusd.core.probes import DEFAULT_CLOCK_SKEW
 from effectusd.core.registry import DEFAULT_FENCE_WAIT_LIMIT, Registry
 from effectusd.core.states import OutcomeClass
-from effectusd.core.stores import Store, label_problem, labelled_url, store_conflicts
+from effectusd.core.stores import (
+    Store,
+    authority_problem,
+    label_problem,
+    labelled_url,
+    store_conflicts,
+)
 from effectusd.core.wire import has_control, is_reserved_header, is_token
 
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "cookie2", "set-cookie"})
@@ -164,6 +170,16 @@ class FencingConfig(BaseModel):
     # How long a dispatch waits for a resource another dispatch holds before it is blocked
     # (blocked_fence). Unset: Config.fence_wait_limit(), longer than any dead holder's lease.
     wait_limit: Duration | None = None
+    # The fencing authority: the PostgreSQL database that issues the fencing tokens of every
+    # store (docs/design.md section 8). Needed with several stores and a fenced verb.
+    url: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _authority_url(cls, value: str | None) -> str | None:
+        if value is not None and not isinstance(parse_database_url(value), PostgresDatabase):
+            raise ValueError("names a SQLite database; the fencing authority is PostgreSQL")
+        return value
 
 
 class ObservabilityConfig(BaseModel):
@@ -348,6 +364,22 @@ class Config(BaseModel):
             raise ValueError("; ".join(missing))
         return self
 
+    @model_validator(mode="after")
+    def _one_authority_for_several_stores(self) -> Config:
+        problem = self.authority_problem()
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    def authority_problem(self) -> str | None:
+        """Why these stores cannot fence with this ``[fencing]`` (several stores and a fenced
+        verb without an authority, or an authority in a store's database), or None."""
+        fenced = sorted(name for name, verb in self.verbs.items() if verb.fencing)
+        stores = {
+            store.name if store.label else "[database] url": store.url for store in self.stores()
+        }
+        return authority_problem(stores, fenced, self.fencing.url)
+
     def stores(self) -> list[Store]:
         """The stores this configuration names: each of ``[database.stores]`` by its label,
         else the one ``[database] url`` (no label) with the top-level namespace."""
@@ -472,3 +504,6 @@ def override_database_urls(config: Config, values: list[str], source: str) -> No
     problems = store_conflicts({k: (v.url, v.namespace) for k, v in config.database.stores.items()})
     if problems:
         raise ConfigError(f"{source}: database.stores: " + "; ".join(problems))
+    problem = config.authority_problem()
+    if problem:
+        raise ConfigError(f"{source}: {problem}")

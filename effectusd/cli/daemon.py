@@ -151,7 +151,9 @@ def run(
         _run_processes(obj, stores, processes, until_idle, workers, log_format, log_level, console)
     if len(stores) > 1:
         sys.exit(_run_fleet(config, stores, until_idle))
-    daemon = Daemon(config, store.url, web=for_daemon(config, store.backend))
+    daemon = Daemon(
+        config, store.url, web=for_daemon(config, store.backend), store_label=store.label
+    )
     if store.label is not None:  # a store of [database.stores]: its namespace's rows alone
         daemon.namespace = config.namespace
     observability = config.observability

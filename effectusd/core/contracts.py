@@ -34,6 +34,7 @@ from effectusd.core.templates import (
     Template,
     encode_path_segment,
     parse_template,
+    without_store_placeholder,
 )
 
 # What releases before the time budget used where a verb set no value: the legacy contract hash
@@ -203,7 +204,9 @@ class VerbContract(DerivedOnce):
 def render_fencing(
     template: Template, args: Mapping[str, JsonValue], facts: Mapping[str, JsonValue]
 ) -> str:
-    return template.render_within(MAX_FENCING_RESOURCE_CHARS, "fencing resource", args, facts)
+    return template.render_within(
+        MAX_FENCING_RESOURCE_CHARS, "fencing resource", args, facts, without_store_placeholder
+    )
 
 
 def pinned(live: VerbContract | None, pinned_hash: str) -> bool:

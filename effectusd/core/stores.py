@@ -91,6 +91,35 @@ def store_conflicts(stores: Mapping[str, tuple[str, str]]) -> list[str]:
     return problems
 
 
+def authority_problem(
+    stores: Mapping[str, str], fenced_verbs: list[str], authority: str | None
+) -> str | None:
+    """Why ``stores`` (each store's name in messages → its url) cannot fence ``fenced_verbs``
+    with the fencing authority at ``authority`` (None: none configured), or None. Several
+    stores each issuing their own tokens would interleave them for one resource, so a
+    destination's watermark would refuse honest calls and could take a zombie's: with several
+    stores, tokens come from the authority. The authority is a database of its own (its schema
+    is not a store's)."""
+    if authority is None:
+        if len(stores) > 1 and fenced_verbs:
+            return (
+                f"fencing.url: verb(s) {', '.join(fenced_verbs)} are fenced and database.stores "
+                f"lists {len(stores)} stores: each store would issue its own tokens, and tokens "
+                "from two stores for one resource interleave (a destination's watermark would "
+                "refuse honest calls and could take a stale one); set fencing.url to the "
+                "PostgreSQL database that issues them for every store"
+            )
+        return None
+    own = database_key(authority)
+    shared = [name for name, url in stores.items() if database_key(url) == own]
+    if shared:
+        return (
+            f"fencing.url: names the same database as {' and '.join(shared)}; the fencing "
+            "authority is a database of its own"
+        )
+    return None
+
+
 def _same(
     stores: Mapping[str, tuple[str, str]], key: Callable[[str, str], tuple[str, ...]]
 ) -> list[str]:

@@ -1,4 +1,6 @@
-"""`{args.x}` / `{facts.x}` templates, used by verb paths and fencing resources."""
+"""`{args.x}` / `{facts.x}` templates, used by verb paths and fencing resources; a fencing
+resource may also name `{store}`, kept as written until the fencing authority of several stores
+puts the store's label in its place (docs/design.md section 8)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from effectusd.core.canonical import JsonValue
 
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _NAME = re.compile(r"(args|facts)\.([A-Za-z_][A-Za-z0-9_]*)")
+STORE = "store"  # the scope of the one placeholder without a name: {store}
+STORE_PLACEHOLDER = "{store}"
 
 
 class TemplateError(ValueError):
@@ -98,9 +102,16 @@ def parse_template(source: str, allowed_scopes: frozenset[str]) -> Template:
             raise TemplateError(f"template {source!r}: unbalanced brace")
         if literal:
             parts.append(literal)
+        if match.group(1).strip() == STORE and STORE in allowed_scopes:
+            parts.append(STORE_PLACEHOLDER)  # as written: the authority fills it at grant time
+            position = match.end()
+            continue
         name = _NAME.fullmatch(match.group(1).strip())
         if name is None or name.group(1) not in allowed_scopes:
-            scopes = " or ".join(f"{{{scope}.NAME}}" for scope in sorted(allowed_scopes))
+            scopes = " or ".join(
+                STORE_PLACEHOLDER if scope == STORE else f"{{{scope}.NAME}}"
+                for scope in sorted(allowed_scopes)
+            )
             raise TemplateError(
                 f"template {source!r}: placeholder {{{match.group(1)}}} must be {scopes}"
             )
@@ -123,4 +134,14 @@ def encode_path_segment(value: str) -> str:
 
 
 PATH_SCOPES = frozenset({"args"})
-FENCING_SCOPES = frozenset({"args", "facts"})
+FENCING_SCOPES = frozenset({"args", "facts", STORE})
+
+
+def without_store_placeholder(value: str) -> str:
+    """A value put into a fencing resource may not hold ``{store}``: the authority would read
+    it as the placeholder, and a resource meant to be global would become one per store."""
+    if STORE_PLACEHOLDER in value:
+        raise TemplateError(
+            f"holds {STORE_PLACEHOLDER}, which names the store in a fencing resource"
+        )
+    return value

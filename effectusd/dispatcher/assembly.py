@@ -13,12 +13,15 @@ from effectusd.core.registry import Registry
 from effectusd.dispatcher.capacity import Capacity, wait_limits
 from effectusd.executors.factory import executor_for
 from effectusd.executors.protocol import Executor
+from effectusd.fencing.authority import open_authority
 from effectusd.fencing.memory import MemoryFencing
 from effectusd.fencing.protocol import FencingProvider
 from effectusd.fencing.store import StoreFencing
 
 
-def fencing_provider(config: Config) -> FencingProvider:
+def fencing_provider(config: Config, label: str | None = None, owner: str = "") -> FencingProvider:
+    """The provider of a daemon serving the store ``label``: the fencing authority's when the
+    configuration names one, else the store's own tokens (or, in tests, the in-memory ones)."""
     if config.fencing.provider == "memory":
         if not config.fencing.test_setup:
             raise ConfigError(
@@ -27,6 +30,8 @@ def fencing_provider(config: Config) -> FencingProvider:
                 "fencing.test_setup = true to use it there, or use the store provider."
             )
         return MemoryFencing()
+    if config.fencing.url is not None:
+        return open_authority(config.fencing.url, label, owner)
     return StoreFencing()
 
 

@@ -27,6 +27,7 @@ from effectusd.dispatcher.pipeline import Pipeline
 from effectusd.dispatcher.probes import Prober
 from effectusd.dispatcher.signals import install_stop_signals
 from effectusd.executors.protocol import Executor
+from effectusd.fencing.authority import AuthorityFencing, authority_current
 from effectusd.store.dialects import open_dispatch_store
 from effectusd.store.dispatch import DispatchStore
 from effectusd.store.sql import store_backend
@@ -77,13 +78,17 @@ class Daemon:
         owner: str | None = None,
         tracer_provider: object | None = None,
         web: WebExtension | None = None,
+        store_label: str | None = None,
     ) -> None:
         """``tracer_provider``: an OpenTelemetry TracerProvider for the attempt spans; by
         default the global one, and tracing stays off while none is set. ``web``: more
-        routes on the observability port (the console, composed by `effectusd run`)."""
+        routes on the observability port (the console, composed by `effectusd run`).
+        ``store_label``: the label of the store served, among several (the fencing authority
+        names its holders by it, and fills ``{store}`` in resources with it)."""
         self.config = config
         self.tracer_provider = tracer_provider
         self.database_url = database_url
+        self.store_label = store_label
         self.owner = owner or new_owner_id()
         self.registry = config.registry()
         self._executors = executors
@@ -115,6 +120,8 @@ class Daemon:
         or with extra routes (a console) nobody may use safely, before touching anything
         else; and say what the configuration allows but should change."""
         fencing_provider(self.config)
+        if self.config.fencing.url is not None:
+            authority_current(self.config.fencing.url)
         for warning in [] if self.fleet_part else self.config.warnings():
             log.warning("%s", warning)
         serving = self.config.observability.http_port is not None
@@ -130,15 +137,19 @@ class Daemon:
 
     async def _open_store(self) -> DispatchStore:
         database = self.config.database
-        return await open_dispatch_store(
+        fencing = fencing_provider(self.config, self.store_label, self.owner)
+        store = await open_dispatch_store(
             self.backend,
             self.registry,
             self.owner,
             self.config.dispatcher.lease_margin.total_seconds(),
-            fencing_provider(self.config),
+            fencing,
             (database.pool_min_size, database.pool_max_size),
             self.namespace,
         )
+        if isinstance(fencing, AuthorityFencing):  # its counters go to the authority first
+            fencing.own_counters = store.fencing_counters
+        return store
 
     async def run(self, until_idle: bool = False, *, checked: bool = False) -> int:
         """Start, claim until stopped (or idle), drain, stop. A start that fails after
@@ -436,6 +447,10 @@ class Daemon:
         """Claiming work: started, not draining, database reachable."""
         healthy, detail = await self._healthy()
         ready = healthy and self.started and not self.stopping.is_set()
+        fencing = (await self._store.fencing.readiness()) if self._store is not None else None
+        if fencing is not None:  # the fencing authority: fenced work waits while it is down
+            ready = ready and fencing[0]
+            detail = {**detail, "fencing_authority": fencing[1]}
         return ready, {
             **detail,
             "started": self.started,

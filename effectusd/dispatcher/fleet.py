@@ -153,7 +153,9 @@ class Fleet:
         config = self.config.model_copy(deep=True, update={"namespace": store.namespace})
         config.observability.http_port = None
         owner = f"{self.owner}/{store.label}"  # its leases and log lines name the store
-        daemon = Daemon(config, store.url, owner=owner, tracer_provider=tracer_provider)
+        daemon = Daemon(
+            config, store.url, owner=owner, tracer_provider=tracer_provider, store_label=store.label
+        )
         daemon.capacity = self.slots.for_store(daemon.wake.set)
         daemon.namespace = store.namespace
         daemon.stopping = self.stopping

@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 
 from effectusd.backends.operation import Operation, without_queries
 from effectusd.core.states import FencingGuarantee, FencingStatus
-from effectusd.fencing.protocol import FenceBusy, FenceHolder, Grants
+from effectusd.fencing.protocol import FenceBusy, FenceHolder, Grants, InStore
 
 
-class MemoryFencing:
+class MemoryFencing(InStore):
     guarantee = FencingGuarantee.LOCAL_ADVISORY
 
     def __init__(self) -> None:

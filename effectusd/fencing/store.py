@@ -13,13 +13,14 @@ layout and its limits: docs/design.md section 8.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from effectusd.backends.operation import Operation
 from effectusd.core.states import FencingGuarantee, FencingStatus
-from effectusd.fencing.protocol import FenceBusy, FenceHolder, Grants
+from effectusd.fencing.protocol import FenceBusy, FenceHolder, Grants, InStore
 
 
-class StoreFencing:
+class StoreFencing(InStore):
     guarantee = FencingGuarantee.DURABLE_MONOTONIC
 
     @property
@@ -35,15 +36,7 @@ class StoreFencing:
         for resource in resources:
             # One statement per resource takes the lease and the next token, or nothing when
             # another live holder has it (acquire_fence.sql in each store's dialect).
-            rows = yield (
-                "acquire_fence",
-                {
-                    "resource": resource,
-                    "dispatch_id": holder.dispatch_id,
-                    "lease_token": holder.lease_token,
-                    "expires_at": holder.expires_at,
-                },
-            )
+            rows = yield ("acquire_fence", self._acquire_params(holder, resource))
             token = rows[0]["token"] if rows else None
             if token is None:
                 # All or none: give back what this holder took. The tokens it used stay
@@ -52,6 +45,14 @@ class StoreFencing:
                 raise FenceBusy(resource)
             grants.append((resource, int(token)))
         return tuple(grants)
+
+    def _acquire_params(self, holder: FenceHolder, resource: str) -> dict[str, Any]:
+        return {
+            "resource": resource,
+            "dispatch_id": holder.dispatch_id,
+            "lease_token": holder.lease_token,
+            "expires_at": holder.expires_at,
+        }
 
     def release(self, holders: Sequence[tuple[int, str]]) -> Operation[None]:
         if holders:

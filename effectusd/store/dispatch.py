@@ -33,6 +33,7 @@ from effectusd.core.states import (
     SagaState,
 )
 from effectusd.core.transition import Completion, SagaFacts, Transition
+from effectusd.fencing.authority import select_counters
 from effectusd.fencing.protocol import FencingProvider
 from effectusd.store.records import Claim
 from effectusd.store.rows import (
@@ -71,6 +72,8 @@ class RecordReport:
     notified: set[str] = field(default_factory=set)
     # new dispatches written claimed by this daemon (``record``'s ``take_slot``): to call now
     claimed: list[Claim] = field(default_factory=list)
+    # the (dispatch_id, lease_token) holders whose fencing leases the record gave back
+    released: list[tuple[int, str]] = field(default_factory=list)
 
     def merge(self, other: RecordReport) -> RecordReport:
         return RecordReport(
@@ -82,6 +85,7 @@ class RecordReport:
             transitions=self.transitions + other.transitions,
             notified=self.notified | other.notified,
             claimed=self.claimed + other.claimed,
+            released=self.released + other.released,
         )
 
 
@@ -163,8 +167,9 @@ class DispatchStore(WriteAheadStore):
         raise NotImplementedError
 
     async def close(self) -> None:
-        """Give back connections and threads."""
+        """Give back connections and threads (the fencing authority's too)."""
         await self.session.close()
+        await self.fencing.close()
 
     # -- 1. claim --------------------------------------------------------------------------
     async def claim(
@@ -186,7 +191,7 @@ class DispatchStore(WriteAheadStore):
 
     # -- 2. reclaim expired leases ----------------------------------------------------------
     async def reclaim_expired(self, limit: int = 100) -> RecordReport:
-        return await self._write(self._reclaim(limit))
+        return await self._released(await self._write(self._reclaim(limit)))
 
     async def expired_completions(self, limit: int = 100) -> list[Completion]:
         """What ``reclaim_expired`` would record, read on its own: the pipeline records
@@ -221,7 +226,14 @@ class DispatchStore(WriteAheadStore):
         ``slots`` has a slot for is written claimed by this daemon and comes back in
         ``claimed``, to be called at once."""
         taker = slots if self.claims_in_record else None
-        return await self._write(self._record(completions, crash_point=True, slots=taker))
+        report = await self._write(self._record(completions, crash_point=True, slots=taker))
+        return await self._released(report)
+
+    async def _released(self, report: RecordReport) -> RecordReport:
+        """After a record committed: give back what its holders took where the store does
+        not keep it (the fencing authority of several stores)."""
+        await self.fencing.released(report.released)
+        return report
 
     def _record(
         self,
@@ -272,6 +284,7 @@ class DispatchStore(WriteAheadStore):
         if claimed:
             report.claimed = yield from self._insert_claimed(claimed)
         yield from self.fencing.release(writes.released)
+        report.released = writes.released
         yield from notify_rows(writes)
         report.notified = writes.destinations
         if crash_point:
@@ -311,7 +324,7 @@ class DispatchStore(WriteAheadStore):
     async def quarantine(self, completion: Completion, failure: str) -> RecordReport:
         """Settle ``completion`` alone into ``blocked_unknown`` with ``failure`` as evidence
         (see ``effectusd.core.poison``); reads neither the plan nor the facts."""
-        return await self._write(self._quarantine(completion, failure))
+        return await self._released(await self._write(self._quarantine(completion, failure)))
 
     def _quarantine(self, completion: Completion, failure: str) -> Operation[RecordReport]:
         report = RecordReport()
@@ -344,6 +357,7 @@ class DispatchStore(WriteAheadStore):
             report.transitions.append((held, transition, drow))
         yield from write_rows(writes)
         yield from self.fencing.release(writes.released)
+        report.released = writes.released
         return report
 
     # -- waiting and watching ---------------------------------------------------------------
@@ -360,6 +374,10 @@ class DispatchStore(WriteAheadStore):
 
     async def sample(self) -> OutboxSample:
         return await self._read(outbox_sample())
+
+    async def fencing_counters(self) -> list[tuple[str, int]]:
+        """Every resource this store granted and its last token."""
+        return await self._read(select_counters())
 
     async def ping(self) -> None:
         await self._read(single("health_ping", {}))

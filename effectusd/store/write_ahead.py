@@ -1,5 +1,6 @@
 """The write-ahead step of a store: fencing tokens taken and each claim marked sent, in one
-transaction, before anything is called.
+transaction, before anything is called. A provider whose tokens live elsewhere (the fencing
+authority of several stores) takes them just before that transaction (``FencingProvider.grant``).
 
 A claim that must not be called (a fencing resource held by another live dispatch, or its own
 write-ahead failed) comes back as a known-not-committed completion for the recorder.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from effectusd.backends.batches import isolate
@@ -19,7 +21,12 @@ from effectusd.core.canonical import canonical_text
 from effectusd.core.engine import FENCE_WAIT_ENDED
 from effectusd.core.states import Cause, FencingStatus
 from effectusd.core.transition import Completion, Event, FenceWait
-from effectusd.fencing.protocol import FenceBusy, FenceHolder, FencingProvider
+from effectusd.fencing.protocol import (
+    AuthorityUnreachable,
+    FenceBusy,
+    FenceHolder,
+    FencingProvider,
+)
 from effectusd.store.records import Claim, WriteAhead
 from effectusd.store.rows import event_params
 
@@ -52,14 +59,21 @@ class WriteAheadStore:
         is split until the claim that fails alone is found (``isolate``), so one bad claim
         never holds back the others.
         """
+        wanted = [(_holder(claim), claim.fencing_resources) for claim in claims]
+        fenced = [(holder, resources) for holder, resources in wanted if resources]
+        fencing = (await self.fencing.grant(fenced)) if fenced else self.fencing
         return await isolate(
-            claims, self._write_ahead_batch, self._write_ahead_alone, _both, _note_failed
+            claims,
+            partial(self._write_ahead_batch, fencing=fencing),
+            self._write_ahead_alone,
+            _both,
+            _note_failed,
         )
 
     async def _write_ahead_batch(
-        self, claims: Sequence[Claim]
+        self, claims: Sequence[Claim], fencing: FencingProvider
     ) -> tuple[list[WriteAhead], list[Completion]]:
-        operation = self._write_ahead(claims)
+        operation = self._write_ahead(claims, fencing)
         if any(claim.fencing_resources for claim in claims):
             return await self._write(operation)
         return await self._write_single(operation)  # unfenced: the one write_ahead statement
@@ -77,26 +91,28 @@ class WriteAheadStore:
         return [], [Completion.not_sent(claim, Cause.WRITE_AHEAD_FAILED, failed, actor=self.owner)]
 
     def _write_ahead(
-        self, claims: Sequence[Claim]
+        self, claims: Sequence[Claim], fencing: FencingProvider | None = None
     ) -> Operation[tuple[list[WriteAhead], list[Completion]]]:
+        """``fencing``: what ``FencingProvider.grant`` returned for this batch (by default the
+        store's provider itself, whose tokens live in the store)."""
+        fencing = fencing or self.fencing
         ready: list[WriteAhead] = []
-        waiting: list[tuple[Claim, str]] = []  # (claim, the resource another dispatch holds)
+        waiting: list[tuple[Claim, FenceBusy]] = []  # (claim, why it may not be sent)
         fenced = [claim for claim in claims if claim.fencing_resources]
         if fenced:
             # Claims are taken in claim order, each claim's resources in canonical order: only
             # one global lock order over the whole batch keeps two batches from deadlocking.
-            yield from self.fencing.lock([r for claim in fenced for r in claim.fencing_resources])
+            yield from fencing.lock([r for claim in fenced for r in claim.fencing_resources])
         for claim in claims:
             if not claim.fencing_resources:
                 ready.append(WriteAhead(claim, (), FencingStatus.NOT_REQUESTED))
                 continue
-            holder = FenceHolder(claim.dispatch_id, claim.lease_token, claim.lease_expires_at)
             try:
-                grants = yield from self.fencing.acquire(holder, claim.fencing_resources)
+                grants = yield from fencing.acquire(_holder(claim), claim.fencing_resources)
             except FenceBusy as taken:
-                waiting.append((claim, taken.resource))
+                waiting.append((claim, taken))
             else:
-                ready.append(WriteAhead(claim, grants, self.fencing.status))
+                ready.append(WriteAhead(claim, grants, fencing.status))
         busy = (yield from self._fence_waits(waiting)) if waiting else []
         if not ready:
             return [], busy
@@ -129,44 +145,58 @@ class WriteAheadStore:
         )
         return event_params(claim.saga_id, event)
 
-    def _fence_waits(self, waiting: Sequence[tuple[Claim, str]]) -> Operation[list[Completion]]:
+    def _fence_waits(
+        self, waiting: Sequence[tuple[Claim, FenceBusy]]
+    ) -> Operation[list[Completion]]:
         """Count each busy claim as a fence wait (not an attempt of the retry budget) and tell
-        the engine how long the wait has lasted and who holds the resource."""
-        marked = yield (
-            "mark_fence_waits",
-            {
-                "dispatch_ids": [claim.dispatch_id for claim, _ in waiting],
-                "attempts": [claim.attempt for claim, _ in waiting],
-                "lease_tokens": [claim.lease_token for claim, _ in waiting],
-            },
-        )
+        the engine how long the wait has lasted and who holds the resource. A claim whose
+        tokens could not be asked for (the fencing authority unreachable) waits too, but such
+        a round is not counted: it starts no wait and never blocks the dispatch."""
+        counted = [(c, why) for c, why in waiting if not isinstance(why, AuthorityUnreachable)]
+        marked = (yield ("mark_fence_waits", _holders_params(counted))) if counted else []
         waited = {row["dispatch_id"]: float(row["waited_s"] or 0.0) for row in marked}
         started = {row["dispatch_id"] for row in marked if row["started"]}
+        unnamed = sorted({why.resource for _, why in counted if why.holder is None})
         holders = {
             row["resource"]: row
-            for row in (
-                yield ("select_fence_holders", {"resources": sorted({r for _, r in waiting})})
-            )
+            for row in ((yield ("select_fence_holders", {"resources": unnamed})) if unnamed else [])
         }
         busy = []
-        for claim, resource in waiting:
-            who = _holder_name(holders.get(resource))
+        for claim, why in waiting:
+            who = why.holder or _holder_name(holders.get(why.resource))
             busy.append(
                 Completion.not_sent(
                     claim,
                     FenceWait(
                         timedelta(seconds=max(waited.get(claim.dispatch_id, 0.0), 0.0)),
                         who,
-                        resource,
+                        why.resource or None,
                         claim.dispatch_id in started,
                     ),
-                    # the resource itself is not named: its text may carry argument values
-                    f"a fencing resource is held by another live dispatch ({who}); "
-                    "nothing was sent",
+                    _waiting_reason(why, who),
                     actor=self.owner,
                 )
             )
         return busy
+
+
+def _holder(claim: Claim) -> FenceHolder:
+    return FenceHolder(claim.dispatch_id, claim.lease_token, claim.lease_expires_at, claim.saga_id)
+
+
+def _waiting_reason(why: FenceBusy, who: str) -> str:
+    if isinstance(why, AuthorityUnreachable):
+        return "the fencing authority cannot be reached; nothing was sent"
+    # the resource itself is not named: its text may carry argument values
+    return f"a fencing resource is held by another live dispatch ({who}); nothing was sent"
+
+
+def _holders_params(waiting: Sequence[tuple[Claim, FenceBusy]]) -> dict[str, list[Any]]:
+    return {
+        "dispatch_ids": [claim.dispatch_id for claim, _ in waiting],
+        "attempts": [claim.attempt for claim, _ in waiting],
+        "lease_tokens": [claim.lease_token for claim, _ in waiting],
+    }
 
 
 def _both(

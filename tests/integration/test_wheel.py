@@ -59,7 +59,7 @@ def test_the_wheel_ships_the_migrations_and_the_named_queries(wheel: Path) -> No
     assert owners == {  # each dialect's folder, one subfolder per owner of statements
         f"effectusd/sql/{dialect}/{owner}"
         for dialect, owner_names in (
-            ("postgres", ("store", "backend", "bench", "destination")),
+            ("postgres", ("store", "backend", "bench", "destination", "authority")),
             ("sqlite", ("store", "backend", "destination")),
         )
         for owner in owner_names
@@ -76,6 +76,12 @@ def test_the_wheel_ships_the_migrations_and_the_named_queries(wheel: Path) -> No
         assert f"effectusd/console/templates/{template.name}" in names
     for migration in (REPO / "schema" / "sqlite").glob("*.sql"):
         assert f"effectusd/schema/sqlite/{migration.name}" in names
+    # the fencing authority's, one of them a link to the stores' migration 10023: shipped as
+    # the file it names
+    for migration in (REPO / "schema" / "authority").glob("*.sql"):
+        with zipfile.ZipFile(wheel) as archive:
+            shipped_text = archive.read(f"effectusd/schema/authority/{migration.name}")
+        assert shipped_text == migration.read_bytes()
 
 
 def test_migrations_read_from_the_wheel_match_the_source_tree(wheel: Path) -> None:

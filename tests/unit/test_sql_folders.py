@@ -14,6 +14,7 @@ from effectusd.backends.statements import Statements
 from effectusd.bench.database import BENCH_STATEMENTS
 from effectusd.destination.queries import POSTGRES as POSTGRES_KIT
 from effectusd.destination.queries import SQLITE as SQLITE_KIT
+from effectusd.fencing.authority import AUTHORITY_STATEMENTS
 from effectusd.store.sql import MIGRATIONS, POSTGRES_STATEMENTS, SQLITE_STATEMENTS, store_backend
 
 # (dialect folder, owner) -> the loader of that owner's statements in that dialect
@@ -22,6 +23,7 @@ LOADERS: dict[tuple[str, str], Statements] = {
     ("postgres", "backend"): POSTGRES_BACKEND,
     ("postgres", "bench"): BENCH_STATEMENTS,
     ("postgres", "destination"): POSTGRES_KIT,
+    ("postgres", "authority"): AUTHORITY_STATEMENTS,
     ("sqlite", "store"): SQLITE_STATEMENTS,
     ("sqlite", "backend"): SQLITE_BACKEND,
     ("sqlite", "destination"): SQLITE_KIT,

@@ -1,0 +1,1 @@
+../store/health_ping.sql

@@ -1,0 +1,1 @@
+../store/lock_fence_resources.sql

@@ -1,0 +1,1 @@
+SELECT version, name, checksum FROM effectus_authority_migrations ORDER BY version

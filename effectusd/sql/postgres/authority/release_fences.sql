@@ -1,0 +1,1 @@
+../store/release_fences.sql

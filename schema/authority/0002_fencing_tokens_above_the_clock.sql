@@ -1,0 +1,1 @@
+../migrations/10023_fencing_tokens_above_the_clock.sql
