@@ -13,6 +13,7 @@ import pytest
 
 from effectusd.backends.postgres.runner import with_array_texts
 from effectusd.backends.postgres.session import PoolSession
+from effectusd.store.operations import lock_sagas_params
 from effectusd.store.sql import POSTGRES_STATEMENTS as STORE_STATEMENTS
 from tests.support.backends import postgres_sql as sql
 
@@ -134,7 +135,7 @@ def recorder_reads(conn: psycopg.Connection, batch: int) -> dict[str, dict[str, 
     ).fetchall()
     dispatch_ids, saga_ids = [r[0] for r in rows], [r[1] for r in rows]
     return {
-        "lock_sagas": {"saga_ids": [], "dispatch_ids": dispatch_ids, "known_plans": []},
+        "lock_sagas": lock_sagas_params(dispatch_ids=dispatch_ids),
         "lock_dispatches": {"dispatch_ids": dispatch_ids, "saga_ids": saga_ids},
         "select_steps_of_sagas": {"saga_ids": saga_ids},
         "select_completion_attempts": {"dispatch_ids": dispatch_ids, "attempts": [1] * batch},
