@@ -293,6 +293,7 @@ def test_the_probe_loop_reads_only_blocked_dispatches_and_due_probes(db: str) ->
             {"limit": 32, "verbs": ["v"], "hold_s": [60.0], "max_probes": [20]},
         )
         pending = plan_of(conn, sql("probe_pending").as_string(conn), {"verbs": ["v"]})
+        orphans = plan_of(conn, sql("probe_orphans").as_string(conn), {"verbs": ["v"], "limit": 32})
         conn.rollback()
     assert "effectus_saga_outbox_blocked_unknown" in unscheduled, unscheduled
     assert "Seq Scan" not in unscheduled, unscheduled
@@ -300,3 +301,5 @@ def test_the_probe_loop_reads_only_blocked_dispatches_and_due_probes(db: str) ->
     assert "Seq Scan" not in take, take
     assert "effectus_dispatch_probes_due" in pending, pending  # --until-idle's question
     assert "Seq Scan" not in pending, pending
+    assert "effectus_dispatch_probes_due" in orphans, orphans  # probes of a removed config
+    assert "Seq Scan" not in orphans, orphans
