@@ -6,6 +6,7 @@ several is refused naming each candidate with its store's label."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -73,14 +74,19 @@ def each_store(
 async def each_store_async(
     stores: Sequence[S], work: Callable[[S], Awaitable[T]]
 ) -> tuple[Done[S, T], list[Unreached[S]]]:
-    """``each_store`` for work that is awaited (the console's)."""
+    """``each_store`` for work that is awaited (the console's), in every store at once: a
+    store slow to answer (or to refuse a connection) delays the answer by its own time only,
+    not the sum of all. Any error but a store's being unreached is raised."""
+    results = await asyncio.gather(*(work(store) for store in stores), return_exceptions=True)
     done: Done[S, T] = []
     unreached: list[Unreached[S]] = []
-    for store in stores:
-        try:
-            done.append((store, await work(store)))
-        except UNREACHED as exc:
-            unreached.append(Unreached.of(store, exc))
+    for store, result in zip(stores, results, strict=True):
+        if isinstance(result, UNREACHED):
+            unreached.append(Unreached.of(store, result))
+        elif isinstance(result, BaseException):
+            raise result
+        else:
+            done.append((store, result))
     return done, unreached
 
 
