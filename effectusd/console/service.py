@@ -37,7 +37,6 @@ from effectusd.store.dispatch import outbox_sample
 
 MAX_LIST = 1_000
 FINISHED_WINDOW = timedelta(hours=1)
-BLOCKED_STATES = tuple(state.value for state in SagaState if state.is_blocked)
 ACTIONS = ("resolve", "retry", "cancel", "adopt-contract")
 # The console's name of each action on a whole saga (its path, its form).
 SAGA_ACTIONS = {
@@ -241,7 +240,7 @@ def _blocked_queue(
     """Blocked sagas, longest blocked first, each summarised with the actions on the whole
     saga it admits now, in one read transaction."""
     rows = []
-    for state in BLOCKED_STATES:
+    for state in operations.BLOCKED_STATES:
         rows += yield from operations.list_sagas(state=state, namespace=namespace, limit=limit)
     rows.sort(key=lambda row: (row["updated_at"], row["saga_id"]))
     summaries = []
