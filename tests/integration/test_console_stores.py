@@ -23,6 +23,7 @@ from effectusd.console import Console
 from effectusd.console.stores import Served
 from effectusd.store.sql import store_backend
 from effectusd.web import WebServer
+from tests.conftest import create_database, drop_database
 from tests.integration.test_cli_stores import (
     CONFIG,
     DOWN,
@@ -326,3 +327,20 @@ async def test_in_chromium_the_list_names_each_store_and_a_saga_opens_from_its_o
     assert stores == ["west", "east"]
     assert west in text and east not in text
     assert "west running p w-1" in " ".join(text.split())  # its store heads the saga's facts
+
+
+async def test_a_store_not_migrated_is_named_saying_so_and_the_others_shown(
+    two_stores: dict[str, str],
+) -> None:
+    west = submit(CONFIG, two_stores["west"], "west", "w-1")
+    empty = create_database("effectusd_store_empty")
+    try:
+        async with console_over({"west": two_stores["west"], "east": empty}) as http:
+            listed = await http.get("/api/sagas", headers=AUTH)
+            shown = await http.get(f"/api/sagas/{west}", headers=AUTH)
+    finally:
+        drop_database(empty)
+
+    assert [row["saga_id"] for row in listed.json()["sagas"]] == [west]
+    assert "effectusd migrate" in listed.json()["unreached"]["east"]
+    assert shown.status_code == 200 and shown.json()["saga_id"] == west
