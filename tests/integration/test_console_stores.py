@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from tests.integration.test_cli_stores import (
     DOWN,
     NAMESPACES,
     SECRET,
+    cli,
     state,
     stores_file,
     submit,
@@ -236,60 +237,81 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+Started = tuple[str, "subprocess.Popen[str]"]
+
+
 @pytest.fixture
-def console_process(two_stores: dict[str, str], tmp_path: Path) -> Iterator[tuple[str, Any]]:
-    """`effectusd console` over east, west and a store that is down: its base URL, and the
-    process (its stderr a pipe)."""
+def consoles(two_stores: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Started]]:
+    """Start `effectusd console` (with the given options) over east, west and a store that is
+    down: its base URL once it answers, and the process (its stderr a pipe)."""
     config = stores_file(tmp_path, CONFIG, {**two_stores, "down": DOWN})
-    port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("EFFECTUSD_")}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "effectusd.cli",
-            "--config",
-            str(config),
-            "console",
-            "--port",
-            str(port),
-        ],
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        yield f"http://127.0.0.1:{port}", process
-    finally:
+    started: list[subprocess.Popen[str]] = []
+
+    def start(*options: str) -> Started:
+        port = _free_port()
+        command = [sys.executable, "-m", "effectusd.cli", "--config", str(config), "console"]
+        process = subprocess.Popen(
+            [*command, "--port", str(port), *options], env=env, stderr=subprocess.PIPE, text=True
+        )
+        started.append(process)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:  # polling for the server to listen, under a deadline
+            assert process.poll() is None, process.stderr and process.stderr.read()
+            with contextlib.suppress(httpx.TransportError):
+                httpx.get(f"{base}/login", timeout=5)
+                return base, process
+            assert time.monotonic() < deadline, "the console did not start"
+            time.sleep(0.05)
+
+    yield start
+    for process in started:
         process.terminate()
         process.wait(timeout=30)
         if process.stderr is not None:
             process.stderr.close()
 
 
+def stopped(process: subprocess.Popen[str]) -> str:
+    """Stop ``process``: what it said on stderr."""
+    process.terminate()
+    process.wait(timeout=30)
+    assert process.stderr is not None
+    return process.stderr.read()
+
+
 def test_effectusd_console_serves_every_store_and_names_the_one_it_could_not_read(
-    two_stores: dict[str, str], console_process: tuple[str, Any]
+    two_stores: dict[str, str], consoles: Callable[..., Started]
 ) -> None:
     west = submit(CONFIG, two_stores["west"], "west", "w-1")
-    base, process = console_process
-    deadline = time.monotonic() + 30
-    listed = None
-    while listed is None:
-        assert process.poll() is None, process.stderr.read()
-        with contextlib.suppress(httpx.TransportError):
-            listed = httpx.get(f"{base}/api/sagas", timeout=5)
-        if listed is None:
-            assert time.monotonic() < deadline, "the console did not start"
-            time.sleep(0.05)  # polling for the server to listen, under a deadline
+    base, process = consoles()
+
+    listed = httpx.get(f"{base}/api/sagas", timeout=30)
 
     assert listed.status_code == 200, listed.text
     assert [(row["store"], row["saga_id"]) for row in listed.json()["sagas"]] == [("west", west)]
     assert list(listed.json()["unreached"]) == ["down"]
-    process.terminate()
-    process.wait(timeout=30)
-    stderr = process.stderr.read()
+    stderr = stopped(process)
     assert "warning: store 'down' could not be read:" in stderr
     without_down(listed.text + stderr)
+
+
+def test_effectusd_console_store_serves_that_store_alone(
+    two_stores: dict[str, str], consoles: Callable[..., Started], tmp_path: Path
+) -> None:
+    submit(CONFIG, two_stores["west"], "west", "w-1")
+    east = submit(CONFIG, two_stores["east"], "east", "e-1")
+    base, process = consoles("--store", "east")
+
+    listed = httpx.get(f"{base}/api/sagas", timeout=30)
+    unknown = cli(stores_file(tmp_path, CONFIG, two_stores), "console", "--store", "north")
+
+    assert [(row["store"], row["saga_id"]) for row in listed.json()["sagas"]] == [("east", east)]
+    assert listed.json()["unreached"] == {}
+    assert "could not be read" not in stopped(process)  # the store that is down is not served
+    assert unknown.exit_code == 2
+    assert "--store north: no such store; stores: east, west" in unknown.stderr
 
 
 def _search_and_open(driver: Any, base: str, saga: str) -> tuple[list[str], str]:
