@@ -119,12 +119,13 @@ def with_unread(body: Html, unread: Mapping[str, str]) -> Html:
 
 
 def not_located(exc: NotLocated) -> Html:
-    """Why a saga's name gave no page: each saga it fits (linked, with its store), or the
-    stores that could not be searched."""
+    """Why a saga's name gave no page: each saga it fits (linked, with its store when the
+    console serves several), or the stores that could not be searched."""
     first = exc.message.split("\n", 1)[0]
+    stored = any("store" in c for c in exc.candidates)
     rows = [
         (
-            c["store"] or "",
+            *([c["store"]] if stored else []),
             saga_link(c["saga_id"], c["saga_id"]),
             state(c["state"]),
             c["plan_id"],
@@ -132,7 +133,8 @@ def not_located(exc: NotLocated) -> Html:
         )
         for c in exc.candidates
     ]
-    listed = table(["store", "saga", "state", "plan", "execution id"], rows) if rows else ""
+    head = [*(["store"] if stored else []), "saga", "state", "plan", "execution id"]
+    listed = table(head, rows) if rows else ""
     return join([tag("p", first, class_="error"), listed])
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from effectusd.backends.operation import Operation
 from effectusd.config import Config
-from effectusd.console.stores import ServedStore, Stores, Unread, unread
+from effectusd.console.stores import ServedStore, Stores, Unread, labelled, unread
 from effectusd.core import operator_decisions as decide
 from effectusd.core.adoption import drifted_verbs
 from effectusd.core.canonical import JsonValue
@@ -262,11 +262,6 @@ def _overview_reads() -> Operation[dict[str, Any]]:
         "oldest_ready_age_s": round(sample.oldest_ready_s, 3),
         "finished_last_hour": finished,
     }
-
-
-def labelled(store: ServedStore, data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with its store's label first (``store``), when the store has one."""
-    return data if store.label is None else {"store": store.label, **data}
 
 
 def merged_overview(done: Done[ServedStore, dict[str, Any]], missed: Unread) -> dict[str, Any]:

@@ -72,6 +72,11 @@ class NotLocated(Exception):
         self.candidates = list(candidates)
 
 
+def labelled(store: ServedStore, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its store's label first (``store``), when the store has one."""
+    return data if store.label is None else {"store": store.label, **data}
+
+
 Unread = dict[str, str]  # label: why that store could not be read
 
 
@@ -118,7 +123,7 @@ class Stores:
         done, unreached = await self.run_each(lambda _: operations.find_sagas(prefix=name))
         holders = [(store, rows) for store, rows in done if rows]
         candidates = [
-            {"store": store.label, **{k: str(row[k]) for k in CANDIDATE}}
+            labelled(store, {k: str(row[k]) for k in CANDIDATE})
             for store, rows in holders
             for row in rows
         ]

@@ -366,3 +366,34 @@ async def test_a_store_not_migrated_is_named_saying_so_and_the_others_shown(
     assert [row["saga_id"] for row in listed.json()["sagas"]] == [west]
     assert "effectusd migrate" in listed.json()["unreached"]["east"]
     assert shown.status_code == 200 and shown.json()["saga_id"] == west
+
+
+async def test_with_one_store_a_saga_is_found_by_a_unique_start_and_a_shared_one_is_refused(
+    two_stores: dict[str, str],
+) -> None:
+    url = two_stores["east"]
+    first = submit(CONFIG, url, "east", "e-0")
+    second = next(  # an east saga whose id starts as the first's does (1 in 16 do)
+        saga
+        for n in range(1, 200)
+        if (saga := submit(CONFIG, url, "east", f"e-{n}"))[0] == first[0]
+    )
+    config = CONSOLE.model_copy(update={"namespace": NAMESPACES["east"]})
+    console = Console(config, store_backend(url), "127.0.0.1", environ=TOKEN_ENV)
+    server = WebServer("console", console.install)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            unique = await http.get(f"/api/sagas/{second[:20]}", headers=AUTH)
+            shared = await http.get(f"/api/sagas/{first[0]}", headers=AUTH)
+            listed = await http.get("/api/sagas", headers=AUTH)
+    finally:
+        await server.close()
+
+    assert unique.status_code == 200 and unique.json()["saga_id"] == second
+    assert shared.status_code == 409 and shared.json()["refused"] == "ambiguous"
+    assert {c["saga_id"] for c in shared.json()["candidates"]} >= {first, second}
+    assert all("store" not in c for c in shared.json()["candidates"])
+    # one store, as ever: no labels, no unreached
+    assert "unreached" not in listed.json()
+    assert all("store" not in row for row in listed.json()["sagas"])
