@@ -33,6 +33,9 @@ from effectusd.store.operations import event
 from effectusd.store.rows import dispatch_facts
 
 GUARDED = ("state", "attempt", "lease_token", "uncertain_attempt")
+# How long a due probe of a verb this daemon has no probe for waits for a daemon that has one
+# (which takes it within seconds: a rolling deploy that adds the probe) before it is closed.
+UNPROBED_GRACE = timedelta(minutes=10)
 
 
 class Settled(StrEnum):
@@ -180,11 +183,12 @@ def _give_up_lost(
 
 
 def _close_unprobed(verbs: list[str], limit: int) -> Operation[list[tuple[dict[str, Any], str]]]:
-    """Close the due probes of verbs that have no probe now (``verbs``: those that do): its
-    probe config was removed, so none would take them again. A dispatch still blocked on the
-    probed attempt is given up (an event saying why, for a person to resolve); one that moved
-    on is only closed. What was given up, and why."""
-    rows = yield ("probe_orphans", {"verbs": verbs, "limit": limit})
+    """Close the probes of verbs that have no probe now (``verbs``: those that do), due for
+    ``UNPROBED_GRACE``: its probe config was removed, so none would take them again. A
+    dispatch still blocked on the probed attempt is given up (an event saying why, for a
+    person to resolve); one that moved on is only closed. What was given up, and why."""
+    params = {"verbs": verbs, "limit": limit, "grace_s": UNPROBED_GRACE.total_seconds()}
+    rows = yield ("probe_orphans", params)
     given_up = []
     for row in rows:
         probes = int(row["probes"])

@@ -17,7 +17,7 @@ from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.probes import Prober
 from effectusd.executors.factory import executor_for
 from effectusd.operator import Resolution, resolve
-from effectusd.operator.probes import Settled, take_probes
+from effectusd.operator.probes import UNPROBED_GRACE, Settled, take_probes
 from effectusd.store.dispatch import DispatchStore
 from tests.conformance.support import (
     StoreUnderTest,
@@ -368,6 +368,16 @@ async def test_probes_of_a_verb_whose_probe_was_removed_are_given_up_saying_why(
         metrics = Metrics()
         without = Prober(config, daemon.session, {}, metrics)
         probes_due_now(store)
+        assert await without.take() == []
+        # due for less than the grace: kept for a daemon that has the probe (a rolling deploy)
+        assert metrics.probes.labels("pay", "given_up")._value.get() == 0
+        [(kept,)] = store.execute("SELECT next_probe_at FROM effectus_dispatch_probes")
+        assert kept is not None
+        grace = UNPROBED_GRACE.total_seconds() + 1
+        store.execute(
+            "UPDATE effectus_dispatch_probes SET next_probe_at = "
+            f"{store.now_sql()} - {store.seconds_sql(grace)}"
+        )
         assert await without.take() == []  # logged and counted as given up
         again = await daemon.session.write(take_probes(without.probes, 10))
         probes_due_now(store)  # a closed row is never due again, whatever its time says

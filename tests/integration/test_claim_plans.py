@@ -293,7 +293,11 @@ def test_the_probe_loop_reads_only_blocked_dispatches_and_due_probes(db: str) ->
             {"limit": 32, "verbs": ["v"], "hold_s": [60.0], "max_probes": [20]},
         )
         pending = plan_of(conn, sql("probe_pending").as_string(conn), {"verbs": ["v"]})
-        orphans = plan_of(conn, sql("probe_orphans").as_string(conn), {"verbs": ["v"], "limit": 32})
+        orphans = plan_of(
+            conn,
+            sql("probe_orphans").as_string(conn),
+            {"verbs": ["v"], "limit": 32, "grace_s": 600.0},
+        )
         conn.rollback()
     assert "effectus_saga_outbox_blocked_unknown" in unscheduled, unscheduled
     assert "Seq Scan" not in unscheduled, unscheduled
