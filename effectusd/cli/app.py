@@ -11,7 +11,6 @@ port that cannot be listened on, and a server that takes no writes for a command
 from __future__ import annotations
 
 import errno
-import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -20,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-from pydantic import BaseModel
 
 from effectusd.backends import Backend, Connection
 from effectusd.backends.errors import UNAVAILABLE, unavailable_text
@@ -29,7 +27,7 @@ from effectusd.config import Config, ConfigError, load_config, not_utf8, overrid
 from effectusd.core.canonical import MAX_JSON_DEPTH, parse_json
 from effectusd.core.checker import PlanCheckError
 from effectusd.core.database_url import DatabaseURLError
-from effectusd.core.display import escape_hidden
+from effectusd.core.display import json_document
 from effectusd.core.durations import parse_duration
 from effectusd.core.errors import SchemaNotReady
 from effectusd.core.replication import ReadOnlyServer
@@ -200,17 +198,9 @@ def cannot_connect(error: BaseException, name: str = "the database") -> NoReturn
     fail(f"cannot connect to {name}: {unavailable_text(error)}", EXIT_FAILURE)
 
 
-def _json_default(value: object) -> Any:
-    """Typed views print as their model's JSON form (docs/schema/), anything else as text."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    return str(value)
-
-
 def emit(data: Any, as_json: bool, human: Callable[[Any], str]) -> None:
     if as_json:
-        text = json.dumps(data, indent=2, ensure_ascii=False, default=_json_default)
-        click.echo(escape_hidden(text))
+        click.echo(json_document(data, indent=2))
     else:
         click.echo(human(data))
 

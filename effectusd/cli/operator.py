@@ -20,9 +20,9 @@ from effectusd.cli.app import (
     main,
 )
 from effectusd.cli.naming import fail_ambiguous, saga_id_argument
-from effectusd.cli.stores import each_store, emit_by_store, holder, store_option, warn
+from effectusd.cli.stores import emit_by_store, holder, store_option, warn
 from effectusd.core.errors import AmbiguousSaga
-from effectusd.core.identity import SAGA_ID_CHARS
+from effectusd.store.across import each_store, nowhere_text, saga_name
 
 # -- operator actions: resolve, retry, cancel (prune: cli/prune.py) -----------------------
 # Each of resolve/retry/cancel is one transaction that locks the saga row, then its dispatch
@@ -72,11 +72,10 @@ def _operator_action(
     }
     try:
         operation = on_saga(saga, build(obj.config.registry()))
-        name = f"saga {saga}" if len(saga) == SAGA_ID_CHARS else f"saga id prefix {saga}"
+        name = saga_name(saga)
         store = holder(obj, name, lambda _: find_sagas(prefix=saga), as_json)
         if store is None:
-            labels = ", ".join(str(each.label) for each in obj.stores())
-            raise Refused(RefusalKind.NOT_FOUND, f"{name}: in none of the stores ({labels})")
+            raise Refused(RefusalKind.NOT_FOUND, nowhere_text(name, obj.stores()))
         with store.connect(write=True) as conn:
             report = store.backend.runner.run(conn, operation)
     except Refused as exc:

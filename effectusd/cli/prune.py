@@ -10,7 +10,8 @@ import click
 
 from effectusd.backends import Connection
 from effectusd.cli.app import EXIT_FAILURE, Context, Duration, StoreContext, emit, json_option, main
-from effectusd.cli.stores import each_store, emit_by_store, store_option, warn
+from effectusd.cli.stores import emit_by_store, store_option, warn
+from effectusd.store.across import each_store
 
 if TYPE_CHECKING:
     from effectusd.operator import PruneReport

@@ -23,12 +23,13 @@ from effectusd.cli.app import (
     main,
 )
 from effectusd.cli.naming import MORE_OF_THE_ID, fail_ambiguous, saga_id_argument
-from effectusd.cli.stores import each_store, holder, store_option, warn
+from effectusd.cli.stores import holder, store_option, warn
 from effectusd.core.errors import AmbiguousSaga
 from effectusd.core.identity import SAGA_ID_CHARS
 from effectusd.core.states import BLOCKED_SAGA_STATES, SagaState
 from effectusd.core.views import SagaSummary, StoredSagaSummary
 from effectusd.store import operations
+from effectusd.store.across import each_store
 
 
 @main.group()

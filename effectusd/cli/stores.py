@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
 import click
 
-from effectusd.backends.errors import UNAVAILABLE, unavailable_text
 from effectusd.backends.operation import Operation
 from effectusd.cli.app import EXIT_FAILURE, EXIT_USAGE, Context, StoreContext, emit, fail
-from effectusd.core.errors import SchemaNotReady
-from effectusd.core.replication import ReadOnlyServer
+from effectusd.store.across import Unreached, ambiguous_text, each_store, unsearched_text
 
 T = TypeVar("T")
 
@@ -27,42 +24,13 @@ def store_option(
     return click.option("--store", "store_label", metavar="LABEL", help=help)
 
 
-@dataclass(frozen=True)
-class Unreached:
-    """A store a command could not read or act on, and why (for a store that could not be
-    reached, its error's class and SQLSTATE only: the driver's words may quote the URL)."""
-
-    store: StoreContext
-    error: str
-
-    def line(self, what: str) -> str:
-        return f"{self.store.name} could not be {what}: {self.error}"
-
-
-def each_store(
-    stores: Sequence[StoreContext], work: Callable[[StoreContext], T]
-) -> tuple[list[tuple[StoreContext, T]], list[Unreached]]:
-    """``work`` on each store in turn: what each gave, and the stores that were down (or not
-    migrated), which do not stop the others."""
-    done: list[tuple[StoreContext, T]] = []
-    unreached: list[Unreached] = []
-    for store in stores:
-        try:
-            done.append((store, work(store)))
-        except UNAVAILABLE as exc:
-            unreached.append(Unreached(store, unavailable_text(exc)))
-        except (SchemaNotReady, ReadOnlyServer) as exc:  # their text quotes no URL
-            unreached.append(Unreached(store, " ".join(str(exc).split())))
-    return done, unreached
-
-
 def run_in(store: StoreContext, operation: Operation[T]) -> T:
     """``operation`` in one transaction on a connection of its own to ``store``."""
     with store.open() as conn:
         return store.backend.runner.run(conn, operation)
 
 
-def warn(unreached: Sequence[Unreached], what: str) -> None:
+def warn(unreached: Sequence[Unreached[StoreContext]], what: str) -> None:
     """One line on stderr for each store that ``what`` (read, searched, …) did not reach."""
     for each in unreached:
         click.echo(f"warning: {each.line(what)}", err=True)
@@ -85,36 +53,19 @@ def holder(
     found, unreached = each_store(stores, lambda store: run_in(store, search(store)))
     holders = [(store, rows) for store, rows in found if rows]
     if len(holders) > 1:
-        lines = [
-            f"  {store.label}  {row['saga_id']}  {row['state']:22} "
-            f"{row['plan_id']}/{row['execution_id']}"
-            for store, rows in holders
-            for row in rows
-        ]
-        labels = ", ".join(str(store.label) for store, _ in holders)
-        refuse(
-            f"{name} is ambiguous: it fits sagas in stores {labels}; name one (give more of "
-            "the saga id, or --store LABEL):\n" + "\n".join(lines),
-            "ambiguous",
-            EXIT_USAGE,
-            as_json,
-        )
+        hint = "give more of the saga id, or --store LABEL"
+        refuse(ambiguous_text(name, holders, hint), "ambiguous", EXIT_USAGE, as_json)
     if holders:
         return holders[0][0]
     if unreached:
-        searched = ", ".join(str(store.label) for store, _ in found) or "none"
-        refuse(
-            f"{name}: not in stores searched ({searched}); "
-            + "; ".join(each.line("searched") for each in unreached),
-            "unreached",
-            EXIT_FAILURE,
-            as_json,
-        )
+        refuse(unsearched_text(name, found, unreached), "unreached", EXIT_FAILURE, as_json)
     return None
 
 
 def emit_by_store(
-    done: Sequence[tuple[StoreContext, Any]], unreached: Sequence[Unreached], as_json: bool
+    done: Sequence[tuple[StoreContext, Any]],
+    unreached: Sequence[Unreached[StoreContext]],
+    as_json: bool,
 ) -> None:
     """Each store's report (``as_dict()`` and ``summary()``) under its label: in --json one
     document, ``stores`` by label and ``unreached`` (label: error) beside them."""

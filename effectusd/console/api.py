@@ -6,13 +6,17 @@ GET  /api/sagas/ID                       one saga: the view `sagas show --json` 
 GET  /api/blocked?limit=                 blocked sagas: what blocks them and the evidence
 POST /api/sagas/ID/ACTION                resolve | retry | cancel | adopt-contract
 
-An action answers what the CLI's --json prints: the report (200), or the refusal
-{"ok": false, "refused": KIND, "error": ...} with 409 (conflict), 404 or 422 (invalid).
+ID is a saga's full id or a unique start of it. An action answers what the CLI's --json
+prints: the report (200), or the refusal {"ok": false, "refused": KIND, "error": ...} with
+409 (conflict), 404 or 422 (invalid). With several stores, lists carry each row's ``store``
+label and ``unreached`` (label: why) names the stores that could not be read; a saga is found
+in whichever store holds it: an ID that fits several sagas is refused with 409 ("ambiguous",
+each of them in ``candidates`` with its store), and one no store searched holds, while a
+store could not be searched, with 503 ("unreached").
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Callable, Mapping
@@ -22,29 +26,41 @@ from aiohttp import web
 
 from effectusd.console.security import Guard, Principal
 from effectusd.console.service import ACTIONS, BadInput, ConsoleService, Filters, console_words
+from effectusd.console.stores import NotLocated
 from effectusd.core.canonical import MAX_JSON_DEPTH, parse_json
+from effectusd.core.display import json_document
 from effectusd.core.operator_decisions import RefusalKind, Refused
 from effectusd.web import SECURITY_HEADERS
 
 log = logging.getLogger("effectusd.console")
 
-SAGA_ID = re.compile(r"[0-9a-f]{64}")
+# A saga's full id or the start of one.
+SAGA_ID = re.compile(r"[0-9a-f]{1,64}")
 REFUSAL_STATUS = {
     RefusalKind.CONFLICT: 409,
     RefusalKind.NOT_FOUND: 404,
     RefusalKind.INVALID: 422,
 }
+NOT_LOCATED_STATUS = {"not_found": 404, "ambiguous": 409, "unreached": 503}
 OutcomeCounts = Callable[[], Mapping[str, int]]
 
 
 def json_response(status: int, data: Any, headers: Mapping[str, str] | None = None) -> web.Response:
-    body = json.dumps(data, ensure_ascii=False, default=str)
+    body = json_document(data)
     return web.Response(
         status=status,
         text=body,
         content_type="application/json",
         headers={**SECURITY_HEADERS, **(headers or {})},
     )
+
+
+def not_located(exc: NotLocated) -> tuple[int, dict[str, Any]]:
+    """A saga name no one saga answers to: (HTTP status, the refusal)."""
+    answer: dict[str, Any] = {"ok": False, "refused": exc.kind, "error": exc.message}
+    if exc.candidates:
+        answer["candidates"] = exc.candidates
+    return NOT_LOCATED_STATUS[exc.kind], answer
 
 
 def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -72,7 +88,7 @@ async def run_action(
     """One operator action as the given principal: (HTTP status, the CLI's --json answer)."""
     try:
         actor = principal.actor(service.operator_name(fields))
-        report = await service.act(action, saga_id, fields, actor)
+        label, report = await service.act(action, saga_id, fields, actor)
     except Refused as exc:
         return REFUSAL_STATUS[exc.kind], {
             "ok": False,
@@ -81,8 +97,11 @@ async def run_action(
         }
     except BadInput as exc:
         return 422, {"ok": False, "refused": "invalid", "error": str(exc)}
-    log.info("console: %s on saga %s by %s", action, saga_id, actor)
-    return 200, report.as_dict()
+    except NotLocated as exc:
+        return not_located(exc)
+    log.info("console: %s on saga %s by %s", action, report.saga_id, actor)
+    # several stores: which one held the saga, as the CLI's --json says
+    return 200, report.as_dict() if label is None else {**report.as_dict(), "store": label}
 
 
 class Api:
@@ -106,6 +125,8 @@ class Api:
                 return await self._act(parts, request, principal)
         except BadInput as exc:
             return error(400, str(exc))
+        except NotLocated as exc:
+            return json_response(*not_located(exc))
         return error(405, "GET to read, POST to act")
 
     async def _read(self, parts: list[str], request: web.Request) -> web.Response:
@@ -115,11 +136,12 @@ class Api:
                 data["attempt_outcomes_since_start"] = dict(self.outcomes())
             return json_response(200, data)
         if parts == ["sagas"]:
-            rows = await self.service.sagas(Filters.parse(request.query))
-            return json_response(200, {"sagas": rows})
+            rows, missed = await self.service.sagas(Filters.parse(request.query))
+            return json_response(200, self._with_unreached({"sagas": rows}, missed))
         if parts == ["blocked"]:
             limit = Filters.parse({"limit": request.query.get("limit", "100")}).limit
-            return json_response(200, {"blocked": await self.service.blocked(limit)})
+            summaries, missed = await self.service.blocked(limit)
+            return json_response(200, self._with_unreached({"blocked": summaries}, missed))
         if len(parts) == 2 and parts[0] == "sagas" and SAGA_ID.fullmatch(parts[1]):
             view = await self.service.saga(parts[1])
             if view is None:
@@ -127,13 +149,17 @@ class Api:
             return json_response(200, view)
         return error(404, "no such endpoint")
 
+    def _with_unreached(self, data: dict[str, Any], missed: Mapping[str, str]) -> dict[str, Any]:
+        """With several stores, ``data`` and the stores that could not be read."""
+        return {**data, "unreached": dict(missed)} if self.service.stores.several else data
+
     async def _act(
         self, parts: list[str], request: web.Request, principal: Principal
     ) -> web.Response:
         if not (len(parts) == 3 and parts[0] == "sagas" and parts[2] in ACTIONS):
             return error(404, "no such action")
         if not SAGA_ID.fullmatch(parts[1]):
-            return error(404, "a saga id is 64 lower-case hex digits")
+            return error(404, "a saga id (or the start of one) is lower-case hex digits")
         if not principal.can_write:
             return error(403, self.guard.why_read_only(principal))
         # JSON only: another site's page cannot send it without a preflight (never answered)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import parse_qs, quote
 
 from aiohttp import web
@@ -18,14 +18,15 @@ from aiohttp import web
 from effectusd.backends import Backend
 from effectusd.config import Config
 from effectusd.console import pages
-from effectusd.console.api import SAGA_ID, Api, OutcomeCounts, run_action
+from effectusd.console.api import SAGA_ID, Api, OutcomeCounts, not_located, run_action
 from effectusd.console.html import Html, esc, hidden, page, render, tag
 from effectusd.console.security import Guard, Session
 from effectusd.console.service import ACTIONS, BadInput, ConsoleService, Filters
+from effectusd.console.stores import NotLocated, Served, ServedStore
 from effectusd.web import SECURITY_HEADERS, Install, WebServer, serve_until_cancelled, text_response
 
 FORM_TYPE = "application/x-www-form-urlencoded"
-ACTION_PATH = re.compile(r"/sagas/([0-9a-f]{64})/([a-z-]+)")
+ACTION_PATH = re.compile(r"/sagas/([0-9a-f]{1,64})/([a-z-]+)")
 
 
 def html_response(
@@ -65,19 +66,21 @@ def _too_many_sign_ins(wait: float) -> web.Response:
 
 
 class Console:
-    """Every console route; ``host`` is the address it listens on (for the bind check)."""
+    """Every console route over ``stores``: one backend (the single store), or each store of
+    [database.stores] it serves; ``host`` is the address it listens on (for the bind check)."""
 
     def __init__(
         self,
         config: Config,
-        backend: Backend,
+        stores: Backend | Sequence[ServedStore],
         host: str,
         *,
         outcomes: OutcomeCounts | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.guard = Guard(config.console, host, environ)
-        self.service = ConsoleService(config, backend)
+        served = stores if isinstance(stores, Sequence) else [Served(config, stores)]
+        self.service = ConsoleService(config, served)
         self.api = Api(self.service, self.guard, outcomes)
         self.outcomes = outcomes
         self.schemas = {name: verb.result_schema for name, verb in config.verbs.items()}
@@ -124,21 +127,32 @@ class Console:
                 data["attempt_outcomes_since_start"] = dict(self.outcomes())
             return self._ok("Overview", pages.overview(data), who)
         if path == "/blocked":
-            summaries = await self.service.blocked()
+            summaries, missed = await self.service.blocked()
             body = pages.blocked(summaries, csrf, self.schemas, why)
-            return self._ok("Blocked work", body, who)
+            return self._ok("Blocked work", pages.with_unread(body, missed), who)
         if path == "/sagas":
             return await self._search(request, who)
         match = re.fullmatch(r"/sagas/(.+)", path)
         if match and SAGA_ID.fullmatch(match.group(1)):
-            found = await self.service.saga_page(match.group(1))
+            try:
+                found = await self.service.saga_page(match.group(1))
+            except NotLocated as exc:
+                return self._not_located(exc, who)
             if found is not None:
-                view, actions = found
+                label, view, actions = found
                 did = request.query.get("did", "")
                 notice = f"{did} recorded" if did in ACTIONS else ""
-                body = pages.saga_detail(view, csrf, notice, self.schemas, why, actions)
+                body = pages.saga_detail(view, csrf, notice, self.schemas, why, actions, label)
                 return self._ok(f"Saga {view['plan_id']} / {view['execution_id']}", body, who)
         return html_response(404, page("Not found", tag("p", "No such page."), who))
+
+    def _not_located(self, exc: NotLocated, who: str) -> web.Response:
+        """A saga page no one saga answers to: not found, ambiguous (each candidate linked,
+        with its store) or in a store that could not be searched."""
+        if exc.kind == "not_found":
+            return html_response(404, page("Not found", tag("p", "No such page."), who))
+        status, _ = not_located(exc)
+        return html_response(status, page("Which saga?", pages.not_located(exc), who))
 
     async def _search(self, request: web.Request, who: str) -> web.Response:
         try:
@@ -146,8 +160,8 @@ class Console:
         except BadInput as exc:
             body = pages.search(Filters(), None, str(exc))
             return html_response(400, page("Sagas", body, who))
-        rows = await self.service.sagas(filters)
-        return self._ok("Sagas", pages.search(filters, rows), who)
+        rows, missed = await self.service.sagas(filters)
+        return self._ok("Sagas", pages.with_unread(pages.search(filters, rows), missed), who)
 
     async def _form_action(self, request: web.Request, session: Session) -> web.Response:
         """A form's action: CSRF token and origin first, then the same action as the API."""
@@ -238,8 +252,12 @@ def for_daemon(config: Config, backend: Backend) -> Callable[[OutcomeCounts], In
 
 
 async def serve(
-    config: Config, backend: Backend, host: str, port: int, ready: asyncio.Event | None = None
+    config: Config,
+    stores: Sequence[ServedStore],
+    host: str,
+    port: int,
+    ready: asyncio.Event | None = None,
 ) -> None:
-    """Serve the console alone until cancelled (``effectusd console``)."""
-    server = WebServer("console", Console(config, backend, host).install)
+    """Serve the console alone until cancelled (``effectusd console``), over ``stores``."""
+    server = WebServer("console", Console(config, stores, host).install)
     await serve_until_cancelled(server, host, port, ready)

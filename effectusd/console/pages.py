@@ -22,6 +22,7 @@ from effectusd.console.html import (
     tag,
 )
 from effectusd.console.service import Filters, blocked_summary
+from effectusd.console.stores import NotLocated
 from effectusd.core.display import (
     WHOLE,
     args_check,
@@ -86,7 +87,55 @@ def overview(data: Mapping[str, Any]) -> Html:
             if count
             else tag("p", "None yet."),
         ]
-    return join(parts)
+    stores = data.get("stores")
+    if stores is not None:
+        parts += [tag("h2", "By store"), _by_store(stores)]
+    return with_unread(join(parts), data.get("unreached") or {})
+
+
+def _by_store(stores: Mapping[str, Mapping[str, Any]]) -> Html:
+    return table(
+        ["store", "live sagas", "dispatches due now", "oldest waiting", "finished last hour"],
+        [
+            (
+                label,
+                sum(data["live_sagas"].values()),
+                data["ready_queue_depth"],
+                f"{data['oldest_ready_age_s']:.1f}s",
+                sum(data["finished_last_hour"].values()),
+            )
+            for label, data in sorted(stores.items())
+        ],
+    )
+
+
+def with_unread(body: Html, unread: Mapping[str, str]) -> Html:
+    """``body`` after a line for each store that could not be read (by label, and why)."""
+    lines = [
+        tag("p", f"store {label!r} could not be read: {why}", class_="error unreached")
+        for label, why in sorted(unread.items())
+    ]
+    return join([*lines, body])
+
+
+def not_located(exc: NotLocated) -> Html:
+    """Why a saga's name gave no page: each saga it fits (linked, with its store when the
+    console serves several), or the stores that could not be searched."""
+    first = exc.message.split("\n", 1)[0]
+    stored = any("store" in c for c in exc.candidates)
+    rows = [
+        (
+            *([c["store"]] if stored else []),
+            saga_link(c["saga_id"], c["saga_id"]),
+            state(c["state"]),
+            c["plan_id"],
+            c["execution_id"],
+        )
+        for c in exc.candidates
+    ]
+    head = [*(["store"] if stored else []), "saga", "state", "plan", "execution id"]
+    listed = table(head, rows) if rows else ""
+    return join([tag("p", first, class_="error"), listed])
 
 
 def answer_words(status: int | None, error: str | None) -> str:
@@ -145,6 +194,7 @@ def blocked_card(
                     "p",
                     join(
                         [
+                            _store_tag(summary.get("store")),
                             saga_link(saga_id),
                             " ",
                             state(summary["state"]),
@@ -163,6 +213,10 @@ def blocked_card(
     )
 
 
+def _store_tag(label: str | None) -> Html:
+    return tag("span", label, class_="store") if label else Html("")
+
+
 def blocked(
     summaries: Sequence[Mapping[str, Any]],
     csrf: str | None,
@@ -177,10 +231,14 @@ def blocked(
 
 
 def saga_rows(rows: Sequence[Mapping[str, Any]]) -> Html:
+    """The sagas of a search; across several stores, each row begins with its store."""
+    stored = any("store" in r for r in rows)
+    head = ["store"] if stored else []
     return table(
-        ["saga", "state", "plan", "execution id", "age", "updated", "stop reason"],
+        [*head, "saga", "state", "plan", "execution id", "age", "updated", "stop reason"],
         [
             (
+                *([r.get("store", "")] if stored else []),
                 saga_link(r["saga_id"]),
                 state(r["state"]),
                 r["plan_id"],
@@ -213,6 +271,7 @@ def _duration(filters: Filters) -> str:
     return f"{seconds:g}s" if seconds else ""
 
 
+SAGA_HEAD = ("state", "plan", "execution id", "namespace", "age", "stop reason")
 ATTEMPT_HEADINGS = (
     *("attempt", "outcome", "settled by", "HTTP", "error", "fencing"),
     *("sent at", "answered at", "late answer"),
@@ -363,18 +422,21 @@ def saga_detail(
     schemas: Schemas | None = None,
     why_read_only: str = "",
     actions: Sequence[str] = (),
+    store: str | None = None,
 ) -> Html:
     """One saga as `sagas show` shows it: its steps and their graph, every dispatch and
     attempt with its evidence, the Resolve form beside the dispatch it settles, the forms of
     ``actions`` (the service's ``saga_actions``), the timeline. ``csrf`` None: a viewer who
-    may not act, shown no form but the reason."""
+    may not act, shown no form but the reason. ``store``: the label of the store holding it,
+    when the console serves several."""
     summary = blocked_summary(view)
     facts = view.get("facts") or {}
     probes = probe_answers(view["timeline"])
     head = table(
-        ["state", "plan", "execution id", "namespace", "age", "stop reason"],
+        [*(["store"] if store else []), *SAGA_HEAD],
         [
             (
+                *([store] if store else []),
                 state(view["state"]),
                 view["plan_id"],
                 view["execution_id"],

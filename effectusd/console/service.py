@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from effectusd.backends import Backend
 from effectusd.backends.operation import Operation
 from effectusd.config import Config
+from effectusd.console.stores import ServedStore, Stores, Unread, labelled, unread
 from effectusd.core import operator_decisions as decide
 from effectusd.core.adoption import drifted_verbs
 from effectusd.core.canonical import JsonValue
@@ -31,11 +32,11 @@ from effectusd.core.views import SagaView, blocking_dispatches, jsonable
 from effectusd.operator import adopt_contract, cancel, resolve, retry
 from effectusd.operator.report import ActionReport
 from effectusd.store import operations
+from effectusd.store.across import Done
 from effectusd.store.dispatch import outbox_sample
 
 MAX_LIST = 1_000
 FINISHED_WINDOW = timedelta(hours=1)
-BLOCKED_STATES = tuple(state.value for state in SagaState if state.is_blocked)
 ACTIONS = ("resolve", "retry", "cancel", "adopt-contract")
 # The console's name of each action on a whole saga (its path, its form).
 SAGA_ACTIONS = {
@@ -239,7 +240,7 @@ def _blocked_queue(
     """Blocked sagas, longest blocked first, each summarised with the actions on the whole
     saga it admits now, in one read transaction."""
     rows = []
-    for state in BLOCKED_STATES:
+    for state in operations.BLOCKED_STATES:
         rows += yield from operations.list_sagas(state=state, namespace=namespace, limit=limit)
     rows.sort(key=lambda row: (row["updated_at"], row["saga_id"]))
     summaries = []
@@ -263,50 +264,87 @@ def _overview_reads() -> Operation[dict[str, Any]]:
     }
 
 
-class ConsoleService:
-    """The store reads and operator actions of one console."""
+def merged_overview(done: Done[ServedStore, dict[str, Any]], missed: Unread) -> dict[str, Any]:
+    """Several stores' overviews as one: the counts summed, the oldest wait the longest, and
+    each store's own under its label."""
+    live: Counter[str] = Counter()
+    finished: Counter[str] = Counter()
+    for _, data in done:
+        live.update(data["live_sagas"])
+        finished.update(data["finished_last_hour"])
+    return {
+        "live_sagas": dict(live),
+        "ready_queue_depth": sum(data["ready_queue_depth"] for _, data in done),
+        "oldest_ready_age_s": max((data["oldest_ready_age_s"] for _, data in done), default=0),
+        "finished_last_hour": dict(finished),
+        "stores": {str(store.label): data for store, data in done},
+        "unreached": missed,
+    }
 
-    def __init__(self, config: Config, backend: Backend) -> None:
+
+class ConsoleService:
+    """The store reads and operator actions of one console, over the stores it serves."""
+
+    def __init__(self, config: Config, stores: Sequence[ServedStore]) -> None:
         self.config = config
-        self.backend = backend
+        self.stores = Stores(stores)
         self.registry = config.registry()
 
-    async def sagas(self, filters: Filters) -> list[dict[str, Any]]:
-        rows = await self.backend.runner.run_async(
-            operations.list_sagas(
+    async def sagas(self, filters: Filters) -> tuple[list[dict[str, Any]], Unread]:
+        """The sagas ``filters`` select, newest first across the stores (each with its
+        label), and the stores that could not be read."""
+        done, missed = await self.stores.run_each(
+            lambda store: operations.list_sagas(
                 filters.state,
                 filters.plan_id,
-                self.config.namespace,
+                store.config.namespace,
                 filters.limit,
                 filters.older_than,
                 execution_id=filters.execution_id,
                 destination=filters.destination,
             )
         )
-        return [jsonable(dict(row)) for row in rows]
+        rows = [(store, row) for store, found in done for row in found]
+        if self.stores.several:
+            rows.sort(key=lambda pair: (pair[1]["created_at"], pair[1]["saga_id"]), reverse=True)
+        listed = [labelled(store, jsonable(dict(row))) for store, row in rows[: filters.limit]]
+        return listed, unread(missed)
 
-    async def saga(self, saga_id: str) -> dict[str, Any] | None:
-        view = await self.backend.runner.run_async(operations.load_saga(saga_id))
+    async def saga(self, name: str) -> dict[str, Any] | None:
+        """One saga's view, found by its id or a unique start of it (NotLocated if none)."""
+        store, saga_id = await self.stores.locate(name)
+        view = await store.backend.runner.run_async(operations.load_saga(saga_id))
         return None if view is None else as_dict(view)
 
-    async def saga_page(self, saga_id: str) -> tuple[dict[str, Any], list[str]] | None:
-        """One saga's view with the actions on the whole saga it admits now."""
-        found = await self.backend.runner.run_async(_saga_page(saga_id, self.registry))
-        return None if found is None else (as_dict(found[0]), found[1])
+    async def saga_page(self, name: str) -> tuple[str | None, dict[str, Any], list[str]] | None:
+        """One saga's store label, its view and the actions on the whole saga it admits now."""
+        store, saga_id = await self.stores.locate(name)
+        found = await store.backend.runner.run_async(_saga_page(saga_id, self.registry))
+        return None if found is None else (store.label, as_dict(found[0]), found[1])
 
-    async def blocked(self, limit: int = 100) -> list[dict[str, Any]]:
-        return await self.backend.runner.run_async(
-            _blocked_queue(self.config.namespace, limit, self.registry)
+    async def blocked(self, limit: int = 100) -> tuple[list[dict[str, Any]], Unread]:
+        """Blocked sagas, longest blocked first across the stores (each with its label)."""
+        done, missed = await self.stores.run_each(
+            lambda store: _blocked_queue(store.config.namespace, limit, self.registry)
         )
+        summaries = [labelled(store, summary) for store, found in done for summary in found]
+        if self.stores.several:
+            summaries.sort(key=lambda s: (datetime.fromisoformat(s["updated_at"]), s["saga_id"]))
+        return summaries[:limit], unread(missed)
 
     async def overview(self) -> dict[str, Any]:
-        return await self.backend.runner.run_async(_overview_reads())
+        done, missed = await self.stores.run_each(lambda _: _overview_reads())
+        return merged_overview(done, unread(missed)) if self.stores.several else done[0][1]
 
     async def act(
-        self, action: str, saga_id: str, fields: Mapping[str, Any], actor: str
-    ) -> ActionReport:
-        """Run one operator action; ``Refused`` (writing nothing) when it does not apply."""
-        return await self.backend.runner.run_async(self._operation(action, saga_id, fields, actor))
+        self, action: str, name: str, fields: Mapping[str, Any], actor: str
+    ) -> tuple[str | None, ActionReport]:
+        """Run one operator action on the saga ``name`` names, in the store that holds it:
+        that store's label and the report; ``Refused`` (writing nothing) when it does not
+        apply, NotLocated when no one saga is named."""
+        store, saga_id = await self.stores.locate(name)
+        operation = self._operation(action, saga_id, fields, actor)
+        return store.label, await store.backend.runner.run_async(operation)
 
     @staticmethod
     def operator_name(fields: Mapping[str, Any]) -> str | None:

@@ -133,19 +133,41 @@ def _walk(value: object, path: str, problems: list[str], depth_left: int, storab
     problems.append(f"{path}: {type(value).__name__} is not a JSON type")
 
 
-# Characters that are not storable text (NUL), not encodable (surrogates), or that a terminal
-# or a log reader would not show as themselves: the C0 and C1 controls and DEL (a newline
-# starts a line of its own, an escape sequence rewrites the screen), the line and paragraph
-# separators, and the bidirectional overrides and isolates (they reorder what is shown).
-_UNPRINTABLE = re.compile(
-    r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+# The format characters (Unicode category Cf, to Unicode 15.1) but the two joiners: invisible,
+# and the bidirectional marks, embeddings, overrides and isolates among them reorder what is
+# shown around them. The zero-width non-joiner and joiner (U+200C, U+200D) reorder nothing and
+# are part of ordinary text (a Persian word, an emoji sequence), so they stay as they are;
+# an actor's name refuses them too (operator_decisions.name_problem).
+FORMAT_CHARACTERS = (
+    "\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b\u200e\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f"
 )
+# What a terminal, a log reader or a browser would not show as itself, beyond the C0 controls:
+# DEL and the C1 controls (an escape sequence rewrites the screen), the line and paragraph
+# separators, and the format characters.
+HIDDEN_CHARACTERS = "\x7f-\x9f\u2028\u2029" + FORMAT_CHARACTERS
+# Characters that are not storable text (NUL), not encodable (surrogates), or not shown as
+# themselves: the C0 controls (a newline starts a line of its own) and the hidden ones.
+_UNPRINTABLE = re.compile(f"[\x00-\x1f{HIDDEN_CHARACTERS}\ud800-\udfff]")
 
 
 def escape_unprintable(text: str) -> str:
     """``text`` with every unprintable character written as its ``\\uXXXX`` escape, so that
     stored text printed to a terminal is one line that shows what it holds."""
-    return _UNPRINTABLE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+    return _UNPRINTABLE.sub(escape_match, text)
+
+
+def escape_match(match: re.Match[str]) -> str:
+    """The character ``match`` found, as JSON writes it escaped: ``\\uXXXX``, or the pair of
+    them of its UTF-16 surrogates beyond the Basic Multilingual Plane (so that JSON text
+    escaped so parses to the same value)."""
+    code = ord(match.group())
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def printable_lines(lines: Iterable[str]) -> str:

@@ -13,7 +13,15 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from effectusd.core.canonical import CanonicalJSONError, canonical_text, escape_unprintable
+from pydantic import BaseModel
+
+from effectusd.core.canonical import (
+    HIDDEN_CHARACTERS,
+    CanonicalJSONError,
+    canonical_text,
+    escape_match,
+    escape_unprintable,
+)
 from effectusd.core.identity import argument_hash
 
 VALUE_CHARS = 200  # of one value shown on a line; the whole is in the JSON view
@@ -21,16 +29,30 @@ WHOLE = "the whole: sagas show --json"
 PROBE_ANSWERS = ("probe_answered", "probe_given_up")  # the timeline entries a probe's answer makes
 
 # What escape_unprintable (and JSON text written with ensure_ascii off) leaves raw but a
-# terminal or a browser may act on or draw out of order: DEL, the C1 controls, the bidi marks,
-# embeddings, overrides and isolates, and the line and paragraph separators.
-_HIDDEN = re.compile("[\u007f-\u009f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+# terminal or a browser may act on or draw out of order or not at all: the hidden characters
+# (DEL, the C1 controls, the line and paragraph separators, the format characters).
+_HIDDEN = re.compile(f"[{HIDDEN_CHARACTERS}]")
 
 
 def escape_hidden(text: str) -> str:
     """``text`` with each such character written as its ``\\uXXXX`` escape: in JSON text (they
     occur only inside strings there) the parsed values stay the same; on a terminal or a page
     each shows as what it is."""
-    return _HIDDEN.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+    return _HIDDEN.sub(escape_match, text)
+
+
+def json_document(data: Any, indent: int | None = None) -> str:
+    """``data`` as JSON text for a person's screen, the CLI's --json and the console's /api
+    alike: characters as they are but the hidden ones escaped (``escape_hidden``); typed
+    views as their model's JSON form, anything else not JSON as its text."""
+    text = json.dumps(data, indent=indent, ensure_ascii=False, default=_json_default)
+    return escape_hidden(text)
+
+
+def _json_default(value: object) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return str(value)
 
 
 def escaped(text: str) -> str:

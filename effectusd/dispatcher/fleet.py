@@ -164,16 +164,16 @@ class Fleet:
 
     def check_startup(self) -> None:
         """What no store can be served without: fencing a real setup may use, no console
-        (it serves one store: `effectusd console --store LABEL`); and what the configuration
+        (`effectusd console` serves every store beside the daemon); and what the configuration
         allows but should change, said once for every store."""
         fencing_provider(self.config)
         for warning in self.config.warnings():
             log.warning("%s", warning)
         if self.config.console.enabled:
             raise ConfigError(
-                "console.enabled: the console serves one store, and database.stores lists "
-                f"{len(self.parts)}; serve it beside the daemon with `effectusd console "
-                "--store LABEL`"
+                "console.enabled: the daemon's console serves one store, and database.stores "
+                f"lists {len(self.parts)}; serve the console of every store beside the daemon "
+                "with `effectusd console`"
             )
 
     async def run(self, until_idle: bool = False) -> int:

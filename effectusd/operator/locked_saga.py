@@ -17,7 +17,7 @@ from effectusd.core.engine import resumed_stop_reason
 from effectusd.core.operator_decisions import RefusalKind, Refused
 from effectusd.core.states import SagaState
 from effectusd.core.transition import Completion, DispatchFacts, SagaFacts, Transition
-from effectusd.store.operations import locate_saga
+from effectusd.store.operations import locate_saga, lock_sagas
 from effectusd.store.rows import (
     TransitionRows,
     dispatch_facts,
@@ -57,7 +57,7 @@ def on_saga(name: str, action: Callable[[str], Operation[T]]) -> Operation[T]:
 
 
 def lock_saga(saga_id: str) -> Operation[Locked]:
-    rows = yield ("lock_sagas", {"saga_ids": [saga_id], "dispatch_ids": [], "known_plans": []})
+    rows = yield from lock_sagas(saga_ids=[saga_id])
     if not rows:
         raise Refused(RefusalKind.NOT_FOUND, f"saga {saga_id} not found")
     row = rows[0]

@@ -33,6 +33,9 @@ from effectusd.store.operations import event
 from effectusd.store.rows import dispatch_facts
 
 GUARDED = ("state", "attempt", "lease_token", "uncertain_attempt")
+# How long a due probe of a verb this daemon has no probe for waits for a daemon that has one
+# (which takes it within seconds: a rolling deploy that adds the probe) before it is closed.
+UNPROBED_GRACE = timedelta(minutes=10)
 
 
 class Settled(StrEnum):
@@ -97,13 +100,15 @@ def take_probes(
     hold: Mapping[str, timedelta] | None = None,
     groups: Sequence[Group] | None = None,
 ) -> Operation[Taken]:
-    """Schedule the blocked dispatches of verbs with a probe that have none yet (an event
-    each), then take the due probes: of each group's verbs at most its room (and ``limit``;
+    """Close the due probes of verbs that have no probe now (``_close_unprobed``), schedule the
+    blocked dispatches of verbs with a probe that have none yet (an event each), then take
+    the due probes: of each group's verbs at most its room (and ``limit``;
     without groups, of every verb at most ``limit``). Each probe counts when taken and is held
     for its verb's ``hold`` (by default its ``every``); one whose probes were all spent before
     (the last answer lost) is given up instead of sent."""
     taken = Taken([], [])
     verbs = sorted(probes)
+    taken.given_up += yield from _close_unprobed(verbs, limit)
     if not verbs:
         return taken
     unscheduled = yield ("probe_unscheduled", {"verbs": verbs, "limit": limit})
@@ -175,6 +180,32 @@ def _give_up_lost(
     detail = {"probe": probes, "max_probes": config.max_probes, "verdict": Verdict.GIVE_UP.value}
     yield _probe_event(target, "probe_given_up", {**detail, "status": None}, reason)
     return reason
+
+
+def _close_unprobed(verbs: list[str], limit: int) -> Operation[list[tuple[dict[str, Any], str]]]:
+    """Close the probes of verbs that have no probe now (``verbs``: those that do), due for
+    ``UNPROBED_GRACE``: its probe config was removed, so none would take them again. A
+    dispatch still blocked on the probed attempt is given up (an event saying why, for a
+    person to resolve); one that moved on is only closed. What was given up, and why."""
+    params = {"verbs": verbs, "limit": limit, "grace_s": UNPROBED_GRACE.total_seconds()}
+    rows = yield ("probe_orphans", params)
+    given_up = []
+    for row in rows:
+        probes = int(row["probes"])
+        if not row["blocked"]:
+            yield _update(row["dispatch_id"], row["attempt"], probes, None, None)
+            continue
+        moved = yield _update(row["dispatch_id"], row["attempt"], probes, None, None, given_up=True)
+        if moved:
+            verb = row["verb"]
+            reason = (
+                f"verb {verb} has no probe in the configuration now ([verbs.{verb}.probe] "
+                "removed, or the verb): its probes are closed"
+            )
+            detail = {"probe": probes, "verdict": Verdict.GIVE_UP.value, "status": None}
+            yield _probe_event(row, "probe_given_up", {**detail, "closed": "no_probe"}, reason)
+            given_up.append((dict(row), reason))
+    return given_up
 
 
 @dataclass(frozen=True)

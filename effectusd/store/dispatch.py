@@ -35,6 +35,7 @@ from effectusd.core.states import (
 from effectusd.core.transition import Completion, SagaFacts, Transition
 from effectusd.fencing.authority import select_counters
 from effectusd.fencing.protocol import FencingProvider
+from effectusd.store.operations import lock_sagas
 from effectusd.store.records import Claim
 from effectusd.store.rows import (
     TransitionRows,
@@ -294,10 +295,7 @@ class DispatchStore(WriteAheadStore):
     def _lock_for_settlement(self, completions: Sequence[Completion]) -> Operation[_Locked]:
         ids = sorted({c.dispatch_id for c in completions})
         # Lock order: sagas, then their dispatches (the operator actions take the same order).
-        saga_rows = yield (
-            "lock_sagas",
-            {"saga_ids": [], "dispatch_ids": ids, "known_plans": list(self._plans)},
-        )
+        saga_rows = yield from lock_sagas(dispatch_ids=ids, known_plans=list(self._plans))
         sagas = {row["saga_id"]: row for row in saga_rows}
         # With the dispatches, the forward ones not yet sent of the sagas with parallel steps
         # (see lock_dispatches): the engine may cancel those, so no claim may take one before

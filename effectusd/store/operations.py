@@ -20,6 +20,7 @@ from effectusd.core.graph import dependencies
 from effectusd.core.identity import SAGA_ID_CHARS, saga_id_prefix
 from effectusd.core.identity import saga_id as derive_saga_id
 from effectusd.core.plan import CheckedPlan
+from effectusd.core.states import BLOCKED_SAGA_STATES
 from effectusd.core.submission import (
     SubmitConflict,
     SubmitRows,
@@ -161,6 +162,40 @@ def submit_many(
         yield ("insert_sagas", [_saga_params(rows, trace_context) for rows in fresh])
         yield from _submission_writes(fresh, actor, not_before)
     return results
+
+
+# The states lock_sagas.sql gives a compensation reason in: every blocked one, from SagaState
+# (a state added later included), sent as a parameter so that no statement lists them by hand.
+BLOCKED_STATES = sorted(state.value for state in BLOCKED_SAGA_STATES)
+
+
+def lock_sagas_params(
+    *,
+    saga_ids: Sequence[str] = (),
+    dispatch_ids: Sequence[int] = (),
+    known_plans: Collection[str] = (),
+) -> dict[str, Any]:
+    """lock_sagas.sql's parameters: the sagas ``saga_ids`` names, or those of
+    ``dispatch_ids``; a saga whose plan digest is in ``known_plans`` comes without its plan."""
+    return {
+        "saga_ids": list(saga_ids),
+        "dispatch_ids": list(dispatch_ids),
+        "known_plans": list(known_plans),
+        "blocked_states": BLOCKED_STATES,
+    }
+
+
+def lock_sagas(
+    *,
+    saga_ids: Sequence[str] = (),
+    dispatch_ids: Sequence[int] = (),
+    known_plans: Collection[str] = (),
+) -> Operation[Rows]:
+    """Lock saga rows, in id order (lock_sagas.sql: where every settlement starts)."""
+    params = lock_sagas_params(
+        saga_ids=saga_ids, dispatch_ids=dispatch_ids, known_plans=known_plans
+    )
+    return (yield ("lock_sagas", params))
 
 
 def load_saga(saga_id: str) -> Operation[SagaView | None]:

@@ -17,7 +17,7 @@ from effectusd.dispatcher.metrics import Metrics
 from effectusd.dispatcher.probes import Prober
 from effectusd.executors.factory import executor_for
 from effectusd.operator import Resolution, resolve
-from effectusd.operator.probes import Settled, take_probes
+from effectusd.operator.probes import UNPROBED_GRACE, Settled, take_probes
 from effectusd.store.dispatch import DispatchStore
 from tests.conformance.support import (
     StoreUnderTest,
@@ -354,3 +354,45 @@ async def test_a_blocked_compensation_probed_committed_is_compensated(
     assert view["state"] == "compensated" and step_states(view)["s1"] == "compensated"
     answered = [e for e in probe_events(view) if e["kind"] == "probe_answered"]
     assert [(e["direction"], e["to_state"]) for e in answered] == [("compensation", "succeeded")]
+
+
+async def test_probes_of_a_verb_whose_probe_was_removed_are_given_up_saying_why(
+    store: StoreUnderTest,
+) -> None:
+    async with blocked(store, answering(500)) as (saga, daemon, destination, prober):
+        assert await prober.once() == [Settled.KEPT_BLOCKED]
+        asked = len(gets(destination))
+        # the next daemon's configuration: pay without its probe (undo keeps one)
+        verbs = {"pay": {"retry": RETRY}, "undo": {"retry": RETRY, "probe": PROBE}}
+        config = make_config(destination.base_url, verbs)
+        metrics = Metrics()
+        without = Prober(config, daemon.session, {}, metrics)
+        probes_due_now(store)
+        assert await without.take() == []
+        # due for less than the grace: kept for a daemon that has the probe (a rolling deploy)
+        assert metrics.probes.labels("pay", "given_up")._value.get() == 0
+        [(kept,)] = store.execute("SELECT next_probe_at FROM effectus_dispatch_probes")
+        assert kept is not None
+        grace = UNPROBED_GRACE.total_seconds() + 1
+        store.execute(
+            "UPDATE effectus_dispatch_probes SET next_probe_at = "
+            f"{store.now_sql()} - {store.seconds_sql(grace)}"
+        )
+        assert await without.take() == []  # logged and counted as given up
+        again = await daemon.session.write(take_probes(without.probes, 10))
+        probes_due_now(store)  # a closed row is never due again, whatever its time says
+        assert await without.once() == []
+        view = store.view(saga)
+        [row] = store.execute("SELECT next_probe_at, given_up_at FROM effectus_dispatch_probes")
+    assert metrics.probes.labels("pay", "given_up")._value.get() == 1
+    assert again.given_up == [] and again.tickets == []
+    assert len(gets(destination)) == asked  # nothing was asked after the probe went
+    assert row[0] is None and row[1] is not None
+    assert view["state"] == "blocked_unknown"
+    given_up = probe_events(view)[-1]
+    assert given_up["kind"] == "probe_given_up" and given_up["actor"] == "probe"
+    assert given_up["evidence"] == (
+        "verb pay has no probe in the configuration now ([verbs.pay.probe] removed, or the "
+        "verb): its probes are closed"
+    )
+    assert given_up["detail"]["closed"] == "no_probe"

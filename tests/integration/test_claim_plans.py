@@ -13,6 +13,7 @@ import pytest
 
 from effectusd.backends.postgres.runner import with_array_texts
 from effectusd.backends.postgres.session import PoolSession
+from effectusd.store.operations import lock_sagas_params
 from effectusd.store.sql import POSTGRES_STATEMENTS as STORE_STATEMENTS
 from tests.support.backends import postgres_sql as sql
 
@@ -163,7 +164,7 @@ def recorder_reads(conn: psycopg.Connection, batch: int) -> dict[str, dict[str, 
     ).fetchall()
     dispatch_ids, saga_ids = [r[0] for r in rows], [r[1] for r in rows]
     return {
-        "lock_sagas": {"saga_ids": [], "dispatch_ids": dispatch_ids, "known_plans": []},
+        "lock_sagas": lock_sagas_params(dispatch_ids=dispatch_ids),
         "lock_dispatches": {"dispatch_ids": dispatch_ids, "saga_ids": saga_ids},
         "select_steps_of_sagas": {"saga_ids": saga_ids},
         "select_completion_attempts": {"dispatch_ids": dispatch_ids, "attempts": [1] * batch},
@@ -323,6 +324,11 @@ def test_the_probe_loop_reads_only_blocked_dispatches_and_due_probes(db: str) ->
             {"limit": 32, "verbs": ["v"], "hold_s": [60.0], "max_probes": [20]},
         )
         pending = plan_of(conn, sql("probe_pending").as_string(conn), {"verbs": ["v"]})
+        orphans = plan_of(
+            conn,
+            sql("probe_orphans").as_string(conn),
+            {"verbs": ["v"], "limit": 32, "grace_s": 600.0},
+        )
         conn.rollback()
     assert "effectus_saga_outbox_blocked_unknown" in unscheduled, unscheduled
     assert "Seq Scan" not in unscheduled, unscheduled
@@ -330,3 +336,5 @@ def test_the_probe_loop_reads_only_blocked_dispatches_and_due_probes(db: str) ->
     assert "Seq Scan" not in take, take
     assert "effectus_dispatch_probes_due" in pending, pending  # --until-idle's question
     assert "Seq Scan" not in pending, pending
+    assert "effectus_dispatch_probes_due" in orphans, orphans  # probes of a removed config
+    assert "Seq Scan" not in orphans, orphans

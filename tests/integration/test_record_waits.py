@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from effectusd.client import Client, Submission
+from effectusd.store.operations import lock_sagas_params
 from tests.integration.test_dispatcher_leases import wait_for
 from tests.integration.test_fencing import lock_waiters
 from tests.support.backends import postgres_sql as sql
@@ -32,7 +33,7 @@ def lock_sagas(db: str, dispatch_ids: list[int], planner_off: tuple[str, ...]) -
     with psycopg.connect(db) as conn:
         for setting in planner_off:
             conn.execute(f"SET {setting} = off")
-        params = {"saga_ids": [], "dispatch_ids": dispatch_ids, "known_plans": []}
+        params = lock_sagas_params(dispatch_ids=dispatch_ids)
         return conn.execute(sql("lock_sagas"), params).fetchall()
 
 

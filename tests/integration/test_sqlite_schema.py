@@ -25,6 +25,7 @@ import pytest
 from effectusd.backends.migrations import Migration, MigrationError
 from effectusd.backends.sqlite.connection import connect
 from effectusd.backends.sqlite.migrations import statements
+from effectusd.store.operations import lock_sagas_params
 from effectusd.store.sql import POSTGRES_STATEMENTS
 from tests.support.backends import postgres_query_names, run, sqlite_store_migrations
 from tests.support.backends import postgres_store_migrations as postgres_migrations
@@ -836,11 +837,9 @@ def test_lock_statements_give_booleans_and_json(conn: sqlite3.Connection) -> Non
     saga_id, dispatch_id = seed_saga(conn)
     claim(conn, "payments", margin_s=-10.0)  # a lease that has already run out
 
-    [saga] = q(
-        conn, "lock_sagas", {"saga_ids": [], "dispatch_ids": [dispatch_id], "known_plans": []}
-    )
+    [saga] = q(conn, "lock_sagas", lock_sagas_params(dispatch_ids=[dispatch_id]))
     [dispatch] = q(conn, "lock_dispatches", {"dispatch_ids": [dispatch_id]})
-    [locked] = q(conn, "lock_sagas", {"saga_ids": [saga_id], "dispatch_ids": [], "known_plans": []})
+    [locked] = q(conn, "lock_sagas", lock_sagas_params(saga_ids=[saga_id]))
 
     assert saga["cancel_requested"] is False and locked["cancel_requested"] is False
     assert saga["plan"] == json.loads(PLAN)
@@ -1115,9 +1114,7 @@ def test_saga_state_updates_and_the_compensation_reason(conn: sqlite3.Connection
         }
 
     def compensation_reason() -> Any:
-        [locked] = q(
-            conn, "lock_sagas", {"saga_ids": [saga_id], "dispatch_ids": [], "known_plans": []}
-        )
+        [locked] = q(conn, "lock_sagas", lock_sagas_params(saga_ids=[saga_id]))
         return locked["compensation_reason"]
 
     q(

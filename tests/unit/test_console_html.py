@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
+from effectusd.cli.app import emit
+from effectusd.console.api import json_response
 from effectusd.console.html import Html, esc, render, tag, void
 from effectusd.console.pages import saga_rows
 from effectusd.console.security import Principal, host_name, is_loopback
@@ -38,3 +44,21 @@ def test_loopback_names_and_actors() -> None:
     assert host_name("127.0.0.1:8089") == "127.0.0.1" and host_name("[::1]:80") == "::1"
     assert Principal("oncall", True).actor(" alice\n smith ") == "console:oncall/alice smith"
     assert Principal("loopback", False).actor() == "console:loopback"
+
+
+def test_the_admin_api_escapes_hidden_characters_as_the_cli_json_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A stored value with bidi marks, an override and a C1 control: the API's JSON body and
+    `--json` print each escaped, and both parse back to the same value."""
+    data = {"evidence": "paid \u202egnp.exe\u200f \u061c\u200e ok\x85", "actor": "user:علي"}
+    body = json_response(200, data).text
+    emit(data, True, str)
+    printed = capsys.readouterr().out
+    assert body is not None
+    for text in (body, printed):
+        assert json.loads(text) == data
+        for char in "\u202e\u200f\u061c\u200e\x85":
+            assert char not in text
+        assert "علي" in text  # letters stay as they are
+    assert json.loads(body) == json.loads(printed)

@@ -5,6 +5,8 @@ plan, facts or arguments is refused by path before anything is written."""
 
 from __future__ import annotations
 
+import json
+import unicodedata
 from collections.abc import Callable, Generator
 from datetime import UTC, datetime
 from typing import Any
@@ -255,3 +257,21 @@ def test_submit_refuses_a_nul_in_a_fact_by_path_without_the_value() -> None:
 
     assert "facts.order" in str(raised.value) and "U+0000" in str(raised.value)
     assert "o-" not in str(raised.value)
+
+
+def test_every_format_character_but_the_joiners_is_escaped_and_refused() -> None:
+    """The Unicode category Cf (bidi marks such as U+200E, U+200F and U+061C among them): each
+    is escaped where stored text is printed and refused where it is written, save the
+    zero-width non-joiner and joiner that a Persian word or an emoji sequence needs."""
+    joiners = {0x200C, 0x200D}
+    formats = [c for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf"]
+    assert {0x200E, 0x200F, 0x061C, 0xFEFF, 0xE0041} <= set(formats)
+    for code in formats:
+        text = f"a{chr(code)}b"
+        if code in joiners:
+            assert escape_unprintable(text) == text
+            assert unprintable_problem(text) is None
+            continue
+        escaped = escape_unprintable(text)
+        assert chr(code) not in escaped and json.loads(f'"{escaped}"') == text, hex(code)
+        assert unprintable_problem(text) is not None, hex(code)

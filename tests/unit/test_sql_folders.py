@@ -12,9 +12,11 @@ from effectusd.backends.postgres.replication import STATEMENTS as POSTGRES_BACKE
 from effectusd.backends.sqlite.migrations import STATEMENTS as SQLITE_BACKEND
 from effectusd.backends.statements import Statements
 from effectusd.bench.database import BENCH_STATEMENTS
+from effectusd.core.states import SagaState
 from effectusd.destination.queries import POSTGRES as POSTGRES_KIT
 from effectusd.destination.queries import SQLITE as SQLITE_KIT
 from effectusd.fencing.authority import AUTHORITY_STATEMENTS
+from effectusd.store.operations import lock_sagas_params
 from effectusd.store.sql import MIGRATIONS, POSTGRES_STATEMENTS, SQLITE_STATEMENTS, store_backend
 
 # (dialect folder, owner) -> the loader of that owner's statements in that dialect
@@ -77,3 +79,17 @@ def test_the_store_hands_the_backend_its_statements_of_the_url_dialect(
 def test_a_missing_statement_names_its_owner_and_path() -> None:
     with pytest.raises(LookupError, match=r"no statement sql/sqlite/store/no_such\.sql"):
         SQLITE_STATEMENTS.text("no_such")
+
+
+@pytest.mark.parametrize("statements", [POSTGRES_STATEMENTS, SQLITE_STATEMENTS])
+def test_lock_sagas_takes_the_blocked_states_from_saga_state_and_lists_none(
+    statements: Statements,
+) -> None:
+    """A blocked state added to SagaState gets its compensation reason back with no SQL
+    edit: the statement names no blocked state, the parameter carries every one."""
+    text = statements.text("lock_sagas")
+    assert [s.value for s in SagaState if s.is_blocked and f"'{s.value}'" in text] == []
+    assert "blocked_states" in text
+    blocked = lock_sagas_params()["blocked_states"]
+    assert blocked == sorted(state.value for state in SagaState if state.is_blocked)
+    assert "blocked_destination" in blocked and "blocked_unknown" in blocked

@@ -10,10 +10,8 @@ SELECT s.saga_id, s.namespace, s.execution_id, s.plan_id, s.state, s.stop_reason
        s.cancel_requested_at IS NOT NULL AS cancel_requested,
        -- Why compensation began (the latest move into compensating): a blocked saga that
        -- resumes compensating gets it back as its stop reason, instead of the block's.
-       CASE WHEN s.state IN (
-           'blocked_unknown', 'blocked_fence', 'blocked_compensation', 'blocked_contract',
-           'blocked_destination'
-       ) THEN (
+       -- Every blocked state (from SagaState: store.operations.BLOCKED_STATES).
+       CASE WHEN s.state = ANY(%(blocked_states)s::text[]) THEN (
            SELECT e.detail->>'reason' FROM effectus_saga_events e
            WHERE e.saga_id = s.saga_id AND e.kind = 'saga_state'
              AND e.to_state = 'compensating' AND e.detail ? 'reason'

@@ -11,10 +11,8 @@ SELECT s.saga_id, s.namespace, s.execution_id, s.plan_id, s.state, s.stop_reason
        -- Why compensation began (the latest move into compensating): a blocked saga that
        -- resumes compensating gets it back as its stop reason, instead of the block's.
        -- json_type is NULL only when the key is absent; ->> gives its text.
-       CASE WHEN s.state IN (
-           'blocked_unknown', 'blocked_fence', 'blocked_compensation', 'blocked_contract',
-           'blocked_destination'
-       ) THEN (
+       -- Every blocked state (from SagaState: store.operations.BLOCKED_STATES).
+       CASE WHEN s.state IN (SELECT value FROM json_each(:blocked_states)) THEN (
            SELECT e.detail ->> '$.reason' FROM effectus_saga_events e
            WHERE e.saga_id = s.saga_id AND e.kind = 'saga_state'
              AND e.to_state = 'compensating' AND json_type(e.detail, '$.reason') IS NOT NULL
