@@ -96,11 +96,14 @@ class TransitionBuilder:
         self.orders: dict[str, int | None] = {}
         self.dispatch_states: dict[str, DispatchState | None] = {}
         self.uncertain: dict[str, bool] = {}
-        for s in saga.steps.values():  # one pass over the steps for all five
+        self.last_order = 0  # of the steps that succeeded so far (0: none)
+        for s in saga.steps.values():  # one pass over the steps for all six
             if s.result is not None:
                 self.results[s.effect_id] = s.result
             self.step_states[s.effect_id] = s.state
             self.orders[s.effect_id] = s.succeeded_order
+            if s.succeeded_order is not None and s.succeeded_order > self.last_order:
+                self.last_order = s.succeeded_order
             self.dispatch_states[s.effect_id] = s.dispatch
             self.uncertain[s.effect_id] = s.uncertain
         self.saga_state = saga.state
@@ -231,7 +234,7 @@ class TransitionBuilder:
         effect = effect_id or self.dispatch_facts.effect_id
         if state is StepState.SUCCEEDED:
             # The order steps succeeded in is the order they are compensated in, reversed.
-            order = 1 + max((o for o in self.orders.values() if o is not None), default=0)
+            order = self.last_order = self.last_order + 1
             self.orders[effect] = order
             if self.moved is not None and effect == self.moved.effect_id:
                 self.transition.success = Success(result, order)
@@ -336,7 +339,8 @@ class TransitionBuilder:
             if undo
             else forward_moves(self.graph, self.step_states, self.dispatch_states)
         )
-        self._cancel(moves.cancel)
+        if moves.cancel:
+            self._cancel(moves.cancel)
         if self.saga_state.is_blocked and (moves.blocked or not self._resolves_block()):
             return  # the block stands: an operator (or a late answer) settles it first
         if moves.end is not None:
@@ -352,8 +356,13 @@ class TransitionBuilder:
     def _start(self, moves: Moves) -> None:
         """Enqueue every ready step, or none: a drifted verb blocks the saga first, and a step
         whose arguments cannot be resolved fails with nothing sent."""
-        steps = [self.saga_facts.plan.step(name) for name in moves.start]
-        drifted = [why for step in steps if (why := self._drift(step, Direction.FORWARD))]
+        steps: list[CheckedStep] = []
+        drifted: list[str] = []
+        for name in moves.start:
+            step = self.saga_facts.plan.step(name)
+            steps.append(step)
+            if (why := self._drift(step, Direction.FORWARD)) is not None:
+                drifted.append(why)
         if drifted:
             self.saga(SagaState.BLOCKED_CONTRACT, "; ".join(drifted))
             return
