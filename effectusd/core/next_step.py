@@ -28,8 +28,7 @@ from effectusd.core.branches import (
     undoing,
 )
 from effectusd.core.canonical import JsonValue
-from effectusd.core.contracts import pinned
-from effectusd.core.enqueue import DispatchSpec, build_dispatch
+from effectusd.core.enqueue import ContractDrift, DispatchSpec, build_dispatch
 from effectusd.core.expressions import ResolutionError
 from effectusd.core.plan import CheckedStep
 from effectusd.core.registry import Registry
@@ -356,25 +355,22 @@ class TransitionBuilder:
     def _start(self, moves: Moves) -> None:
         """Enqueue every ready step, or none: a drifted verb blocks the saga first, and a step
         whose arguments cannot be resolved fails with nothing sent."""
-        steps: list[CheckedStep] = []
+        built: list[tuple[CheckedStep, DispatchSpec]] = []
+        failures: list[tuple[CheckedStep, ResolutionError]] = []
         drifted: list[str] = []
         for name in moves.start:
             step = self.saga_facts.plan.step(name)
-            steps.append(step)
-            if (why := self._drift(step, Direction.FORWARD)) is not None:
-                drifted.append(why)
+            try:
+                built.append((step, self._build(step, Direction.FORWARD)))
+            except ContractDrift as drift:
+                drifted.append(_drifted(step, Direction.FORWARD, drift))
+            except ResolutionError as exc:
+                failures.append((step, exc))
         if drifted:
             self.saga(SagaState.BLOCKED_CONTRACT, "; ".join(drifted))
             return
         if self.saga_state is not SagaState.RUNNING:
             self.saga(SagaState.RUNNING, None)  # a blocked saga whose block was settled
-        built: list[tuple[CheckedStep, DispatchSpec]] = []
-        failures: list[tuple[CheckedStep, ResolutionError]] = []
-        for step in steps:
-            try:
-                built.append((step, self._build(step, Direction.FORWARD)))
-            except ResolutionError as exc:
-                failures.append((step, exc))
         if failures:
             for step, _ in failures:
                 self.step(StepState.FAILED, effect_id=step.id, kept=True)
@@ -387,12 +383,11 @@ class TransitionBuilder:
             self.uncertain[step.id] = False
 
     def enqueue_compensation(self, step: CheckedStep) -> None:
-        drifted = self._drift(step, Direction.COMPENSATION)
-        if drifted is not None:
-            self.saga(SagaState.BLOCKED_CONTRACT, drifted)
-            return
         try:
             spec = self._build(step, Direction.COMPENSATION)
+        except ContractDrift as drift:
+            self.saga(SagaState.BLOCKED_CONTRACT, _drifted(step, Direction.COMPENSATION, drift))
+            return
         except ResolutionError as exc:
             self.saga(
                 SagaState.BLOCKED_COMPENSATION,
@@ -400,20 +395,6 @@ class TransitionBuilder:
             )
             return
         self._enqueued(step, Direction.COMPENSATION, spec, alone=True)
-
-    def _drift(self, step: CheckedStep, direction: Direction) -> str | None:
-        """Why the verb ``step`` calls in ``direction`` cannot be sent as the plan pinned it
-        (not configured, or changed since the check), or None when it can."""
-        if direction is Direction.FORWARD:
-            verb, pinned_hash = step.verb, step.contract_hash
-        else:
-            assert step.compensate is not None  # only a step with an inverse is compensated
-            verb, pinned_hash = step.compensate.verb, step.compensate.contract_hash
-        live = self.registry.verbs.get(verb)
-        if pinned(live, pinned_hash):
-            return None
-        why = "is not configured" if live is None else "changed since the plan was checked"
-        return f"{step.id} ({direction.value}): verb {verb!r} {why}"
 
     def _build(self, step: CheckedStep, direction: Direction) -> DispatchSpec:
         saga = self.saga_facts
@@ -499,3 +480,8 @@ class TransitionBuilder:
         """The settled dispatch is not a sibling in flight: it is the one a block is about
         (settled late or by an operator), or there is none (an operator's resume)."""
         return self.moved is None or self.moved.state is not DispatchState.IN_FLIGHT
+
+
+def _drifted(step: CheckedStep, direction: Direction, drift: ContractDrift) -> str:
+    """A saga's block for a verb that cannot be sent as its plan pinned it."""
+    return f"{step.id} ({direction.value}): verb {drift.verb!r} {drift.why}"
