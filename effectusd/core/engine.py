@@ -98,7 +98,8 @@ def settle(
             # answered, budget spent, lease too short, write-ahead failed, reclaimed,
             # resolved or probed as not committed: the outcome and the budgets decide
             _settle_failure(builder, completion, dispatch, registry, jitter)
-    builder.resume_if_unblocked()
+    if saga.state.is_blocked:
+        builder.resume_if_unblocked()
     return _restore_reason(saga, builder.transition)
 
 

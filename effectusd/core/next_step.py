@@ -306,12 +306,10 @@ class TransitionBuilder:
         return resolved if reason is None else f"{resolved}; {reason}"
 
     def resume_if_unblocked(self) -> None:
-        """A blocked saga runs again only when the settled dispatch was the one blocking it
-        (a late answer, an operator) and no other branch is blocked; else it stays blocked,
-        in the state of a branch still blocked."""
-        if self.transition.saga is not None or not self.saga_facts.state.is_blocked:
-            return
-        if not self._resolves_block():
+        """A blocked saga (asked of one only) runs again only when the settled dispatch was
+        the one blocking it (a late answer, an operator) and no other branch is blocked; else
+        it stays blocked, in the state of a branch still blocked."""
+        if self.transition.saga is not None or not self._resolves_block():
             return
         blocked = still_blocked(self.graph, self.branches(), self.dispatch_facts.effect_id)
         if blocked is not None:
