@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 from effectusd.core.canonical import (
     MAX_PATH_CHARS,
@@ -45,6 +46,20 @@ class SagaRef:
     execution_id: str
 
 
+class NamesASaga(Protocol):
+    """The saga a dispatch is built for, by what its row and key name of it: a ``SagaRef``,
+    or the engine's ``SagaFacts`` as they are."""
+
+    @property
+    def saga_id(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def execution_id(self) -> str: ...
+
+
 @frozen
 class DispatchSpec:
     """One outbox row to insert (state queued). Field names are the column names."""
@@ -79,7 +94,7 @@ def _call(step: CheckedStep, direction: Direction) -> tuple[str, str, dict[str, 
 
 
 def build_dispatch(
-    saga: SagaRef,
+    saga: NamesASaga,
     step: CheckedStep,
     direction: Direction,
     registry: Registry,

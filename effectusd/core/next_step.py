@@ -396,7 +396,7 @@ class TransitionBuilder:
 
     def _build(self, step: CheckedStep, direction: Direction) -> DispatchSpec:
         saga = self.saga_facts
-        return build_dispatch(saga.ref, step, direction, self.registry, saga.facts, self.results)
+        return build_dispatch(saga, step, direction, self.registry, saga.facts, self.results)
 
     def _enqueued(
         self, step: CheckedStep, direction: Direction, spec: DispatchSpec, *, alone: bool

@@ -25,7 +25,7 @@ from effectusd.core.states import (
     StepState,
     by_value,
 )
-from effectusd.core.steps import step_state
+from effectusd.core.steps import STEP_STATE_OF
 from effectusd.core.timeline import SETTLED, attempt_columns, derived_event_id, outbox_columns
 from effectusd.core.transition import (
     Completion,
@@ -298,9 +298,10 @@ def steps_by_saga(rows: Iterable[Row]) -> dict[str, list[Row]]:
 def plan_steps(plan: CheckedPlan, rows: Iterable[Row]) -> dict[str, StepFacts]:
     """A saga's steps as its pinned plan lists them, by effect id, from its
     select_steps_of_sagas rows: each step's state derived from its forward and compensation
-    dispatches' (``effectusd.core.steps.step_state``) and, where it has none, from its kept
-    step row (a step that failed at enqueue; pending without one); the result and order of
-    its success, and whether an attempt of it may have committed, its forward dispatch's."""
+    dispatches' (``effectusd.core.steps.STEP_STATE_OF``, ``step_state``'s table) and, where
+    it has none, from its kept step row (a step that failed at enqueue; pending without one);
+    the result and order of its success, and whether an attempt of it may have committed, its
+    forward dispatch's."""
     forward: dict[str, Row] = {}
     compensation: dict[str, str] = {}
     kept: dict[str, str] = {}
@@ -321,14 +322,13 @@ def plan_steps(plan: CheckedPlan, rows: Iterable[Row]) -> dict[str, StepFacts]:
             steps[step.id] = StepFacts(step.id, step.sequence, StepState.PENDING)  # not begun
             continue
         dispatch = None if ahead is None else DISPATCH_STATES[ahead["state"]]
+        state = STEP_STATE_OF.get((dispatch, None if undo is None else DISPATCH_STATES[undo]))
+        if state is None:  # no dispatch: the step row's kept state
+            state = StepState.PENDING if own is None else STEP_STATES[own]
         steps[step.id] = StepFacts(
             step.id,
             step.sequence,
-            step_state(
-                dispatch,
-                None if undo is None else DISPATCH_STATES[undo],
-                StepState.PENDING if own is None else STEP_STATES[own],
-            ),
+            state,
             None if ahead is None else ahead["result"],
             dispatch=dispatch,
             uncertain=ahead is not None and bool(ahead["uncertain"]),
