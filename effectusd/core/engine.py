@@ -89,7 +89,10 @@ def settle(
         case _, OutcomeClass.SUCCESS if dispatch.direction is Direction.FORWARD:
             builder.dispatch(DispatchState.SUCCEEDED)
             builder.step(StepState.SUCCEEDED, result=completion.result)
-            builder.advance_forward()
+            if saga.cancel_requested:
+                builder.start_compensation("canceled on request")
+            else:
+                builder.reconcile()
         case _, OutcomeClass.SUCCESS:
             builder.dispatch(DispatchState.SUCCEEDED)
             builder.step(StepState.COMPENSATED)

@@ -318,12 +318,6 @@ class TransitionBuilder:
         self.saga(SagaState.COMPENSATING if self._undoing() else SagaState.RUNNING, None)
 
     # -- what comes next --------------------------------------------------------------------
-    def advance_forward(self) -> None:
-        if self.saga_facts.cancel_requested:
-            self.start_compensation("canceled on request")
-        else:
-            self.reconcile()
-
     def start_compensation(self, reason: str) -> None:
         self.undo_started = True
         self.reconcile(reason)
