@@ -196,6 +196,8 @@ class VerbContract(DerivedOnce):
 
     def resolve_fencing(self, args: dict[str, JsonValue], facts: dict[str, JsonValue]) -> list[str]:
         """Fencing resources for one dispatch, deduplicated and in canonical (sorted) order."""
+        if not self.fencing_templates:
+            return []  # an unfenced verb
         return sorted(
             {render_fencing(template, args, facts) for template in self.fencing_templates}
         )

@@ -89,7 +89,10 @@ def settle(
         case _, OutcomeClass.SUCCESS if dispatch.direction is Direction.FORWARD:
             builder.dispatch(DispatchState.SUCCEEDED)
             builder.step(StepState.SUCCEEDED, result=completion.result)
-            builder.advance_forward()
+            if saga.cancel_requested:
+                builder.start_compensation("canceled on request")
+            else:
+                builder.reconcile()
         case _, OutcomeClass.SUCCESS:
             builder.dispatch(DispatchState.SUCCEEDED)
             builder.step(StepState.COMPENSATED)
@@ -98,7 +101,8 @@ def settle(
             # answered, budget spent, lease too short, write-ahead failed, reclaimed,
             # resolved or probed as not committed: the outcome and the budgets decide
             _settle_failure(builder, completion, dispatch, registry, jitter)
-    builder.resume_if_unblocked()
+    if saga.state.is_blocked:
+        builder.resume_if_unblocked()
     return _restore_reason(saga, builder.transition)
 
 

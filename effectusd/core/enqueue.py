@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 from effectusd.core.canonical import (
     MAX_PATH_CHARS,
@@ -28,11 +29,35 @@ from effectusd.core.states import Direction
 from effectusd.core.templates import Template, TemplateError, encode_path_segment
 
 
+class ContractDrift(ResolutionError):
+    """The verb a step calls cannot be sent as its plan pinned it: ``why`` says whether it is
+    not configured or changed since the plan was checked (``contracts.pinned``)."""
+
+    def __init__(self, where: str, verb: str, why: str) -> None:
+        super().__init__(f"{where}: verb {verb!r} {why}")
+        self.verb = verb
+        self.why = why
+
+
 @frozen
 class SagaRef:
     saga_id: str
     namespace: str
     execution_id: str
+
+
+class NamesASaga(Protocol):
+    """The saga a dispatch is built for, by what its row and key name of it: a ``SagaRef``,
+    or the engine's ``SagaFacts`` as they are."""
+
+    @property
+    def saga_id(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def execution_id(self) -> str: ...
 
 
 @frozen
@@ -69,7 +94,7 @@ def _call(step: CheckedStep, direction: Direction) -> tuple[str, str, dict[str, 
 
 
 def build_dispatch(
-    saga: SagaRef,
+    saga: NamesASaga,
     step: CheckedStep,
     direction: Direction,
     registry: Registry,
@@ -80,17 +105,18 @@ def build_dispatch(
 
     Raises ResolutionError (naming the step) when arguments cannot be resolved, are not
     canonical JSON, violate the verb's schema, or leave a path/fencing template unfilled;
-    A verb missing from the live registry, or changed since checking, is reported the same way.
+    ContractDrift, one of them, when the verb is not configured or changed since checking
+    (checked first: nothing is resolved for a verb that may not be sent).
     """
     if type(direction) is not Direction:
         direction = Direction(direction)
     verb, pinned_hash, args_expr = _call(step, direction)
     where = f"step {step.id!r} ({direction.value})"
     contract = registry.verbs.get(verb)
-    if contract is None:
-        raise ResolutionError(f"{where}: verb {verb!r} is not in the live registry")
     if not pinned(contract, pinned_hash):
-        raise ResolutionError(f"{where}: verb {verb!r} changed since the plan was checked")
+        why = "is not configured" if contract is None else "changed since the plan was checked"
+        raise ContractDrift(where, verb, why)
+    assert contract is not None  # pinned to no contract is never pinned
     try:
         args = resolve(args_expr, facts, results)
         if not isinstance(args, dict):

@@ -28,8 +28,7 @@ from effectusd.core.branches import (
     undoing,
 )
 from effectusd.core.canonical import JsonValue
-from effectusd.core.contracts import pinned
-from effectusd.core.enqueue import DispatchSpec, build_dispatch
+from effectusd.core.enqueue import ContractDrift, DispatchSpec, build_dispatch
 from effectusd.core.expressions import ResolutionError
 from effectusd.core.plan import CheckedStep
 from effectusd.core.registry import Registry
@@ -96,11 +95,14 @@ class TransitionBuilder:
         self.orders: dict[str, int | None] = {}
         self.dispatch_states: dict[str, DispatchState | None] = {}
         self.uncertain: dict[str, bool] = {}
-        for s in saga.steps.values():  # one pass over the steps for all five
+        self.last_order = 0  # of the steps that succeeded so far (0: none)
+        for s in saga.steps.values():  # one pass over the steps for all six
             if s.result is not None:
                 self.results[s.effect_id] = s.result
             self.step_states[s.effect_id] = s.state
             self.orders[s.effect_id] = s.succeeded_order
+            if s.succeeded_order is not None and s.succeeded_order > self.last_order:
+                self.last_order = s.succeeded_order
             self.dispatch_states[s.effect_id] = s.dispatch
             self.uncertain[s.effect_id] = s.uncertain
         self.saga_state = saga.state
@@ -231,7 +233,7 @@ class TransitionBuilder:
         effect = effect_id or self.dispatch_facts.effect_id
         if state is StepState.SUCCEEDED:
             # The order steps succeeded in is the order they are compensated in, reversed.
-            order = 1 + max((o for o in self.orders.values() if o is not None), default=0)
+            order = self.last_order = self.last_order + 1
             self.orders[effect] = order
             if self.moved is not None and effect == self.moved.effect_id:
                 self.transition.success = Success(result, order)
@@ -304,12 +306,10 @@ class TransitionBuilder:
         return resolved if reason is None else f"{resolved}; {reason}"
 
     def resume_if_unblocked(self) -> None:
-        """A blocked saga runs again only when the settled dispatch was the one blocking it
-        (a late answer, an operator) and no other branch is blocked; else it stays blocked,
-        in the state of a branch still blocked."""
-        if self.transition.saga is not None or not self.saga_facts.state.is_blocked:
-            return
-        if not self._resolves_block():
+        """A blocked saga (asked of one only) runs again only when the settled dispatch was
+        the one blocking it (a late answer, an operator) and no other branch is blocked; else
+        it stays blocked, in the state of a branch still blocked."""
+        if self.transition.saga is not None or not self._resolves_block():
             return
         blocked = still_blocked(self.graph, self.branches(), self.dispatch_facts.effect_id)
         if blocked is not None:
@@ -318,12 +318,6 @@ class TransitionBuilder:
         self.saga(SagaState.COMPENSATING if self._undoing() else SagaState.RUNNING, None)
 
     # -- what comes next --------------------------------------------------------------------
-    def advance_forward(self) -> None:
-        if self.saga_facts.cancel_requested:
-            self.start_compensation("canceled on request")
-        else:
-            self.reconcile()
-
     def start_compensation(self, reason: str) -> None:
         self.undo_started = True
         self.reconcile(reason)
@@ -336,7 +330,8 @@ class TransitionBuilder:
             if undo
             else forward_moves(self.graph, self.step_states, self.dispatch_states)
         )
-        self._cancel(moves.cancel)
+        if moves.cancel:
+            self._cancel(moves.cancel)
         if self.saga_state.is_blocked and (moves.blocked or not self._resolves_block()):
             return  # the block stands: an operator (or a late answer) settles it first
         if moves.end is not None:
@@ -352,20 +347,22 @@ class TransitionBuilder:
     def _start(self, moves: Moves) -> None:
         """Enqueue every ready step, or none: a drifted verb blocks the saga first, and a step
         whose arguments cannot be resolved fails with nothing sent."""
-        steps = [self.saga_facts.plan.step(name) for name in moves.start]
-        drifted = [why for step in steps if (why := self._drift(step, Direction.FORWARD))]
+        built: list[tuple[CheckedStep, DispatchSpec]] = []
+        failures: list[tuple[CheckedStep, ResolutionError]] = []
+        drifted: list[str] = []
+        for name in moves.start:
+            step = self.saga_facts.plan.step(name)
+            try:
+                built.append((step, self._build(step, Direction.FORWARD)))
+            except ContractDrift as drift:
+                drifted.append(_drifted(step, Direction.FORWARD, drift))
+            except ResolutionError as exc:
+                failures.append((step, exc))
         if drifted:
             self.saga(SagaState.BLOCKED_CONTRACT, "; ".join(drifted))
             return
         if self.saga_state is not SagaState.RUNNING:
             self.saga(SagaState.RUNNING, None)  # a blocked saga whose block was settled
-        built: list[tuple[CheckedStep, DispatchSpec]] = []
-        failures: list[tuple[CheckedStep, ResolutionError]] = []
-        for step in steps:
-            try:
-                built.append((step, self._build(step, Direction.FORWARD)))
-            except ResolutionError as exc:
-                failures.append((step, exc))
         if failures:
             for step, _ in failures:
                 self.step(StepState.FAILED, effect_id=step.id, kept=True)
@@ -378,12 +375,11 @@ class TransitionBuilder:
             self.uncertain[step.id] = False
 
     def enqueue_compensation(self, step: CheckedStep) -> None:
-        drifted = self._drift(step, Direction.COMPENSATION)
-        if drifted is not None:
-            self.saga(SagaState.BLOCKED_CONTRACT, drifted)
-            return
         try:
             spec = self._build(step, Direction.COMPENSATION)
+        except ContractDrift as drift:
+            self.saga(SagaState.BLOCKED_CONTRACT, _drifted(step, Direction.COMPENSATION, drift))
+            return
         except ResolutionError as exc:
             self.saga(
                 SagaState.BLOCKED_COMPENSATION,
@@ -392,23 +388,9 @@ class TransitionBuilder:
             return
         self._enqueued(step, Direction.COMPENSATION, spec, alone=True)
 
-    def _drift(self, step: CheckedStep, direction: Direction) -> str | None:
-        """Why the verb ``step`` calls in ``direction`` cannot be sent as the plan pinned it
-        (not configured, or changed since the check), or None when it can."""
-        if direction is Direction.FORWARD:
-            verb, pinned_hash = step.verb, step.contract_hash
-        else:
-            assert step.compensate is not None  # only a step with an inverse is compensated
-            verb, pinned_hash = step.compensate.verb, step.compensate.contract_hash
-        live = self.registry.verbs.get(verb)
-        if pinned(live, pinned_hash):
-            return None
-        why = "is not configured" if live is None else "changed since the plan was checked"
-        return f"{step.id} ({direction.value}): verb {verb!r} {why}"
-
     def _build(self, step: CheckedStep, direction: Direction) -> DispatchSpec:
         saga = self.saga_facts
-        return build_dispatch(saga.ref, step, direction, self.registry, saga.facts, self.results)
+        return build_dispatch(saga, step, direction, self.registry, saga.facts, self.results)
 
     def _enqueued(
         self, step: CheckedStep, direction: Direction, spec: DispatchSpec, *, alone: bool
@@ -490,3 +472,8 @@ class TransitionBuilder:
         """The settled dispatch is not a sibling in flight: it is the one a block is about
         (settled late or by an operator), or there is none (an operator's resume)."""
         return self.moved is None or self.moved.state is not DispatchState.IN_FLIGHT
+
+
+def _drifted(step: CheckedStep, direction: Direction, drift: ContractDrift) -> str:
+    """A saga's block for a verb that cannot be sent as its plan pinned it."""
+    return f"{step.id} ({direction.value}): verb {drift.verb!r} {drift.why}"

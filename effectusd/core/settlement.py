@@ -1,6 +1,6 @@
 """An attempt's guard after its call: what its reported outcome does, decided in one place
-(docs/design.md section 7; the guard before it is ``effectusd.core.pre_send``), and whether
-a next step the record enqueues may be born claimed (``may_wait_for_slot``).
+(docs/design.md section 7; the guard before it, and the claim policy, are
+``effectusd.core.pre_send``'s).
 
 The recorder loads the facts under its lock (the dispatch row, the attempt the outcome is
 for, the saga) and asks ``settle_completion``; it then writes what the answer says and
@@ -27,7 +27,7 @@ from enum import StrEnum
 from effectusd.core.engine import settle
 from effectusd.core.frozen import frozen
 from effectusd.core.registry import Registry
-from effectusd.core.states import Cause, Delivery, DispatchState, OutcomeClass, SettledBy
+from effectusd.core.states import Cause, DispatchState, OutcomeClass, SettledBy
 from effectusd.core.transition import (
     MAYBE_SENT,
     Completion,
@@ -35,16 +35,6 @@ from effectusd.core.transition import (
     SagaFacts,
     Transition,
 )
-
-
-def may_wait_for_slot(delivery: Delivery, fenced: bool) -> bool:
-    """Whether a next step may be born claimed and written ahead while its destination has no
-    free slot, to wait in the daemon for the next one (docs/design.md section 7, step 5). Only
-    where writing it ahead before its call costs no guard: an unfenced ``at_least_once`` step,
-    which a daemon that dies before calling it leaves as "may have been sent" and its verb
-    retries under the same key. An ``at_most_once`` step so left would block its saga, and a
-    fenced one takes its tokens in a write-ahead of its own, right before its call."""
-    return delivery is Delivery.AT_LEAST_ONCE and not fenced
 
 
 class Verdict(StrEnum):
@@ -116,13 +106,6 @@ def holds_lease(completion: Completion, dispatch: LockedDispatch) -> bool:
     )
 
 
-def guard_holds(completion: Completion, dispatch: LockedDispatch) -> bool:
-    """The live attempt's own answer; a reclaim also needs the lease to have run out."""
-    return holds_lease(completion, dispatch) and (
-        completion.cause.settled_by is not SettledBy.RECLAIM or dispatch.lease_expired
-    )
-
-
 def late_completion_settles(
     completion: Completion, dispatch: DispatchFacts, later_sent: bool
 ) -> bool:
@@ -174,10 +157,15 @@ def settle_completion(
     """What ``completion`` does to the locked rows ``facts`` describe."""
     dispatch = facts.dispatch.facts
     late = False
-    if not guard_holds(completion, facts.dispatch):
-        if completion.cause.settled_by is SettledBy.RECLAIM:
+    by = completion.cause.settled_by
+    # the guard: the live attempt's own answer; a reclaim also needs the lease to have run out
+    if not (
+        holds_lease(completion, facts.dispatch)
+        and (by is not SettledBy.RECLAIM or facts.dispatch.lease_expired)
+    ):
+        if by is SettledBy.RECLAIM:
             return Settlement(Verdict.DROP, "the holder finished first: nothing to reclaim")
-        ours = completion.cause.settled_by is SettledBy.EXECUTOR
+        ours = by is SettledBy.EXECUTOR
         if ours and facts.attempt.settled_by is SettledBy.EXECUTOR:
             return Settlement(Verdict.DROP, "our own earlier commit went through after all")
         if not late_completion_settles(completion, dispatch, facts.attempt.later_sent):

@@ -20,6 +20,10 @@ class State(StrEnum):
 
 
 class SagaState(State):
+    # Plain attributes, set per member below: read on every settlement, never called.
+    is_terminal: bool  # completed, compensated or failed: nothing moves it any more
+    is_blocked: bool  # each blocked_* member: it waits for a person
+
     RUNNING = "running"
     COMPLETED = "completed"
     COMPENSATING = "compensating"
@@ -33,18 +37,13 @@ class SagaState(State):
     # "http": 401, 403, ...), nothing was committed, and its retry budget is spent
     BLOCKED_DESTINATION = "blocked_destination"
 
-    @property
-    def is_terminal(self) -> bool:
-        return self in TERMINAL_SAGA_STATES
-
-    @property
-    def is_blocked(self) -> bool:
-        return self.value.startswith("blocked_")
-
 
 TERMINAL_SAGA_STATES = frozenset({SagaState.COMPLETED, SagaState.COMPENSATED, SagaState.FAILED})
 # Every state a saga waits in for a person: each blocked_* member, one added later included.
-BLOCKED_SAGA_STATES = frozenset(state for state in SagaState if state.is_blocked)
+BLOCKED_SAGA_STATES = frozenset(state for state in SagaState if state.startswith("blocked_"))
+for _state in SagaState:
+    _state.is_terminal = _state in TERMINAL_SAGA_STATES
+    _state.is_blocked = _state in BLOCKED_SAGA_STATES
 
 
 class StepState(State):

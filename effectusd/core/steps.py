@@ -37,3 +37,14 @@ def step_state(
     if forward is DispatchState.CANCELED:
         return StepState.PENDING  # a forward dispatch canceled unsent: the step never ran
     return StepState.IN_PROGRESS  # queued, in flight, waiting to retry, blocked
+
+
+# What a reader looks up per step, once per settlement of each step of a saga: every pair of
+# (forward, compensation) dispatch states where the step has a dispatch, to the step state
+# ``step_state`` gives it. A pair not in it has no dispatch: the step row's kept state.
+STEP_STATE_OF: dict[tuple[DispatchState | None, DispatchState | None], StepState] = {
+    (forward, compensation): step_state(forward, compensation)
+    for forward in (None, *DispatchState)
+    for compensation in (None, *DispatchState)
+    if forward is not None or compensation is not None
+}

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Protocol
 
 from effectusd.core.answers import PresetClass
 from effectusd.core.canonical import JsonValue
-from effectusd.core.enqueue import DispatchSpec, SagaRef
+from effectusd.core.enqueue import DispatchSpec
 from effectusd.core.frozen import frozen
 from effectusd.core.plan import CheckedPlan
 from effectusd.core.states import (
@@ -63,10 +63,6 @@ class SagaFacts:
     # Why compensation began (the reason on the latest move into compensating), loaded with
     # the saga row while it is blocked: a blocked saga that resumes compensating gets it back.
     compensation_reason: str | None = None
-
-    @property
-    def ref(self) -> SagaRef:
-        return SagaRef(self.saga_id, self.namespace, self.execution_id)
 
 
 @frozen

@@ -9,7 +9,7 @@ A next step the recorder claims while its destination is full may instead wait i
 for that destination's next free slot (``Capacity.may_wait``): only where its destination's
 calls all end well within the lease's margin, so that every waiting claim starts before its
 lease runs short (``wait_limits``), and only a step whose early write-ahead costs no guard
-(``effectusd.core.settlement.may_wait_for_slot``).
+(``effectusd.core.pre_send.may_wait_for_slot``).
 """
 
 from __future__ import annotations

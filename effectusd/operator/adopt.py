@@ -120,7 +120,7 @@ def _rebuild_dispatch(locked: Locked, dispatch_id: int, registry: Registry) -> O
     results = {s.effect_id: s.result for s in locked.saga.steps.values() if s.result is not None}
     try:
         spec = build_dispatch(
-            locked.saga.ref, step, target.direction, registry, locked.saga.facts, results
+            locked.saga, step, target.direction, registry, locked.saga.facts, results
         )
     except ResolutionError as exc:
         raise Refused(RefusalKind.CONFLICT, f"under the loaded contract, {exc}") from None

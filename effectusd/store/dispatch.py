@@ -35,7 +35,7 @@ from effectusd.core.states import (
 from effectusd.core.transition import Completion, SagaFacts, Transition
 from effectusd.fencing.authority import select_counters
 from effectusd.fencing.protocol import FencingProvider
-from effectusd.store.operations import lock_sagas
+from effectusd.store.operations import BLOCKED_STATES
 from effectusd.store.records import Claim
 from effectusd.store.rows import (
     TransitionRows,
@@ -228,7 +228,9 @@ class DispatchStore(WriteAheadStore):
         ``claimed``, to be called at once."""
         taker = slots if self.claims_in_record else None
         report = await self._write(self._record(completions, crash_point=True, slots=taker))
-        return await self._released(report)
+        if report.released:  # a daemon fencing through the authority of several stores
+            await self.fencing.released(report.released)
+        return report
 
     async def _released(self, report: RecordReport) -> RecordReport:
         """After a record committed: give back what its holders took where the store does
@@ -284,8 +286,9 @@ class DispatchStore(WriteAheadStore):
         yield from write_rows(writes)
         if claimed:
             report.claimed = yield from self._insert_claimed(claimed)
-        yield from self.fencing.release(writes.released)
-        report.released = writes.released
+        if writes.released:
+            yield from self.fencing.release(writes.released)
+            report.released = writes.released
         yield from notify_rows(writes)
         report.notified = writes.destinations
         if crash_point:
@@ -293,30 +296,44 @@ class DispatchStore(WriteAheadStore):
         return report
 
     def _lock_for_settlement(self, completions: Sequence[Completion]) -> Operation[_Locked]:
-        ids = sorted({c.dispatch_id for c in completions})
+        ids: set[int] = set()
+        attempt_keys: dict[str, list[int]] = {"dispatch_ids": [], "attempts": []}
+        for c in completions:  # one pass: the dispatches to lock, the attempts to read
+            ids.add(c.dispatch_id)
+            attempt_keys["dispatch_ids"].append(c.dispatch_id)
+            attempt_keys["attempts"].append(c.attempt)
+        dispatch_ids = sorted(ids)
         # Lock order: sagas, then their dispatches (the operator actions take the same order).
-        saga_rows = yield from lock_sagas(dispatch_ids=ids, known_plans=list(self._plans))
-        sagas = {row["saga_id"]: row for row in saga_rows}
+        saga_rows = yield (
+            "lock_sagas",
+            {
+                "saga_ids": [],
+                "dispatch_ids": dispatch_ids,
+                "known_plans": list(self._plans),
+                "blocked_states": BLOCKED_STATES,
+            },
+        )
         # With the dispatches, the forward ones not yet sent of the sagas with parallel steps
         # (see lock_dispatches): the engine may cancel those, so no claim may take one before
         # this commits. A sequential saga has no such sibling, and is not searched for one.
-        parallel = [s for s, row in sagas.items() if may_cancel_siblings(row, self._plans)]
-        dispatch_rows = yield ("lock_dispatches", {"dispatch_ids": ids, "saga_ids": parallel})
-        attempt_rows = yield (
-            "select_completion_attempts",
-            {
-                "dispatch_ids": [c.dispatch_id for c in completions],
-                "attempts": [c.attempt for c in completions],
-            },
+        sagas: dict[str, dict[str, Any]] = {}
+        parallel: list[str] = []
+        for row in saga_rows:
+            sagas[row["saga_id"]] = row
+            if may_cancel_siblings(row, self._plans):
+                parallel.append(row["saga_id"])
+        dispatch_rows = yield (
+            "lock_dispatches",
+            {"dispatch_ids": dispatch_ids, "saga_ids": parallel},
         )
+        attempt_rows = yield ("select_completion_attempts", attempt_keys)
         step_rows = yield ("select_steps_of_sagas", {"saga_ids": list(sagas)})
-        return _Locked(
-            sagas,
-            steps_by_saga(step_rows),
-            {row["dispatch_id"]: row for row in dispatch_rows},
-            {(row["dispatch_id"], row["attempt"]): row for row in attempt_rows},
-            self._plans,
-        )
+        locked = _Locked(sagas, steps_by_saga(step_rows), {}, {}, self._plans)
+        for row in dispatch_rows:
+            locked.dispatches[row["dispatch_id"]] = row
+        for row in attempt_rows:
+            locked.attempts[row["dispatch_id"], row["attempt"]] = row
+        return locked
 
     # -- 5b. quarantine one completion the recorder could not write ------------------------
     async def quarantine(self, completion: Completion, failure: str) -> RecordReport:
@@ -354,8 +371,9 @@ class DispatchStore(WriteAheadStore):
             report.quarantined += 1
             report.transitions.append((held, transition, drow))
         yield from write_rows(writes)
-        yield from self.fencing.release(writes.released)
-        report.released = writes.released
+        if writes.released:
+            yield from self.fencing.release(writes.released)
+            report.released = writes.released
         return report
 
     # -- waiting and watching ---------------------------------------------------------------

@@ -14,7 +14,8 @@ from typing import Any
 from effectusd.backends.operation import Operation
 from effectusd.core.canonical import canonical_text
 from effectusd.core.plan import CheckedPlan
-from effectusd.core.settlement import AttemptFacts, LockedDispatch, may_wait_for_slot
+from effectusd.core.pre_send import may_wait_for_slot
+from effectusd.core.settlement import AttemptFacts, LockedDispatch
 from effectusd.core.states import (
     Delivery,
     Direction,
@@ -24,7 +25,7 @@ from effectusd.core.states import (
     StepState,
     by_value,
 )
-from effectusd.core.steps import step_state
+from effectusd.core.steps import STEP_STATE_OF
 from effectusd.core.timeline import SETTLED, attempt_columns, derived_event_id, outbox_columns
 from effectusd.core.transition import (
     Completion,
@@ -66,6 +67,8 @@ class TransitionRows:
         # (saga_id, forward dispatches of its parallel steps to cancel): each must be canceled
         self.cancels: list[tuple[str, list[str]]] = []
         self.woken: set[str] = set()  # destinations to wake besides those of new dispatches
+        # the destinations of ``inserts``: insert_dispatch wakes each at commit
+        self.queued: set[str] = set()
         self._step_at: dict[tuple[str, str], dict[str, Any]] = {}
         self._late_at: dict[tuple[int, int], dict[str, Any]] = {}
         self._settled_sagas: set[str] = set()  # whose settlement's entry its attempt row carries
@@ -183,6 +186,7 @@ class TransitionRows:
             params["not_before"] = None
             outbox_columns(transition, follows, params)
             self.inserts.append(params)
+            self.queued.add(spec.destination)
         for event in transition.events:
             self.events.append(event_params(saga_id, event))
 
@@ -195,25 +199,25 @@ class TransitionRows:
         apply."""
         claimed: list[dict[str, Any]] = []
         kept: list[dict[str, Any]] = []
+        self.queued = set()
         for params in self.inserts:
+            destination = params["destination"]
             may_wait = may_wait_for_slot(
                 DELIVERIES[params["delivery"]], params["fencing_resources"] != "[]"
             )
-            (claimed if take_slot(params["destination"], may_wait) else kept).append(params)
+            if take_slot(destination, may_wait):
+                claimed.append(params)
+            else:
+                kept.append(params)
+                self.queued.add(destination)
         self.inserts = kept
         return claimed
 
     @property
     def destinations(self) -> set[str]:
-        """Destinations that get a new queued dispatch, and the ``woken``: each is woken once
-        at commit."""
-        return self.queued_destinations | self.woken
-
-    @property
-    def queued_destinations(self) -> set[str]:
-        """Destinations that get a new queued dispatch (``inserts``, once ``claim_new`` has
-        taken out the claimed ones): insert_dispatch wakes each at commit."""
-        return {params["destination"] for params in self.inserts}
+        """Destinations that get a new queued dispatch (``queued``), and the ``woken``: each is
+        woken once at commit."""
+        return self.queued | self.woken
 
 
 def outcome_params(completion: Completion) -> dict[str, Any]:
@@ -245,6 +249,7 @@ def event_params(saga_id: str, event: Event) -> dict[str, Any]:
 
 
 def dispatch_facts(row: Row) -> DispatchFacts:
+    elapsed = row["budget_elapsed_s"]
     return DispatchFacts(
         dispatch_id=row["dispatch_id"],
         effect_id=row["effect_id"],
@@ -258,12 +263,8 @@ def dispatch_facts(row: Row) -> DispatchFacts:
         fence_waits=row["fence_waits"],
         budget_base=row["budget_base"],
         unsent=row["unsent"],
-        budget_elapsed=_seconds(row["budget_elapsed_s"]),
+        budget_elapsed=None if elapsed is None else timedelta(seconds=elapsed),
     )
-
-
-def _seconds(value: float | None) -> timedelta | None:
-    return None if value is None else timedelta(seconds=value)
 
 
 def locked_dispatch(row: Row) -> LockedDispatch:
@@ -297,9 +298,10 @@ def steps_by_saga(rows: Iterable[Row]) -> dict[str, list[Row]]:
 def plan_steps(plan: CheckedPlan, rows: Iterable[Row]) -> dict[str, StepFacts]:
     """A saga's steps as its pinned plan lists them, by effect id, from its
     select_steps_of_sagas rows: each step's state derived from its forward and compensation
-    dispatches' (``effectusd.core.steps.step_state``) and, where it has none, from its kept
-    step row (a step that failed at enqueue; pending without one); the result and order of
-    its success, and whether an attempt of it may have committed, its forward dispatch's."""
+    dispatches' (``effectusd.core.steps.STEP_STATE_OF``, ``step_state``'s table) and, where
+    it has none, from its kept step row (a step that failed at enqueue; pending without one);
+    the result and order of its success, and whether an attempt of it may have committed, its
+    forward dispatch's."""
     forward: dict[str, Row] = {}
     compensation: dict[str, str] = {}
     kept: dict[str, str] = {}
@@ -320,14 +322,13 @@ def plan_steps(plan: CheckedPlan, rows: Iterable[Row]) -> dict[str, StepFacts]:
             steps[step.id] = StepFacts(step.id, step.sequence, StepState.PENDING)  # not begun
             continue
         dispatch = None if ahead is None else DISPATCH_STATES[ahead["state"]]
+        state = STEP_STATE_OF.get((dispatch, None if undo is None else DISPATCH_STATES[undo]))
+        if state is None:  # no dispatch: the step row's kept state
+            state = StepState.PENDING if own is None else STEP_STATES[own]
         steps[step.id] = StepFacts(
             step.id,
             step.sequence,
-            step_state(
-                dispatch,
-                None if undo is None else DISPATCH_STATES[undo],
-                StepState.PENDING if own is None else STEP_STATES[own],
-            ),
+            state,
             None if ahead is None else ahead["result"],
             dispatch=dispatch,
             uncertain=ahead is not None and bool(ahead["uncertain"]),
@@ -385,12 +386,20 @@ class StaleSiblings(RuntimeError):
 
 
 def write_rows(rows: TransitionRows) -> Operation[None]:
-    """The statements of ``rows`` (each run once per parameter row), in order; fencing
-    releases and notifications are the caller's."""
-    for name, params in batches(rows):
+    """The statements of ``rows`` (each run once per parameter row), in the order they must
+    run; fencing releases and notifications are the caller's."""
+    for name, params in (
+        ("settle_attempt", rows.attempts),
+        ("record_late_completion", rows.lates),
+        ("update_dispatch_settled", rows.dispatches),
+        ("keep_step_state", rows.steps),
+        ("update_saga_state", rows.sagas),
+        ("insert_dispatch", rows.inserts),
+        ("insert_event", rows.events),
+    ):
         if params:
             yield name, params
-        if name == "update_dispatch_settled":
+        if name == "update_dispatch_settled" and rows.cancels:
             yield from cancel_siblings(rows.cancels)
 
 
@@ -408,18 +417,5 @@ def cancel_siblings(cancels: list[tuple[str, list[str]]]) -> Operation[None]:
 def notify_rows(rows: TransitionRows) -> Operation[None]:
     """Wake the ``woken`` destinations that got no new queued dispatch: insert_dispatch wakes
     those that did, in its own statement."""
-    for destination in sorted(rows.woken - rows.queued_destinations):
+    for destination in sorted(rows.woken - rows.queued):
         yield ("notify_outbox", {"destination": destination})
-
-
-def batches(rows: TransitionRows) -> list[tuple[str, list[dict[str, Any]]]]:
-    """(query name, parameter rows) in the order they must run."""
-    return [
-        ("settle_attempt", rows.attempts),
-        ("record_late_completion", rows.lates),
-        ("update_dispatch_settled", rows.dispatches),
-        ("keep_step_state", rows.steps),
-        ("update_saga_state", rows.sagas),
-        ("insert_dispatch", rows.inserts),
-        ("insert_event", rows.events),
-    ]

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from effectusd.config import parse_config
-from effectusd.core.settlement import may_wait_for_slot
+from effectusd.core.pre_send import may_wait_for_slot
 from effectusd.core.states import Delivery
 from effectusd.dispatcher.capacity import WAITING_PER_SLOT, Capacity, RecordSlots, wait_limits
 

@@ -9,7 +9,7 @@ import pytest
 
 from effectusd.core.states import DispatchState as D
 from effectusd.core.states import StepState as S
-from effectusd.core.steps import step_state
+from effectusd.core.steps import STEP_STATE_OF, step_state
 
 LIVE = [D.QUEUED, D.IN_FLIGHT, D.RETRY_WAIT, D.BLOCKED_UNKNOWN, D.BLOCKED_FENCE]
 
@@ -43,3 +43,14 @@ def test_a_step_is_compensating_from_its_compensations_enqueue_until_it_succeeds
 
 def test_a_succeeded_compensation_leaves_its_step_compensated() -> None:
     assert step_state(D.SUCCEEDED, D.SUCCEEDED) is S.COMPENSATED
+
+
+def test_the_readers_table_gives_what_step_state_gives_for_every_pair_with_a_dispatch() -> None:
+    states = (None, *D)
+    for forward in states:
+        for compensation in states:
+            if forward is None and compensation is None:
+                assert (forward, compensation) not in STEP_STATE_OF  # the kept state's case
+            else:
+                expected = step_state(forward, compensation, S.FAILED)
+                assert STEP_STATE_OF[forward, compensation] is expected

@@ -46,7 +46,14 @@ def set_based(
     many = f"{name}_many"
     if len(rows) < 2 or many not in statements.names():
         return None  # one row: the plain statement plans and runs faster than the array form
-    return sql(statements, many), {"rows": orjson.dumps(rows).decode()}
+    return sql(statements, many), {"rows": json_rows(rows)}
+
+
+def json_rows(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Parameter rows as the one JSON array a statement reads with json_to_recordset (a
+    ``_many`` statement's, insert_dispatch_claimed's): the one encoding of rows in transit,
+    orjson's (see ``set_based``)."""
+    return orjson.dumps(rows).decode()
 
 
 # past 64 bits: twenty digits, or nineteen after a minus (below -2**63)
@@ -77,12 +84,15 @@ def with_array_texts(params: Mapping[str, Any]) -> Mapping[str, Any]:
     literal (every statement casts its array parameters, e.g. ``%(ids)s::bigint[]``).
     psycopg types a list parameter by inspecting and dumping each element in Python, a few
     µs per element (the claim, the write-ahead and the recorder's locked reads send one list
-    element or more per step); the literal is one join."""
-    if not any(type(value) is list for value in params.values()):
-        return params
-    return {
-        key: array_text(value) if type(value) is list else value for key, value in params.items()
-    }
+    element or more per step); the literal is one join. ``params`` itself where it has no
+    list."""
+    written: dict[str, Any] | None = None
+    for key, value in params.items():
+        if type(value) is list:
+            if written is None:
+                written = dict(params)
+            written[key] = array_text(value)
+    return params if written is None else written
 
 
 def array_text(values: list[Any]) -> str | list[Any]:

@@ -25,18 +25,18 @@ def join_transaction(conn: sqlite3.Connection) -> None:
         conn.execute("BEGIN IMMEDIATE")
 
 
-def adapt(value: Any) -> Any:
-    """A parameter in SQLite's terms: lists and objects travel as JSON text (SQL reads them
-    with json_each / json_extract), durations as seconds (times are REAL Unix seconds)."""
-    if isinstance(value, list | tuple | dict):
-        return json.dumps(value)
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    return value
-
-
 def adapted(params: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: adapt(value) for key, value in params.items()}
+    """A statement's parameters in SQLite's terms: lists and objects travel as JSON text (SQL
+    reads them with json_each / json_extract), durations as seconds (times are REAL Unix
+    seconds)."""
+    written: dict[str, Any] = {}
+    for key, value in params.items():
+        if isinstance(value, list | tuple | dict):
+            value = json.dumps(value)
+        elif isinstance(value, timedelta):
+            value = value.total_seconds()
+        written[key] = value
+    return written
 
 
 def execute(conn: sqlite3.Connection, statements: Statements, query: Query) -> Rows:
@@ -46,7 +46,7 @@ def execute(conn: sqlite3.Connection, statements: Statements, query: Query) -> R
     try:
         if not isinstance(params, Mapping):  # parameter rows: once per row
             if params:
-                cursor.executemany(statements.text(name), [adapted(p) for p in params])
+                cursor.executemany(statements.text(name), map(adapted, params))
             return []
         cursor.execute(statements.text(name), adapted(params))
         if not cursor.description:

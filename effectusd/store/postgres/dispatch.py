@@ -6,10 +6,10 @@ slots for already claimed and, unfenced, written ahead (insert_dispatch_claimed.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from effectusd.backends.operation import Operation, single
+from effectusd.backends.postgres.runner import json_rows
 from effectusd.store.dispatch import DispatchStore
 from effectusd.store.records import Claim, claim_from_row
 
@@ -36,7 +36,7 @@ class PostgresDispatchStore(DispatchStore):
     def _insert_claimed(self, rows: list[dict[str, Any]]) -> Operation[list[Claim]]:
         claimed = yield (
             "insert_dispatch_claimed",
-            {"rows": json.dumps(rows), "owner": self.owner, "margin_s": self.lease_margin_s},
+            {"rows": json_rows(rows), "owner": self.owner, "margin_s": self.lease_margin_s},
         )
         return [claim_from_row(row) for row in claimed]
 
