@@ -36,6 +36,7 @@ from effectusd.bench.database import (
     settled_scalar,
     sql,
 )
+from effectusd.bench.fleet import bench_stores, serving, split_sagas, store_config
 from effectusd.bench.harness import (
     bench_plan,
     checked,
@@ -46,6 +47,7 @@ from effectusd.bench.harness import (
 from effectusd.bench.measures import (
     RSS_SAMPLE_S,
     DatabaseCpu,
+    DrainTotals,
     RssSampler,
     daemon_rss_mb,
     percentile,
@@ -54,8 +56,8 @@ from effectusd.bench.soak import run_soak
 from effectusd.client import Client
 from effectusd.config import Config, parse_config
 from effectusd.core.states import Direction, FencingStatus
+from effectusd.core.stores import Store
 from effectusd.core.submission import ensure_checked
-from effectusd.dispatcher.daemon import Daemon
 from effectusd.executors.protocol import Executor, Invocation
 from effectusd.store.sql import POSTGRES_MIGRATIONS
 
@@ -65,6 +67,7 @@ IDLE_SAMPLES = 100  # sagas submitted one at a time for the idle latency
 @dataclass
 class BenchResult:
     processes: int  # daemon processes dispatching side by side (`run --processes`)
+    stores: int  # scratch databases on the one server, each a store served by one daemon
     sagas: int
     steps_per_saga: int
     concurrency: int
@@ -75,8 +78,9 @@ class BenchResult:
     enqueue_to_dispatch_p99_ms: float
     idle_enqueue_to_dispatch_p50_ms: float
     idle_enqueue_to_dispatch_p99_ms: float  # of IDLE_SAMPLES sagas: about their second worst
-    commits_per_step: float
+    commits_per_step: float  # summed over the stores' databases, as rows_written_per_step
     completed: int
+    completed_per_store: list[int]  # sagas completed in each store, in the order made
     transport: str
     delivery: str  # the bench verb's: at_least_once steps may wait in the daemon for a slot
     bare_calls_per_s: float  # the same executor class, same concurrency and sink, no database
@@ -93,6 +97,9 @@ class BenchResult:
     # server runs on this machine (None: it does not); the server's shared background
     # processes are not counted (measures.DatabaseCpu); its CPU is taken from the daemon's
     db_cpu_us_per_step: float | None
+    # the backends each store's database had over the drain: the daemon's connections to it
+    # (None: the server is on another machine)
+    connections_per_store: list[int] | None
     # what the database took: where PostgreSQL binds as daemons are added (docs/performance.md)
     commits_per_s: float
     wal_bytes_per_s: float
@@ -152,24 +159,31 @@ def run_bench(
     duration: float = 0.0,
     processes: int = 1,
     delivery: str = "at_most_once",
+    stores: int = 1,
 ) -> BenchResult:
     """``transport`` picks the executor class ("asyncio", "aiohttp" or "httpx"); None keeps the
     config's default. ``duration`` > 0 adds the soak, ``backlog`` > 0 the claim latency,
     ``processes`` > 1 dispatches with that many daemon processes (each with ``concurrency``),
-    ``delivery`` is the bench verb's."""
+    ``delivery`` is the bench verb's, ``stores`` > 1 splits the sagas among that many
+    databases served by one daemon (not with ``processes`` or ``duration``)."""
+    if stores > 1 and (processes > 1 or duration > 0):
+        raise ValueError("stores: several stores are benched with one process and no soak")
     with ExitStack() as stack:
         if destination is None:
             destination = stack.enter_context(start_sink())
         config = _bench_config(destination, concurrency, transport, delivery)
-        url = scratch_database(server_url)
+        urls: list[str] = []
         try:
-            with connect(url) as conn:
-                migrate_set(conn, POSTGRES_MIGRATIONS)
-            result = _throughput(config, url, sagas, steps, concurrency, progress, processes)
+            for _ in range(stores):
+                urls.append(scratch_database(server_url))
+                with connect(urls[-1]) as conn:
+                    migrate_set(conn, POSTGRES_MIGRATIONS)
+            result = _throughput(config, urls, sagas, steps, concurrency, progress, processes)
             if duration > 0:
-                _soak(result, config, url, duration, progress)
+                _soak(result, config, urls[0], duration, progress)
         finally:
-            drop_database(server_url, url)
+            for url in urls:
+                drop_database(server_url, url)
     if backlog > 0:
         _claims(result, claim_latency(server_url, config, backlog, progress), backlog)
     return result
@@ -187,68 +201,77 @@ def _submit_all(config: Config, url: str, sagas: int, steps: int) -> None:
 
 def _throughput(
     config: Config,
-    url: str,
+    urls: list[str],
     sagas: int,
     steps: int,
     concurrency: int,
     progress: Any,
     processes: int = 1,
 ) -> BenchResult:
-    """Submit the sagas, dispatch them all (in this process, or in ``processes`` daemon
-    processes side by side, as `run --processes` runs them), and take the readings."""
+    """Submit the sagas (split among the stores of ``urls``), dispatch them all (in this
+    process, or in ``processes`` daemon processes side by side, as `run --processes` runs
+    them), and take the readings, the database's summed over the stores."""
+    stores = bench_stores(urls, config.namespace)
     chosen = config.destinations["sink"].transport
     progress(f"bare {chosen} loop at concurrency {concurrency}…")
     bare, bare_cpu_us = asyncio.run(_bare_calls_per_s(config, concurrency))
-    progress(f"submitting {sagas} saga(s) of {steps} step(s)…")
-    _submit_all(config, url, sagas, steps)
-    commits_before = settled_scalar(url, "commits")  # the submit's sessions have reported
-    rows_before = scalar(url, "rows_written")
-    wal_before = scalar(url, "wal_position")
+    progress(f"submitting {sagas} saga(s) of {steps} step(s) into {len(stores)} store(s)…")
+    for store, count in zip(stores, split_sagas(sagas, len(stores)), strict=True):
+        _submit_all(store_config(config, store), store.url, count, steps)
+    # the submit's sessions have reported; the WAL is the server's, read once
+    commits_before = sum(settled_scalar(url, "commits") for url in urls)
+    rows_before = sum(scalar(url, "rows_written") for url in urls)
+    wal_before = scalar(urls[0], "wal_position")
     progress(
         f"dispatching {sagas * steps} step(s) at concurrency {concurrency} ({chosen})"
         + (f" in {processes} processes…" if processes > 1 else "…")
     )
-    with DatabaseCpu(database_name(url)) as database_cpu:
-        seconds, cpu_seconds, drain_rss = _dispatch_all(config, url, processes)
-    wal_bytes = scalar(url, "wal_position") - wal_before
+    with DatabaseCpu(*(database_name(url) for url in urls)) as database_cpu:
+        seconds, cpu_seconds, drain_rss = _dispatch_all(config, stores, processes)
+    totals = DrainTotals(
+        steps=sagas * steps,
+        seconds=seconds,
+        cpu_s=cpu_seconds,
+        db_cpu_s=database_cpu.seconds,
+        wal_bytes=scalar(urls[0], "wal_position") - wal_before,
+        commits=sum(settled_scalar(url, "commits") for url in urls) - commits_before,
+        rows_written=sum(scalar(url, "rows_written") for url in urls) - rows_before,
+    )
     rss_mb = daemon_rss_mb()
-    with connect(url) as conn:
-        states = {row[0]: int(row[1]) for row in conn.execute(sql("outcomes")).fetchall()}
-    commits = settled_scalar(url, "commits") - commits_before
-    rows_written = scalar(url, "rows_written") - rows_before
-    latencies = read_latencies(url)
+    completed = [_states(url).get("completed", 0) for url in urls]
+    latencies = [latency for url in urls for latency in read_latencies(url)]
     progress("measuring idle enqueue→dispatch latency…")
-    idle = asyncio.run(_idle_latency(config, url, samples=IDLE_SAMPLES))
-    total = sagas * steps
+    idle = asyncio.run(_idle_latency(config, stores, samples=IDLE_SAMPLES))
     minute, growth = after_a_minute(drain_rss)
     return BenchResult(
         processes=processes,
+        stores=len(stores),
         sagas=sagas,
         steps_per_saga=steps,
         concurrency=concurrency,
-        steps=total,
+        steps=totals.steps,
         seconds=round(seconds, 3),
-        steps_per_s=round(total / seconds, 1),
+        steps_per_s=totals.steps_per_s(),
         enqueue_to_dispatch_p50_ms=round(percentile(latencies, 50), 2),
         enqueue_to_dispatch_p99_ms=round(percentile(latencies, 99), 2),
         idle_enqueue_to_dispatch_p50_ms=round(statistics.median(idle), 2) if idle else float("nan"),
         idle_enqueue_to_dispatch_p99_ms=round(percentile(idle, 99), 2),
-        commits_per_step=round(commits / total, 2),
-        completed=states.get("completed", 0),
+        commits_per_step=totals.commits_per_step(),
+        completed=sum(completed),
+        completed_per_store=completed,
         transport=chosen,
         delivery=config.verbs["sink.noop"].delivery.value,
         bare_calls_per_s=round(bare, 1),
-        efficiency=round(total / seconds / bare, 3),
-        wal_bytes_per_step=round(wal_bytes / total, 1),
-        rows_written_per_step=round(rows_written / total, 2),
+        efficiency=round(totals.steps / seconds / bare, 3),
+        wal_bytes_per_step=totals.wal_bytes_per_step(),
+        rows_written_per_step=totals.rows_written_per_step(),
         rss_mb=round(rss_mb, 1),
-        cpu_us_per_step=round(cpu_seconds / total * 1e6, 1),
+        cpu_us_per_step=totals.cpu_us_per_step(),
         bare_cpu_us_per_call=round(bare_cpu_us, 1),
-        db_cpu_us_per_step=(
-            None if database_cpu.seconds is None else round(database_cpu.seconds / total * 1e6, 1)
-        ),
-        commits_per_s=round(commits / seconds, 1),
-        wal_bytes_per_s=round(wal_bytes / seconds),
+        db_cpu_us_per_step=totals.db_cpu_us_per_step(),
+        connections_per_store=database_cpu.backends(),
+        commits_per_s=totals.commits_per_s(),
+        wal_bytes_per_s=totals.wal_bytes_per_s(),
         drain_rss_mb_start=round(drain_rss[0], 1) if drain_rss else None,
         drain_rss_mb_max=round(max(drain_rss), 1) if drain_rss else None,
         drain_rss_mb_minute=minute,
@@ -265,15 +288,23 @@ def after_a_minute(samples: list[float]) -> tuple[float | None, float | None]:
     return round(later[0], 1), round(max(later) - later[0], 1)
 
 
-def _dispatch_all(config: Config, url: str, processes: int) -> tuple[float, float, list[float]]:
-    """Run daemons until the outbox is idle: wall seconds, the CPU seconds they used and (one
-    process) its RSS sampled over the drain. Each daemon process starts (imports, connects
-    nothing yet) before the clock does."""
+def _states(url: str) -> dict[str, int]:
+    with connect(url) as conn:
+        return {row[0]: int(row[1]) for row in conn.execute(sql("outcomes")).fetchall()}
+
+
+def _dispatch_all(
+    config: Config, stores: list[Store], processes: int
+) -> tuple[float, float, list[float]]:
+    """Run daemons until every store's outbox is idle: wall seconds, the CPU seconds they used
+    and (one process) its RSS sampled over the drain. Each daemon process starts (imports,
+    connects nothing yet) before the clock does; several stores are one process's."""
     if processes == 1:
         started, cpu_started = time.perf_counter(), time.process_time()
         with RssSampler(RSS_SAMPLE_S) as rss:
-            asyncio.run(_drain(config, url))
+            asyncio.run(_drain(config, stores))
         return time.perf_counter() - started, time.process_time() - cpu_started, rss.samples
+    [url] = [store.url for store in stores]
     spawn = multiprocessing.get_context("spawn")
     ready, go, cpu = spawn.Barrier(processes + 1), spawn.Event(), spawn.Queue()
     daemons = [
@@ -294,8 +325,10 @@ def _dispatch_all(config: Config, url: str, processes: int) -> tuple[float, floa
     return seconds, sum(used), []
 
 
-async def _drain(config: Config, url: str) -> None:
-    await with_executors(config, lambda ex: Daemon(config, url, executors=ex).run(True))
+async def _drain(config: Config, stores: list[Store]) -> None:
+    code = await with_executors(config, lambda ex: serving(config, stores, ex).run(True))
+    if code:
+        raise RuntimeError(f"a bench store could not be served ({code}): see the log above")
 
 
 def _drain_in_process(config: Config, url: str, ready: Any, go: Any, cpu: Any) -> None:
@@ -305,7 +338,7 @@ def _drain_in_process(config: Config, url: str, ready: Any, go: Any, cpu: Any) -
     go.wait()
     cpu_started = time.process_time()
     try:
-        asyncio.run(_drain(config, url))
+        asyncio.run(_drain(config, bench_stores([url], config.namespace)))
     finally:
         cpu.put(time.process_time() - cpu_started)
 
@@ -383,13 +416,17 @@ async def _bare_calls_per_s(
     return rate, cpu_us
 
 
-async def _idle_latency(config: Config, url: str, samples: int) -> list[float]:
-    """Submit one saga at a time to an idle, running daemon: time from its outbox row's
-    insert to its write-ahead (sent_at). The submitter is its own process, so waiting for each
-    saga does not take the daemon's interpreter lock."""
+async def _idle_latency(config: Config, stores: list[Store], samples: int) -> list[float]:
+    """Submit one saga at a time to an idle, running daemon (serving every store; the sagas go
+    into the first): time from its outbox row's insert to its write-ahead (sent_at). The
+    submitter is its own process, so waiting for each saga does not take the daemon's
+    interpreter lock."""
+    url = stores[0].url
     spawn = multiprocessing.get_context("spawn")
-    submitter = spawn.Process(target=_submit_one_at_a_time, args=(config, url, samples))
-    async with daemon_with_submitter(config, url, submitter):
+    submitter = spawn.Process(
+        target=_submit_one_at_a_time, args=(store_config(config, stores[0]), url, samples)
+    )
+    async with daemon_with_submitter(config, url, submitter, stores):
         await asyncio.to_thread(submitter.join, 120)
         if submitter.exitcode != 0:
             raise RuntimeError(f"the idle-latency submitter failed ({submitter.exitcode})")

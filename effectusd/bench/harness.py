@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+from effectusd.bench.fleet import is_listening, serving
 from effectusd.bench.sink import serve_noop
 from effectusd.config import Config
 from effectusd.core.states import OutcomeClass
-from effectusd.dispatcher.daemon import Daemon
+from effectusd.core.stores import Store
 from effectusd.executors.factory import executor_for
 
 # The canonical arguments of the bench plan's first step, byte for byte: what the peers POST.
@@ -21,16 +22,17 @@ BODY = b'{"i":0}'
 
 @asynccontextmanager
 async def daemon_with_submitter(
-    config: Config, url: str, submitter: Any
+    config: Config, url: str, submitter: Any, stores: Sequence[Store] | None = None
 ) -> AsyncIterator[asyncio.Task[int]]:
-    """A daemon running in this process (executors made in this loop) and, once it listens,
-    ``submitter`` (a process) started; on the way out the submitter is ended, the daemon
-    drained and its executors closed. Yields the daemon's task."""
+    """A daemon running in this process (executors made in this loop), serving ``url`` or
+    every one of ``stores``, and, once it listens, ``submitter`` (a process) started; on the
+    way out the submitter is ended, the daemon drained and its executors closed. Yields the
+    daemon's task."""
     executors = {name: executor_for(name, dest) for name, dest in config.destinations.items()}
-    daemon = Daemon(config, url, executors=executors)
+    daemon = serving(config, stores or [Store(None, url, config.namespace)], executors)
     task = asyncio.create_task(daemon.run())
     try:
-        while not (daemon.started and daemon.listening) and not task.done():
+        while not is_listening(daemon) and not task.done():
             await asyncio.sleep(0.01)
         submitter.start()
         yield task

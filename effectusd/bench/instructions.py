@@ -32,6 +32,7 @@ from effectusd.backends.postgres import connect
 from effectusd.backends.postgres.migrations import migrate as migrate_set
 from effectusd.bench import _bench_config, _drain, _submit_all
 from effectusd.bench.database import drop_database, scratch_database
+from effectusd.bench.fleet import bench_stores
 from effectusd.bench.harness import start_sink
 from effectusd.store.sql import POSTGRES_MIGRATIONS
 
@@ -121,7 +122,7 @@ def _drain_here(server_url: str, sagas: int, steps: int) -> None:
                 migrate_set(conn, POSTGRES_MIGRATIONS)
             _submit_all(config, url, sagas, steps)
             _callgrind("-z")
-            asyncio.run(_drain(config, url))
+            asyncio.run(_drain(config, bench_stores([url], config.namespace)))
             _callgrind("-d")
         finally:
             drop_database(server_url, url)

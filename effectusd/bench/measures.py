@@ -1,5 +1,5 @@
-"""Figures the bench reports that need no database: percentiles, the process's memory and
-the CPU a database's PostgreSQL backends on this machine spent."""
+"""Figures the bench reports that need no database: percentiles, a drain's totals per step, the
+process's memory and the CPU some databases' PostgreSQL backends on this machine spent."""
 
 from __future__ import annotations
 
@@ -56,10 +56,14 @@ class RssSampler:
             self.samples.append(daemon_rss_mb())
 
 
+NOT_OURS = -1
+
+
 class DatabaseCpu:
-    """CPU seconds spent by the PostgreSQL backends serving one database, while the block
-    runs: the server processes on this machine whose title names the database ("postgres:
-    USER DATABASE HOST …"), sampled from a thread, so a backend that exits meanwhile (a
+    """CPU seconds spent by the PostgreSQL backends serving some databases, while the block
+    runs: the server processes on this machine whose title names one of them ("postgres:
+    USER DATABASE HOST …"; one sampler for all, so N stores cost the measured process one
+    scan, not N), sampled from a thread, so a backend that exits meanwhile (a
     daemon's pool closing) counts up to its last sample, when it was idle. The server's
     background processes (WAL writer, checkpointer) are left out: they serve every database,
     and a checkpoint would land in whichever run it happens to fall in. ``seconds`` is None
@@ -72,12 +76,14 @@ class DatabaseCpu:
     until it sets its title: that one is read again. Reading every title every sample took
     ~4% of the daemon's CPU in a drain."""
 
-    def __init__(self, database: str, interval: float = 0.05) -> None:
-        self.title = f" {database} ".encode()
+    def __init__(self, *databases: str, interval: float = 0.05) -> None:
+        self.titles = [f" {database} ".encode() for database in databases]
         self.interval = interval
         self.first: dict[int, float] = {}
         self.last: dict[int, float] = {}
-        self._titles: dict[tuple[int, int], bool] = {}  # (pid, inode): a backend of ours?
+        self.database_of: dict[int, int] = {}  # a backend's pid: the index of its database
+        # (pid, inode): the index of the database whose backend it is, NOT_OURS for none
+        self._titles: dict[tuple[int, int], int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -97,13 +103,23 @@ class DatabaseCpu:
             return None
         return sum(cpu - self.first.get(pid, 0.0) for pid, cpu in self.last.items())
 
+    def backends(self) -> list[int] | None:
+        """How many backends served each database (in the order given) over the block: the
+        connections its clients held; None when the server is on another machine."""
+        if not self.last:
+            return None
+        return [
+            sum(1 for pid in self.last if self.database_of.get(pid) == index)
+            for index in range(len(self.titles))
+        ]
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             self._sample(self.last)
 
     def _sample(self, into: dict[int, float]) -> None:
         ticks = os.sysconf("SC_CLK_TCK")
-        seen: dict[tuple[int, int], bool] = {}
+        seen: dict[tuple[int, int], int] = {}
         for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
             if not entry.name.isdigit():
                 continue
@@ -113,12 +129,13 @@ class DatabaseCpu:
                 if ours is None:
                     with open(f"/proc/{entry.name}/cmdline", "rb") as title:
                         text = title.read().replace(b"\0", b" ") + b" "
-                    ours = self.title in text
-                    if ours or text.startswith(b"postgres: ") or b"postgres" not in text:
+                    ours = next((i for i, t in enumerate(self.titles) if t in text), NOT_OURS)
+                    known = text.startswith(b"postgres: ") or b"postgres" not in text
+                    if ours != NOT_OURS or known:
                         seen[key] = ours  # a title a backend keeps for its life: known
                 else:
                     seen[key] = ours
-                if not ours:
+                if ours == NOT_OURS:
                     continue
                 with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as stat:
                     line = stat.read()
@@ -127,7 +144,47 @@ class DatabaseCpu:
             fields = line[line.rfind(")") + 2 :].split()
             # utime and stime: fields 14 and 15 of proc(5), 11 and 12 after the name
             into[key[0]] = (int(fields[11]) + int(fields[12])) / ticks
+            self.database_of[key[0]] = ours
         self._titles = seen  # processes gone are forgotten
+
+
+@dataclass(frozen=True)
+class DrainTotals:
+    """What one drain took, over every store it served (the database's readings summed over
+    their databases; the WAL is the server's), and the bench's figures per step and per
+    second made from them."""
+
+    steps: int
+    seconds: float
+    cpu_s: float  # the daemon processes'
+    db_cpu_s: float | None  # the stores' backends' (None: the server is elsewhere)
+    wal_bytes: int
+    commits: int
+    rows_written: int
+
+    def steps_per_s(self) -> float:
+        return round(self.steps / self.seconds, 1)
+
+    def cpu_us_per_step(self) -> float:
+        return round(self.cpu_s / self.steps * 1e6, 1)
+
+    def db_cpu_us_per_step(self) -> float | None:
+        return None if self.db_cpu_s is None else round(self.db_cpu_s / self.steps * 1e6, 1)
+
+    def wal_bytes_per_step(self) -> float:
+        return round(self.wal_bytes / self.steps, 1)
+
+    def commits_per_step(self) -> float:
+        return round(self.commits / self.steps, 2)
+
+    def rows_written_per_step(self) -> float:
+        return round(self.rows_written / self.steps, 2)
+
+    def commits_per_s(self) -> float:
+        return round(self.commits / self.seconds, 1)
+
+    def wal_bytes_per_s(self) -> int:
+        return round(self.wal_bytes / self.seconds)
 
 
 @dataclass

@@ -319,6 +319,17 @@ def _run_processes(
         "with --concurrency; reports their CPU per step and the database's commits/s and WAL/s."
     ),
 )
+@click.option(
+    "--stores",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help=(
+        "Split the sagas among this many scratch databases, each a store with its own "
+        "namespace, served by one daemon process (as `run` serves [database.stores]); "
+        "reports the connections each store used. Not with --processes or --duration."
+    ),
+)
 @json_option
 @click.pass_obj
 def bench(
@@ -332,6 +343,7 @@ def bench(
     backlog: int,
     duration: timedelta,
     processes: int,
+    stores: int,
     as_json: bool,
 ) -> None:
     """Measure steps/s, enqueue→dispatch latency, commits per step and, by default, claim
@@ -342,6 +354,8 @@ def bench(
     from effectusd.bench import format_result, run_bench
 
     require_postgres(obj.database_url, "bench (it makes scratch databases on the server)")
+    if stores > 1 and (processes > 1 or duration):
+        raise click.UsageError("--stores above 1 is benched in one process, without --duration")
 
     def progress(message: str) -> None:
         click.echo(message, err=True)
@@ -358,5 +372,6 @@ def bench(
         duration=duration.total_seconds(),
         processes=processes,
         delivery=delivery,
+        stores=stores,
     )
     emit(asdict(result), as_json, lambda _: format_result(result))

@@ -14,12 +14,14 @@ from typing import Any
 import psycopg
 import pytest
 
+from effectusd.backends.postgres import database_name
 from effectusd.bench import (
     CLAIM_MIN_SAMPLES,
     build_backlog,
     claim_params,
     time_claims,
 )
+from effectusd.bench.database import drop_database, scratch_database
 from effectusd.bench.measures import DatabaseCpu
 from tests.conftest import ADMIN_URL
 from tests.support.harness import fetch, make_config
@@ -158,6 +160,41 @@ def test_bench_with_two_processes_drains_every_saga_and_reports_the_database_loa
     assert "in 2 processes" in result.stderr
 
 
+def test_bench_with_two_stores_completes_every_saga_of_both_and_reports_their_connections(
+    database_url: str,
+) -> None:
+    result = bench(
+        "--database-url", ADMIN_URL, "bench", "--stores", "2", "--sagas", "20", "--steps", "2",
+        "--concurrency", "4", "--backlog", "0", "--json",
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    report: dict[str, Any] = json.loads(result.stdout)
+    assert report["stores"] == 2 and report["processes"] == 1
+    assert report["completed_per_store"] == [10, 10] and report["completed"] == 20
+    assert report["steps"] == 40
+    # every store's database was served by the one daemon: its pool and listener, at least
+    [east, west] = report["connections_per_store"]
+    assert east >= 2 and west >= 2
+    # each step writes at least its attempt row, settles it and moves its outbox row twice,
+    # and commits at least its write-ahead and its outcome: summed over both databases
+    assert report["rows_written_per_step"] >= 4 and report["commits_per_step"] >= 2
+    assert report["cpu_us_per_step"] > 0 and report["db_cpu_us_per_step"] > 0
+    assert report["wal_bytes_per_step"] > 0 and report["steps_per_s"] > 0
+    assert report["idle_enqueue_to_dispatch_p50_ms"] > 0
+    assert "into 2 store(s)" in result.stderr
+
+
+def test_bench_refuses_several_stores_with_several_processes() -> None:
+    result = bench(
+        "--database-url", ADMIN_URL, "bench", "--stores", "2", "--processes", "2",
+        "--backlog", "0",
+    )  # fmt: skip
+
+    assert result.returncode == 2
+    assert "--stores above 1 is benched in one process" in result.stderr
+
+
 def test_bench_refuses_a_database_url_that_is_not_postgresql() -> None:
     result = bench("--database-url", "sqlite:///bench.db", "bench", "--backlog", "0")
 
@@ -194,7 +231,27 @@ def test_database_cpu_counts_a_backend_that_starts_while_it_samples(empty_databa
     assert meter.seconds is not None and meter.seconds >= 0.05
 
 
+def test_database_cpu_counts_each_databases_backends_apart(empty_database: str) -> None:
+    # `bench --stores N` reads every store's database with one sampler: the CPU of all, the
+    # connections of each.
+    other = scratch_database(ADMIN_URL)
+    try:
+        names = [database_name(empty_database), database_name(other)]
+        with (
+            psycopg.connect(empty_database) as first,
+            psycopg.connect(other) as second,
+            psycopg.connect(other) as third,
+            DatabaseCpu(*names) as meter,
+        ):
+            for conn in (first, second, third):
+                conn.execute("SELECT count(*) FROM generate_series(1, 1000000)").fetchone()
+    finally:
+        drop_database(ADMIN_URL, other)
+    assert meter.backends() == [1, 2]
+    assert meter.seconds is not None and meter.seconds > 0
+
+
 def test_database_cpu_is_none_when_no_backend_of_the_database_is_seen() -> None:
     with DatabaseCpu("effectusd_no_such_database") as meter:
         pass
-    assert meter.seconds is None
+    assert meter.seconds is None and meter.backends() is None
