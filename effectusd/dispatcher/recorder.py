@@ -23,8 +23,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from effectusd import faults
-from effectusd.backends.batches import isolate, retry_transient
 from effectusd.backends.errors import failure_name
+from effectusd.backends.isolation import isolate, retry_transient
 from effectusd.core.transition import Completion
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.store.dispatch import RecordReport

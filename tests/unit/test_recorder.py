@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import psycopg
 import pytest
 
-from effectusd.backends.batches import isolate
+from effectusd.backends.isolation import isolate
 from effectusd.core.states import OutcomeClass
 from effectusd.core.transition import Completion, HeldClaim
 from effectusd.dispatcher.metrics import Metrics
