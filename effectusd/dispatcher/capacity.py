@@ -1,6 +1,7 @@
-"""Slots: how many calls the pipeline has in flight, per destination and overall.
+"""Slots: how many calls the pipeline has in flight, per destination and overall, and the
+recorder's sink that claims into them (``ClaimingSink``).
 
-A slot is taken when a row is claimed, by the claim loop or by the recorder (which claims a
+A slot is taken when a row is claimed, by the claim loop or by a record (which claims a
 saga's next step where it writes it, see ``RecordSlots``), and given back when the call ends
 or nothing came of the claim. Whoever takes one takes it with no await between the check and
 the take; a claim statement reserves the slots it asks for while it runs.
@@ -14,10 +15,16 @@ lease runs short (``wait_limits``), and only a step whose early write-ahead cost
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TypeVar
+
+from effectusd.core.transition import Completion
+from effectusd.store.dispatch import DispatchStore, RecordReport
+from effectusd.store.records import Claim
 
 T = TypeVar("T")
 
@@ -174,3 +181,48 @@ class RecordSlots:
             self.capacity.in_flight[destination] -= slots
         self.capacity.waiting.subtract(self.waits - kept_waiting)
         self.taken, self.waits = Counter(), Counter()
+
+
+Claimed = Callable[[list[Claim], list[Claim], float], None]
+
+_destination: Callable[[Claim], str] = attrgetter("destination")
+
+
+class ClaimingSink:
+    """The recorder's sink (``effectusd.dispatcher.recorder.Sink``): one transaction of the
+    store's per batch, claiming the next steps it writes where the store can
+    (``claims_in_record``, docs/design.md section 7, step 5) into the daemon's free slots
+    (``RecordSlots``). A transaction that does not commit gives back every slot it took; one
+    that does hands its claims to the pipeline (``claimed``): those with a slot are called at
+    once, the others wait for their destination's next free slot."""
+
+    def __init__(
+        self,
+        store: DispatchStore,
+        capacity: Capacity,
+        may_claim: Callable[[], bool],
+        claimed: Claimed,
+    ) -> None:
+        """``may_claim``: whether a record may claim now (off before a drain, and while the
+        recorder is behind). ``claimed(now, waiting, started)``: told once a record committed,
+        of the claims it made and the monotonic time its transaction began (its leases'
+        start, as we see it)."""
+        self.store = store
+        self.capacity = capacity
+        self.may_claim = may_claim
+        self.claimed = claimed
+        self.claims = store.claims_in_record
+
+    async def write(self, batch: Sequence[Completion]) -> RecordReport:
+        if not self.claims:
+            return await self.store.record(batch)
+        slots = RecordSlots(self.capacity, self.may_claim)
+        started = time.monotonic()  # before the transaction: our view of the lease is early
+        try:
+            report = await self.store.record(batch, slots)
+        except BaseException:
+            slots.undo()
+            raise
+        now, waiting = slots.committed(report.claimed, _destination)
+        self.claimed(now, waiting, started)
+        return report

@@ -1,6 +1,7 @@
 """The daemon's loopback HTTP endpoints: /metrics (Prometheus), /healthz and /readyz, on
 effectusd.web's bounded aiohttp server, with whatever routes the command line adds beside
-them (the operator console, when enabled); and its one log line per transition.
+them (the operator console, when enabled); and what each record applied, counted and logged
+(one line per transition).
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from typing import Any
 
 from aiohttp import web
 
+from effectusd.core.budgets import answered_not_committed
+from effectusd.core.states import DispatchState
 from effectusd.core.transition import Completion, Transition
 from effectusd.dispatcher.metrics import Metrics
+from effectusd.store.dispatch import RecordReport
 from effectusd.web import Install, WebServer, text_response
 
 Check = Callable[[], Awaitable[tuple[bool, dict[str, object]]]]
@@ -59,6 +63,28 @@ class ObservabilityServer:
         ok, detail = await (self.healthy() if request.path == "/healthz" else self.ready())
         body = json.dumps({"status": "ok" if ok else "failing", **detail})
         return web.Response(status=200 if ok else 503, text=body, content_type="application/json")
+
+
+def observe_record(metrics: Metrics, report: RecordReport) -> None:
+    """Count and log what a record applied: each outcome, each answer a destination gave
+    that it did not commit and that now waits to be retried, each transition."""
+    metrics.late_completions.inc(report.late)
+    for completion, transition, row in report.transitions:
+        metrics.child(
+            metrics.outcomes,
+            row["destination"],
+            row["verb"],
+            row["direction"],
+            completion.outcome.value,
+        ).inc()
+        waits = transition.dispatch_state is DispatchState.RETRY_WAIT
+        if waits and answered_not_committed(completion.cause.settled_by, completion.outcome):
+            metrics.child(
+                metrics.waiting_for_destination,
+                row["destination"],
+                "yes" if completion.written else "no",
+            ).inc()
+        log_transition(completion, transition, row)
 
 
 def log_transition(completion: Completion, transition: Transition, row: Mapping[str, Any]) -> None:

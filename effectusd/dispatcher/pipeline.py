@@ -5,7 +5,8 @@
     3. write-ahead fencing tokens and "may have been sent", durable before any call (on
                   PostgreSQL an unfenced row is written ahead by its claim: no statement here)
     4. call       the destination, concurrently, never past our own lease (monotonic clock)
-    5. record     outcomes in group commits (``Recorder``); the engine decides every transition
+    5. record     outcomes in group commits (``Recorder``, through ``ClaimingSink``, which
+                  claims the next steps a record writes); the engine decides every transition
 
 The external call never runs inside a database transaction.
 """
@@ -21,15 +22,14 @@ from datetime import timedelta
 
 from effectusd import faults
 from effectusd.backends.errors import TRANSIENT_ERRORS, failure_name
-from effectusd.core.budgets import answered_not_committed
 from effectusd.core.engine import Completion
 from effectusd.core.pre_send import LEASE_TOO_SHORT, pre_send
 from effectusd.core.registry import Registry
-from effectusd.core.states import Cause, DispatchState, FencingStatus
+from effectusd.core.states import Cause, FencingStatus
 from effectusd.core.transition import FenceWait
-from effectusd.dispatcher.capacity import Capacity, RecordSlots
+from effectusd.dispatcher.capacity import Capacity, ClaimingSink
 from effectusd.dispatcher.metrics import Metrics
-from effectusd.dispatcher.observability import log_transition
+from effectusd.dispatcher.observability import observe_record
 from effectusd.dispatcher.recorder import Recorder
 from effectusd.dispatcher.spans import NO_SPANS, AttemptSpans, NoSpans
 from effectusd.executors.protocol import Executor, FencingGrant, Invocation
@@ -63,16 +63,17 @@ class Pipeline:
         self.registry = registry
         self.capacity = capacity
         self.wake = wake
+        sink = ClaimingSink(store, capacity, self._may_claim, self._claimed)
         self.recorder = Recorder(
-            self._record_claiming,
+            sink,
             store.quarantine,
             metrics,
             recorded=self._recorded,
             caught_up=wake.set,
         )
         self.calls: set[asyncio.Task[None]] = set()
-        self.claiming = True  # the recorder claims where a slot is free; off before a drain
-        # Claims the recorder made while their destination was full, each with the monotonic
+        self.claiming = True  # a record claims where a slot is free; off before a drain
+        # Claims a record made while their destination was full, each with the monotonic
         # time its record began (its lease's start, as we see it): the destination's next
         # free slot is theirs before the claim loop's (Capacity.may_wait).
         self.waiting: dict[str, deque[tuple[Claim, float]]] = {}
@@ -268,20 +269,13 @@ class Pipeline:
             if not queue:
                 del self.waiting[destination]
 
-    # -- 5. record (the Recorder's group commit; its port writes and claims) ---------------
-    async def _record_claiming(self, batch: Sequence[Completion]) -> RecordReport:
-        """The recorder's port: record ``batch`` in one transaction; the next dispatches that
-        get a slot (taken with no await between check and take) are written claimed in it
-        and started at once. If the transaction does not commit, every slot it took is given
-        back."""
-        slots = RecordSlots(self.capacity, lambda: self.claiming and not self.recorder.behind)
-        started = time.monotonic()  # before the transaction: our view of the lease is early
-        try:
-            report = await self.store.record(batch, slots)
-        except BaseException:
-            slots.undo()
-            raise
-        now, waiting = slots.committed(report.claimed, _destination)
+    # -- 5. record: the Recorder's group commit through its ClaimingSink; told of each batch
+    def _may_claim(self) -> bool:
+        return self.claiming and not self.recorder.behind
+
+    def _claimed(self, now: list[Claim], waiting: list[Claim], started: float) -> None:
+        """A record's claims (``ClaimingSink``): those with a slot go on their way, the others
+        wait for their destination's next free slot."""
         if now:
             self._start(now, started)
         for claim in waiting:
@@ -289,30 +283,13 @@ class Pipeline:
             self.metrics.child(self.metrics.waiting_for_slot, claim.destination).inc()
         if waiting:
             self._start_waiting()  # a call may have ended while the record committed
-        return report
 
     def _recorded(self, batch: Sequence[Completion], report: RecordReport) -> None:
         self.spans.recorded(batch, report)
         self._after_record(report)
 
     def _after_record(self, report: RecordReport) -> None:
-        self.metrics.late_completions.inc(report.late)
-        for completion, transition, row in report.transitions:
-            self.metrics.child(
-                self.metrics.outcomes,
-                row["destination"],
-                row["verb"],
-                row["direction"],
-                completion.outcome.value,
-            ).inc()
-            waits = transition.dispatch_state is DispatchState.RETRY_WAIT
-            if waits and answered_not_committed(completion.cause.settled_by, completion.outcome):
-                self.metrics.child(
-                    self.metrics.waiting_for_destination,
-                    row["destination"],
-                    "yes" if completion.written else "no",
-                ).inc()
-            log_transition(completion, transition, row)
+        observe_record(self.metrics, report)
         if report.notified or report.applied:
             self.wake.set()
 
@@ -325,10 +302,6 @@ def _lease_covers_call(claim: Claim, claimed_at: float) -> bool:
     """Judged on the local monotonic clock, from before the claim was even sent."""
     lease_ends = claimed_at + claim.lease_seconds
     return time.monotonic() + claim.timeout_ms / 1000 + LEASE_SLACK_S <= lease_ends
-
-
-def _destination(claim: Claim) -> str:
-    return claim.destination
 
 
 def _pair(completions: list[Completion], claims: list[Claim]) -> list[tuple[Completion, Claim]]:

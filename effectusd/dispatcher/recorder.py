@@ -1,7 +1,7 @@
 """The recorder: group commit of outcomes (docs/design.md section 7, step 5).
 
 Outcomes are put in as their calls end; a round takes everything waiting (at most
-``batch_size``) and writes it through one port, ``write(batch) -> RecordReport``, in one
+``batch_size``) and writes it through one sink, ``Sink.write(batch) -> RecordReport``, in one
 transaction. Around that one write the recorder owns what every group commit needs:
 
 * a transient database fault repeats the write (``retry_transient``): every write is guarded,
@@ -11,8 +11,9 @@ transaction. Around that one write the recorder owns what every group commit nee
 * outcomes the write deferred (a second one of a saga in the batch) go back in the queue;
 * ``behind``: so many outcomes wait that nothing new may be claimed until a round catches up.
 
-It knows nothing of stores, claims or spans: the pipeline gives it the port and is told of
-each recorded batch (``recorded``).
+It knows nothing of stores, claims or spans: the pipeline gives it the sink (the daemon's is
+``effectusd.dispatcher.capacity.ClaimingSink``) and is told of each recorded batch
+(``recorded``).
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Protocol
 
 from effectusd import faults
-from effectusd.backends.batches import isolate, retry_transient
 from effectusd.backends.errors import failure_name
+from effectusd.backends.isolation import isolate, retry_transient
 from effectusd.core.transition import Completion
 from effectusd.dispatcher.metrics import Metrics
 from effectusd.store.dispatch import RecordReport
@@ -34,14 +37,22 @@ log = logging.getLogger("effectusd.dispatcher")
 RECORD_BATCH = 256
 UNRECORDED_LIMIT = 2 * RECORD_BATCH  # outcomes waiting to be recorded: see Recorder.behind
 
-Write = Callable[[Sequence[Completion]], Awaitable[RecordReport]]
+
+class Sink(Protocol):
+    """The recorder's port: where a batch is written."""
+
+    async def write(self, batch: Sequence[Completion]) -> RecordReport:
+        """Record ``batch`` in one transaction, or raise (nothing of it committed)."""
+        ...
+
+
 Quarantine = Callable[[Completion, str], Awaitable[RecordReport]]
 
 
 class Recorder:
     def __init__(
         self,
-        write: Write,
+        sink: Sink,
         quarantine: Quarantine,
         metrics: Metrics,
         *,
@@ -50,11 +61,11 @@ class Recorder:
         batch_size: int = RECORD_BATCH,
         limit: int = UNRECORDED_LIMIT,
     ) -> None:
-        """``write``: the port, one transaction per call. ``quarantine``: settles the one
+        """``sink``: the port, one transaction per ``write``. ``quarantine``: settles the one
         outcome ``write`` cannot take, given the failure's name. ``recorded``: told of each
         batch recorded, with its report. ``caught_up``: told when the queue falls back under
         ``limit`` (claims held back may go on)."""
-        self.write = write
+        self.sink = sink
         self.quarantine = quarantine
         self.metrics = metrics
         self.recorded = recorded
@@ -122,7 +133,7 @@ class Recorder:
         )
 
     async def _write_retrying(self, batch: Sequence[Completion]) -> RecordReport:
-        report = await retry_transient(lambda: self.write(batch), self._transient)
+        report = await retry_transient(partial(self.sink.write, batch), self._transient)
         self.failing_since = None
         return report
 

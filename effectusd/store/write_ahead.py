@@ -14,8 +14,8 @@ from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
 
-from effectusd.backends.batches import isolate
 from effectusd.backends.errors import failure_name
+from effectusd.backends.isolation import isolate
 from effectusd.backends.operation import Operation
 from effectusd.core.canonical import canonical_text
 from effectusd.core.engine import FENCE_WAIT_ENDED

@@ -1,17 +1,29 @@
-"""The daemon's slots: where a claim the recorder makes may wait for its destination's next
-free slot, and what one record's slots take, hand over and give back (no store: the counts
-alone; the waiting claims' calls are tests/integration/test_claim_in_record.py's)."""
+"""The daemon's slots: where a claim a record makes may wait for its destination's next free
+slot, what one record's slots take, hand over and give back, and the recorder's sink that
+claims into them (no store: the counts alone; the waiting claims' calls are
+tests/integration/test_claim_in_record.py's)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from effectusd.config import parse_config
 from effectusd.core.pre_send import may_wait_for_slot
 from effectusd.core.states import Delivery
-from effectusd.dispatcher.capacity import WAITING_PER_SLOT, Capacity, RecordSlots, wait_limits
+from effectusd.core.transition import Completion
+from effectusd.dispatcher.capacity import (
+    WAITING_PER_SLOT,
+    Capacity,
+    ClaimingSink,
+    RecordSlots,
+    wait_limits,
+)
+from effectusd.store.dispatch import RecordReport
 
 
 def test_only_an_unfenced_at_least_once_step_may_wait_written_ahead() -> None:
@@ -118,3 +130,74 @@ def test_nothing_is_taken_while_claiming_is_off() -> None:
     slots = RecordSlots(capacity, lambda: False)
     assert not slots.take("a", may_wait=True)
     assert capacity.busy == 0
+
+
+class ClaimingStore:
+    """A store that claims in its record (or not: SQLite): each outcome's next step goes to
+    "a", written claimed where the slots given take it; ``fail`` rolls the record back."""
+
+    def __init__(self, claims_in_record: bool = True, fail: bool = False) -> None:
+        self.claims_in_record = claims_in_record
+        self.fail = fail
+        self.given: list[Any] = []
+
+    async def record(self, batch: Sequence[Completion], slots: Any = None) -> RecordReport:
+        self.given.append(slots)
+        report = RecordReport(applied=len(batch))
+        for _ in batch:
+            if slots is not None and slots.take("a", may_wait=True):
+                report.claimed.append(SimpleNamespace(destination="a"))  # type: ignore[arg-type]
+        if self.fail:
+            raise RuntimeError("the transaction rolled back")
+        return report
+
+
+def _sink(store: ClaimingStore, claiming: bool = True) -> tuple[Capacity, ClaimingSink, list]:
+    capacity = Capacity(limits={"a": 2}, total_limit=2, wait_limits={"a": 1})
+    told: list[tuple[int, int]] = []
+    sink = ClaimingSink(
+        store,  # type: ignore[arg-type]
+        capacity,
+        lambda: claiming,
+        lambda now, waiting, _started: told.append((len(now), len(waiting))),
+    )
+    return capacity, sink, told
+
+
+BATCH = [
+    Completion.reclaimed(
+        SimpleNamespace(dispatch_id=i, attempt=1, lease_token="t"),
+        sent=False,
+        lease_owner="d",
+        actor="d",
+    )
+    for i in range(4)
+]  # type: ignore[arg-type]
+
+
+async def test_the_sink_hands_a_committed_records_claims_to_the_pipeline() -> None:
+    store = ClaimingStore()
+    capacity, sink, told = _sink(store)
+    report = await sink.write(BATCH)
+    assert len(report.claimed) == 3  # two slots, one place; the fourth is written queued
+    assert told == [(2, 1)]
+    assert capacity.in_flight == {"a": 2} and capacity.waiting["a"] == 1
+
+
+async def test_the_sink_gives_back_what_a_record_that_rolls_back_took() -> None:
+    store = ClaimingStore(fail=True)
+    capacity, sink, told = _sink(store)
+    with pytest.raises(RuntimeError):
+        await sink.write(BATCH)
+    assert told == [] and capacity.busy == 0 and capacity.waiting["a"] == 0
+
+
+async def test_the_sink_claims_nothing_where_the_store_cannot_or_claiming_is_off() -> None:
+    store = ClaimingStore(claims_in_record=False)
+    _, sink, told = _sink(store)
+    await sink.write(BATCH)
+    assert store.given == [None] and told == []
+    store = ClaimingStore()
+    capacity, sink, told = _sink(store, claiming=False)
+    report = await sink.write(BATCH)
+    assert report.claimed == [] and told == [(0, 0)] and capacity.busy == 0

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import psycopg
 import pytest
 
-from effectusd.backends.batches import isolate
+from effectusd.backends.isolation import isolate
 from effectusd.core.states import OutcomeClass
 from effectusd.core.transition import Completion, HeldClaim
 from effectusd.dispatcher.metrics import Metrics
@@ -58,7 +58,7 @@ class Port:
 def recorder_on(port: Port, limit: int = 512, batch_size: int = 256) -> tuple[Recorder, list]:
     told: list[tuple[list[int], RecordReport]] = []
     recorder = Recorder(
-        port.write,
+        port,
         port.quarantine,
         Metrics(),
         recorded=lambda batch, report: told.append(([c.dispatch_id for c in batch], report)),
@@ -94,7 +94,7 @@ async def test_a_transient_fault_repeats_the_same_write_and_the_recorder_says_it
         failing.append(recorder.failing_since)
         return await original(batch)
 
-    recorder.write = watched
+    port.write = watched  # type: ignore[method-assign]
     report = await recorder.record([outcome(1), outcome(2)])
     assert port.tried == [[1, 2], [1, 2], [1, 2]]  # the whole batch each time, never split
     assert report.applied == 2 and port.quarantined == []

@@ -1,5 +1,5 @@
-"""Writing a batch while the database misbehaves, written once for every batch writer (the
-recorder, the reclaim, the write-ahead).
+"""Retry the transient, isolate the deterministic: how a batch is written while the database
+misbehaves, written once for every batch writer (the recorder, the reclaim, the write-ahead).
 
 Two kinds of failure, told apart by ``TRANSIENT_ERRORS``:
 
