@@ -141,7 +141,8 @@ STORE_SOURCES = [
 
 
 def config_with_stores(tmp_path: Path, west_url: str) -> Path:
-    """The example config with [database.stores] east and west instead of [database] url."""
+    """The example config with [database.stores] east and west instead of [database] url,
+    and a fencing authority for them."""
     path = tmp_path / "effectusd.toml"
     example = EXAMPLE_CONFIG.read_text()
     assert example.count('\nurl = "sqlite:///effectusd.db"') == 1
@@ -149,7 +150,9 @@ def config_with_stores(tmp_path: Path, west_url: str) -> Path:
         f'\n[database.stores.{label}]\nurl = {json.dumps(url)}\nnamespace = "tenant-{label}"\n'
         for label, url in {**STORE_URLS, "west": west_url}.items()
     )
-    path.write_text(example.replace('\nurl = "sqlite:///effectusd.db"', "\n") + tables)
+    # the example fences its charges: several stores fence through one authority
+    authority = '\n[fencing]\nurl = "postgresql://postgres@127.0.0.1:5432/effectusd_authority"\n'
+    path.write_text(example.replace('\nurl = "sqlite:///effectusd.db"', "\n") + tables + authority)
     return path
 
 
