@@ -1,10 +1,10 @@
-"""After an operator action committed (``resolve``, ``retry``, ``cancel``, from the command
-line or the console): give back on the fencing authority (``[fencing] url``) the leases the
-saga's dispatches hold there from claims that have ended. A store's own leases are given back
-in the transaction that records the claim's outcome; the authority's are given back after it,
-and one left there (the authority unreachable then, the daemon killed) would run out only after
-the dispatch lease plus ``SKEW_MARGIN``: a dispatch sent again would wait on its own dead claim
-until then.
+"""After an operator action on a saga committed (``resolve``, ``retry``, ``cancel``,
+``adopt-contract``, from the command line or the console): give back on the fencing
+authority (``[fencing] url``) the leases the saga's dispatches hold there from claims that
+have ended. A store's own leases are given back in the transaction that records the claim's
+outcome; the authority's after it, and one left there (the authority unreachable then, the
+daemon killed) would run out only after the dispatch lease plus ``SKEW_MARGIN``: a dispatch
+sent again would wait on its own dead claim until then.
 
 A lease is given back only if its claim has ended: read on the authority first, then the
 dispatch's row in the store, and kept while that row is in flight under the lease's token.
