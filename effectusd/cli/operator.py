@@ -86,12 +86,30 @@ def _operator_action(
         if as_json:
             emit({"ok": False, "refused": "ambiguous", "error": str(exc)}, True, str)
         fail_ambiguous(exc)
+    _release_fences(obj, store, report.saga_id)
     if store.label is None:
         emit(report.as_dict(), as_json, lambda _: report.summary())
         return
     # several stores: which one held the saga
     data = {**report.as_dict(), "store": store.label}
     emit(data, as_json, lambda _: f"{report.summary()}\n  store     {store.label}")
+
+
+def _release_fences(obj: Context, store: StoreContext, saga_id: str) -> None:
+    """With a fencing authority: give back there the leases of the saga's ended claims, now
+    that the action committed; a failure is said on stderr, and the action stands."""
+    url = obj.config.fencing.url
+    if url is None:
+        return
+    from effectusd.operator.fences import release_ended_leases
+
+    why = release_ended_leases(url, store.backend, store.label, saga_id)
+    if why is not None:
+        click.echo(
+            f"warning: the fencing authority could not be asked ({why}): the leases of the "
+            "saga's ended claims run out there by themselves (the dispatch lease plus 10 s)",
+            err=True,
+        )
 
 
 def _saga_action(

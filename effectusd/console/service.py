@@ -10,6 +10,7 @@ and fencing resources, and the raw answers kept as attempt evidence stay out). O
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections import Counter
@@ -30,6 +31,7 @@ from effectusd.core.registry import Registry
 from effectusd.core.states import Direction, SagaState
 from effectusd.core.views import SagaView, blocking_dispatches, jsonable
 from effectusd.operator import adopt_contract, cancel, resolve, retry
+from effectusd.operator.fences import release_ended_leases
 from effectusd.operator.report import ActionReport
 from effectusd.store import operations
 from effectusd.store.across import Done
@@ -344,7 +346,12 @@ class ConsoleService:
         apply, NotLocated when no one saga is named."""
         store, saga_id = await self.stores.locate(name)
         operation = self._operation(action, saga_id, fields, actor)
-        return store.label, await store.backend.runner.run_async(operation)
+        report = await store.backend.runner.run_async(operation)
+        if self.config.fencing.url is not None:  # a failure is logged; the action stands
+            await asyncio.to_thread(
+                release_ended_leases, self.config.fencing.url, store.backend, store.label, saga_id
+            )
+        return store.label, report
 
     @staticmethod
     def operator_name(fields: Mapping[str, Any]) -> str | None:

@@ -235,15 +235,11 @@ class Daemon:
         ]
         if self.backend.notifications.notifies:  # else (SQLite) the claimer polls
             loops.append(Loop("listener", self._listen_round, self.metrics))
-        if any(verb.probe is not None for verb in self.config.verbs.values()):
-            prober = self.prober = Prober(
-                self.config,
-                store.session,
-                pipeline.executors,
-                self.metrics,
-                on_settled=self.wake.set,
-            )
-            loops.append(Loop("prober", prober.round, self.metrics, prober.sleep))
+        # with no verb probed, the prober only closes the probes of a removed probe config
+        prober = self.prober = Prober(
+            self.config, store.session, pipeline.executors, self.metrics, on_settled=self.wake.set
+        )
+        loops.append(Loop("prober", prober.round, self.metrics, prober.sleep))
         return loops
 
     async def _claim_until_stopped(
@@ -302,7 +298,7 @@ class Daemon:
         """For --until-idle: None while a probe is due or in flight (the due ones are taken
         now), else what is left (the probes scheduled later, as the exit line's tail)."""
         prober = self.prober
-        if prober is None:
+        if prober is None or not prober.probes:  # orphaned probes are closed, not waited for
             return ""
         await prober.take()
         if prober.in_flight:

@@ -9,6 +9,8 @@ at all), and while any other store wants them, no store holds more than an equal
 limit. When a slot is given back, the stores that want one are woken, so a quiet store's new
 saga is claimed at the next call's end of a busy one, not after the busy store's backlog.
 
+One claim asks for at most an equal share among all the stores served, so a store whose
+claim hangs (its server gone, its pool waiting out its timeout) holds back no more than that.
 A store's claim never waits in the daemon for a slot (``Capacity.may_wait``): a waiting claim
 is started by its own store's next call, which a share can hold back past the claim's lease.
 """
@@ -85,15 +87,21 @@ class StoreSlots(Capacity):
         return max(min(self.total_limit - fleet.busy, share - self.busy), 0)
 
     def free(self) -> dict[str, int]:
-        """The slots a claim may take now; none: the store wants its turn."""
-        fleet, room = self.fleet, self.room
-        self.last_room = room
+        """The slots a claim may take now, at most an equal share of each limit among all the
+        stores served: a claim holds its slots while it runs, and the claim of a store that
+        went down runs until its pool gives up, so it holds no more than its share of the
+        others' room meanwhile (a store alone takes the rest with its next claims). None:
+        the store wants its turn."""
+        fleet = self.fleet
+        served = len(fleet.stores)
+        room = self.last_room = min(self.room, _share(self.total_limit, served))
         contenders = fleet.contenders(self)
         free: dict[str, int] = {}
         for destination, limit in self.limits.items():
             slots = min(
                 limit - fleet.in_flight(destination),
                 _share(limit, contenders) - self.in_flight.get(destination, 0),
+                _share(limit, served),
                 room,
             )
             if slots > 0:

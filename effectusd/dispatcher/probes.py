@@ -40,6 +40,9 @@ log = logging.getLogger("effectusd.daemon")
 
 PROBE_INTERVAL_S = 1.0  # how often a daemon looks for due probes
 PROBE_BATCH = 32  # probes taken per round
+# With no verb probed, a round only closes the probes of a removed probe config (due for
+# operator.probes.UNPROBED_GRACE before they are): once a minute is soon enough.
+UNPROBED_INTERVAL_S = 60.0
 
 
 class Prober:
@@ -86,7 +89,7 @@ class Prober:
     async def round(self) -> float:
         self._ended.clear()  # before taking: a probe that ends meanwhile cuts the wait short
         await self.take()
-        return PROBE_INTERVAL_S
+        return PROBE_INTERVAL_S if self.probes else UNPROBED_INTERVAL_S
 
     async def sleep(self, seconds: float) -> None:
         """The loop's wait: the interval, or until a probe ends (its room is free again)."""

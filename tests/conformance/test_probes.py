@@ -5,6 +5,8 @@ or kept on the timeline while the dispatch stays blocked for a person."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -28,7 +30,7 @@ from tests.conformance.support import (
     step_states,
 )
 from tests.support.destination import Destination, Request, Response, running
-from tests.support.harness import make_config, serial_plan
+from tests.support.harness import daemon_running, make_config, serial_plan
 
 RETRY = {"max_attempts": 3, "initial_backoff": "10s", "max_backoff": "1m"}
 PROBE = {
@@ -396,3 +398,29 @@ async def test_probes_of_a_verb_whose_probe_was_removed_are_given_up_saying_why(
         "verb): its probes are closed"
     )
     assert given_up["detail"]["closed"] == "no_probe"
+
+
+async def test_a_daemon_with_no_probe_at_all_closes_the_probes_of_a_removed_probe_config(
+    store: StoreUnderTest,
+) -> None:
+    async with blocked(store, answering(500)) as (saga, _, destination, prober):
+        assert await prober.once() == [Settled.KEPT_BLOCKED]
+        grace = UNPROBED_GRACE.total_seconds() + 1
+        store.execute(
+            "UPDATE effectus_dispatch_probes SET next_probe_at = "
+            f"{store.now_sql()} - {store.seconds_sql(grace)}"
+        )
+        # the next configuration: no verb has a probe any more
+        config = make_config(destination.base_url, {"pay": {"retry": RETRY}, "undo": {}})
+        async with daemon_running(config, store.url) as daemon:
+            deadline = time.monotonic() + 20
+            while not store.execute(
+                "SELECT 1 FROM effectus_dispatch_probes WHERE given_up_at IS NOT NULL"
+            ):
+                assert time.monotonic() < deadline, "the orphaned probe was never closed"
+                await asyncio.sleep(0.05)
+        view = store.view(saga)
+        given_up = daemon.metrics.probes.labels("pay", "given_up")._value.get()
+    assert given_up == 1
+    assert view["state"] == "blocked_unknown"
+    assert probe_events(view)[-1]["detail"]["closed"] == "no_probe"

@@ -2,16 +2,23 @@
 standby), one fencing authority, and a destination-kit service that keeps a watermark per
 resource and refuses a stale token: fenced charges on one shared account from both stores,
 one server stopped mid-drain while the other's sagas all complete, then started again and
-drained. A daemon per store (`run --store LABEL`), both with one configuration."""
+drained. Served by one `effectusd run` process over both stores, and by a daemon per store
+(`run --store LABEL`), both with one configuration."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
+import signal
+import socket
 import sqlite3
+import subprocess
 import sys
 import tempfile
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +27,7 @@ from typing import Any
 import pytest
 
 from effectusd.client import Client
-from effectusd.config import Config
+from effectusd.config import Config, load_config
 from tests.chaos import runner as chaos
 from tests.conftest import drop_database
 from tests.failover import cluster
@@ -164,6 +171,13 @@ async def test_two_servers_fence_one_account_through_the_authority_and_a_stopped
     finally:
         drop_database(authority)
 
+    assert_fenced_once(shop, charged_at_stop, attempts)
+
+
+def assert_fenced_once(
+    shop: Path, charged_at_stop: int, attempts: dict[str, list[dict[str, Any]]]
+) -> None:
+    """Both stores' orders charged once each, no token refused by the kit, none repeated."""
     with sqlite3.connect(shop) as conn:
         charges = conn.execute("SELECT order_id FROM kit_shop_charges").fetchall()
         [(mark,)] = conn.execute(
@@ -172,7 +186,7 @@ async def test_two_servers_fence_one_account_through_the_authority_and_a_stopped
     # mid-drain: some of east's charges were made, not all, when its server stopped
     assert 2 <= charged_at_stop < ORDERS
     orders = sorted(order for (order,) in charges)
-    # 0 lost, 0 duplicates: every order of both stores charged exactly once
+    # 0 lost, 0 duplicates: every order of both stores charged, none twice
     assert orders == sorted(f"{label}-{n}" for label in ("east", "west") for n in range(ORDERS))
     sent = [a for label in attempts for a in attempts[label] if a["sent_at"] is not None]
     # the kit refused no token as stale: every grant was above the last it had taken
@@ -181,3 +195,110 @@ async def test_two_servers_fence_one_account_through_the_authority_and_a_stopped
     tokens = [g["token"] for a in sent for g in a["grants"] or []]
     assert mark == max(tokens)
     assert len(set(tokens)) == len(tokens)  # no token granted twice, across both stores
+
+
+def one_daemon_config(tmp: Path, base_url: str, authority: str, urls: dict[str, str]) -> Path:
+    """The TOML of one `effectusd run` over both stores, with the authority and the kit's
+    charge verb; its HTTP endpoints on a port free now."""
+    with socket.socket() as probe:  # a port free now, for the daemon's endpoints
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    stores = "".join(
+        f'[database.stores.{label}]\nurl = "{url}"\nnamespace = "tenant-{label}"\n'
+        for label, url in urls.items()
+    )
+    path = tmp / "effectusd.toml"
+    path.write_text(
+        f'[dispatcher]\npoll_interval = "50ms"\nlease_margin = "2s"\nshutdown_grace = "5s"\n'
+        f"[observability]\nhttp_port = {port}\n"
+        f'[fencing]\nurl = "{authority}"\n'
+        f'[destinations.dest]\nbase_url = "{base_url}"\ntimeout = "2s"\nmax_concurrency = 16\n'
+        '[verbs.charge]\ndestination = "dest"\npath = "/payments/charge"\n'
+        'fencing = ["account:{args.account_id}"]\ndelivery = "at_least_once"\n'
+        'retry = { max_attempts = 50, initial_backoff = "50ms", max_backoff = "1s" }\n' + stores
+    )
+    return path
+
+
+def readyz(port: int) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except OSError:  # not listening yet
+        return 0, ""
+
+
+def east_named_unready(port: int) -> bool:
+    code, text = readyz(port)
+    return code == 503 and json.loads(text)["stores"]["east"]["ok"] is False
+
+
+async def test_one_daemon_over_two_servers_fences_one_account_and_drains_a_stopped_one_after(
+    tmp_path: Path,
+) -> None:
+    shop = tmp_path / "shop.db"
+    authority = migrated_authority()
+    command = [sys.executable, str(ROOT / "contrib" / "kit_shop_service.py"), "--port", "0"]
+    log = tmp_path / "daemon.log"
+    try:
+        with (
+            server() as east,
+            server() as west,
+            serving([*command, "--database-url", f"sqlite:///{shop}"], cwd=tmp_path) as base,
+        ):
+            urls = {"east": east.store_url(), "west": west.store_url()}
+            path = one_daemon_config(tmp_path, base, authority, urls)
+            loaded = load_config(path)
+            port = loaded.observability.http_port
+            assert port is not None
+            clients = {
+                label: client_for(
+                    loaded.model_copy(update={"namespace": f"tenant-{label}"}), urls[label]
+                )
+                for label in urls
+            }
+            sagas = {label: submit(clients[label], label) for label in urls}
+            with log.open("wb") as stderr:
+                daemon = subprocess.Popen(
+                    [sys.executable, "-m", "effectusd.cli", "--config", str(path), "run"],
+                    stdout=subprocess.DEVNULL,
+                    stderr=stderr,
+                )
+            try:
+                # mid-drain: some of east's charges made, then its server stops
+                await until(lambda: states(clients["east"], sagas["east"]).count("completed") >= 2)
+                await asyncio.to_thread(east.stop, east.primary, "immediate")
+                charged_at_stop = charged(shop, "east")
+                # west's sagas all complete through the same process while east is down:
+                # once east's dead claim's lease on the authority ran out (the dispatch lease
+                # plus 10 s), not held back while east's claims wait out its pool (30 s)
+                await until(
+                    lambda: states(clients["west"], sagas["west"]) == ["completed"] * ORDERS,
+                    timeout=25,
+                )
+                await until(lambda: east_named_unready(port))
+                down = readyz(port)[1]
+                await asyncio.to_thread(east.start, east.primary)
+                await until(
+                    lambda: states(clients["east"], sagas["east"]) == ["completed"] * ORDERS
+                )
+                assert daemon.poll() is None, log.read_text()  # the one process, all along
+            finally:
+                daemon.send_signal(signal.SIGTERM)
+                assert daemon.wait(timeout=60) == 0, log.read_text()
+            attempts = {
+                label: [
+                    a for saga in sagas[label] for a in attempts_of(urls[label], saga, "charge")
+                ]
+                for label in urls
+            }
+    finally:
+        drop_database(authority)
+
+    stores = json.loads(down)["stores"]
+    assert stores["west"]["ok"] is True
+    assert stores["east"]["ok"] is False and stores["east"]["namespace"] == "tenant-east"
+    assert f":{east.primary_port}/" not in down and "postgresql://" not in down
+    assert_fenced_once(shop, charged_at_stop, attempts)

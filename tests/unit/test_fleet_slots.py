@@ -30,15 +30,24 @@ def test_the_limits_count_every_stores_calls() -> None:
     assert west.busy == 0 and east.busy == 3  # each store counts its own calls
 
 
-def test_a_store_alone_may_take_every_slot() -> None:
+def test_a_store_alone_may_take_every_slot_a_share_per_claim() -> None:
     _, east, west, _ = fleet()
-    assert claim(east, got=4) == {"pay": 4}
+    assert claim(east, got=2) == {"pay": 2}
+    assert claim(east, got=2) == {"pay": 2}
     assert west.free() == {}
+
+
+def test_a_store_whose_claim_hangs_holds_no_more_than_its_share() -> None:
+    _, east, west, _ = fleet(total=8, pay=4)
+    east.reserve(east.free())  # east's server is gone: its claim waits on its pool
+    assert east.busy == 2
+    assert west.free() == {"pay": 2}  # west's sagas go on meanwhile
 
 
 def test_a_store_that_finds_no_room_gets_its_share_as_slots_come_back() -> None:
     slots, east, west, woken = fleet()
-    claim(east, got=4)  # east got all it asked for: it may have more due
+    claim(east, got=2)
+    claim(east, got=2)  # east got all it asked for: it may have more due
     assert west.free() == {}  # west finds no room: it wants its turn
     assert west in slots.wanting
     east.give_back("pay")
@@ -50,7 +59,8 @@ def test_a_store_that_finds_no_room_gets_its_share_as_slots_come_back() -> None:
 
 def test_a_store_whose_claim_finds_fewer_rows_than_asked_gives_its_share_back() -> None:
     slots, east, west, woken = fleet()
-    claim(east, got=4)
+    claim(east, got=2)
+    claim(east, got=2)
     west.free()
     east.give_back("pay")
     east.give_back("pay")
