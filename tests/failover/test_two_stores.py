@@ -31,7 +31,7 @@ from effectusd.config import Config, load_config
 from tests.chaos import runner as chaos
 from tests.conftest import drop_database
 from tests.failover import cluster
-from tests.integration.test_fencing_authority import migrated_authority
+from tests.support.authority import migrated_authority
 from tests.support.harness import attempts_of, client_for, daemon_running, make_config
 from tests.support.required import missing
 from tests.support.services import serving

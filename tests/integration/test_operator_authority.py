@@ -23,7 +23,8 @@ from effectusd.console.stores import Served
 from effectusd.store.sql import store_backend
 from tests.conftest import ADMIN_URL, drop_database
 from tests.integration.test_fencing_across_stores import migrated_postgres
-from tests.integration.test_fencing_authority import migrated_authority, wait_for
+from tests.integration.test_fencing_authority_daemons import wait_for
+from tests.support.authority import migrated_authority
 from tests.support.destination import Request, Response, running
 from tests.support.harness import attempts_of, client_for, daemon_running, fetch
 
