@@ -462,6 +462,7 @@ NEED_REAL_ROWS = {
     "insert_event",
     "insert_saga",
     "insert_sagas",
+    "keep_fence_token",
     "migrations_record",
     "probe_schedule",
 }
