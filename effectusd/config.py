@@ -36,6 +36,7 @@ from effectusd.core.states import OutcomeClass
 from effectusd.core.stores import (
     Store,
     authority_problem,
+    env_urls,
     label_problem,
     labelled_url,
     store_conflicts,
@@ -464,16 +465,6 @@ def load_config(path: str | os.PathLike[str] | None) -> Config:
     if env_url:
         override_database_urls(config, env_urls(env_url), "EFFECTUSD_DATABASE_URL")
     return config
-
-
-def env_urls(value: str) -> list[str]:
-    """The URLs ``EFFECTUSD_DATABASE_URL`` holds: one, or several ``LABEL=URL`` lines (what
-    `run --processes` hands its children for several stores). A value that is not all
-    ``LABEL=URL`` lines is one URL (a keyword/value string may span lines)."""
-    lines = [line for line in value.splitlines() if line.strip()]
-    if len(lines) > 1 and all(labelled_url(line)[0] is not None for line in lines):
-        return lines
-    return [value]
 
 
 def override_database_urls(config: Config, values: list[str], source: str) -> None:

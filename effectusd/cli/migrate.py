@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from effectusd.backends.errors import UNAVAILABLE, unavailable_text
-from effectusd.backends.migrations import MigrationError
+from effectusd.backends.migrations import MigrationError, MigrationStatus
 from effectusd.cli.app import (
     EXIT_CONFLICT,
     EXIT_FAILURE,
@@ -104,16 +104,7 @@ def _authority(url: str, stores: list[StoreContext], check_only: bool) -> dict[s
         raise Refusal(
             EXIT_FAILURE, f"cannot connect to the fencing authority: {unavailable_text(exc)}"
         ) from None
-    data: dict[str, Any] = {
-        "applied": current.applied,
-        "pending": [f"{m.version}_{m.name}" for m in current.pending],
-        "problems": current.problems,
-    }
-    if current.problems:
-        raise Refusal(EXIT_CONFLICT, "; ".join(current.problems), data)
-    if current.pending:
-        raise Refusal(EXIT_PENDING, f"pending: {', '.join(data['pending'])}", data)
-    return data
+    return _checked(current)
 
 
 def _report_text(report: dict[str, Any]) -> str:
@@ -161,16 +152,7 @@ def _migrate(store: StoreContext, check_only: bool) -> dict[str, Any]:
         raise Refusal(
             EXIT_FAILURE, f"cannot connect to the database: {unavailable_text(exc)}"
         ) from None
-    data: dict[str, Any] = {
-        "applied": current.applied,
-        "pending": [f"{m.version}_{m.name}" for m in current.pending],
-        "problems": current.problems,
-    }
-    if current.problems:
-        raise Refusal(EXIT_CONFLICT, "; ".join(current.problems), data)
-    if current.pending:
-        raise Refusal(EXIT_PENDING, f"pending: {', '.join(data['pending'])}", data)
-    return data
+    return _checked(current)
 
 
 def _text(data: dict[str, Any]) -> str:
@@ -192,3 +174,18 @@ def _stores_text(stores: dict[str, dict[str, Any]]) -> str:
         body = _text(data).splitlines() if "applied" in data else [f"error: {data['error']}"]
         lines += [f"  {line}" for line in body]
     return "\n".join(lines)
+
+
+def _checked(current: MigrationStatus) -> dict[str, Any]:
+    """A store's or the authority's migration status as `migrate --check` reports it: what is
+    applied; Refusal when a migration is pending or the schema is newer or changed."""
+    data: dict[str, Any] = {
+        "applied": current.applied,
+        "pending": [f"{m.version}_{m.name}" for m in current.pending],
+        "problems": current.problems,
+    }
+    if current.problems:
+        raise Refusal(EXIT_CONFLICT, "; ".join(current.problems), data)
+    if current.pending:
+        raise Refusal(EXIT_PENDING, f"pending: {', '.join(data['pending'])}", data)
+    return data

@@ -45,6 +45,16 @@ def labelled_url(value: str) -> tuple[str | None, str]:
     return match.group(1), match.group(2)
 
 
+def env_urls(value: str) -> list[str]:
+    """The URLs ``EFFECTUSD_DATABASE_URL`` holds: one, or several ``LABEL=URL`` lines (what
+    `run --processes` hands its children for several stores). A value that is not all
+    ``LABEL=URL`` lines is one URL (a keyword/value string may span lines)."""
+    lines = [line for line in value.splitlines() if line.strip()]
+    if len(lines) > 1 and all(labelled_url(line)[0] is not None for line in lines):
+        return lines
+    return [value]
+
+
 def database_key(url: str) -> tuple[str, ...]:
     """What tells two PostgreSQL URLs apart as databases: hosts (lower case, with their ports,
     5432 unless given) and the database name; the user and password do not make another

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from effectusd.cli import main
 from effectusd.cli.app import Context
-from effectusd.config import ConfigError, env_urls, load_config
-from effectusd.core.stores import Store, database_key, labelled_url
+from effectusd.config import ConfigError, load_config
+from effectusd.core.stores import Store, database_key, env_urls, labelled_url
 
 SECRET = "pa55word-never-shown"
 
