@@ -73,10 +73,15 @@ async def test_destinations_refusing_longer_than_the_old_budget_complete_every_s
             # every reservation claimed past the old budget while its destination refuses
             await wait_for(lambda: _fewest_claims(store_url, "s1") > OLD_BUDGET, timeout=60)
             # shown as waiting for the destination, not as failing, and counted per destination
-            await wait_for(
-                lambda: "waiting for destination dest since" in _waiting(client, sagas[0])
-            )
-            assert ", gives up at " in _waiting(client, sagas[0])
+            # (one read: between two reads the dispatch may be claimed again, and waits no more)
+            shown: list[str] = []
+
+            def waiting_shown() -> bool:
+                shown.append(_waiting(client, sagas[0]))
+                return "waiting for destination dest since" in shown[-1]
+
+            await wait_for(waiting_shown)
+            assert ", gives up at " in shown[-1]
             refused = daemon.metrics.registry.get_sample_value(
                 "effectusd_destination_waits_total", {"destination": "dest", "sent": "no"}
             )
