@@ -243,7 +243,7 @@ def run_scenario(scenario: Scenario, seed: int = 0) -> Report:
                 operator = retention.Operator(scenario, config, url, dest_url, _rows)
             _drive(scenario, daemons, url, rng, started, operator)
             daemons.stop()
-            _settle(config, url)
+            settle(config, url)
             if scenario.probes:  # --until-idle leaves probes scheduled later
                 probes.drain(lambda: daemons.spawn(None), url, _rows, scenario.timeout_s)
             report.kills, report.restarts = daemons.kills, daemons.restarts
@@ -338,8 +338,10 @@ def _pg_version() -> str:
     return sorted(os.listdir("/etc/postgresql"))[-1]
 
 
-def _settle(config: Path, url: str) -> None:
-    """A last clean daemon settles what the dead ones left (expired leases)."""
+def settle(config: Path, url: str | None) -> None:
+    """A last clean daemon settles what the dead ones left (expired leases): of ``url``, or of
+    every store of the configuration (None)."""
+    database = ["--database-url", url] if url is not None else []
     subprocess.run(
         [
             sys.executable,
@@ -347,8 +349,7 @@ def _settle(config: Path, url: str) -> None:
             "effectusd.cli",
             "--config",
             str(config),
-            "--database-url",
-            url,
+            *database,
             "run",
             "--until-idle",
             "--log-level",

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -66,28 +64,6 @@ def _drive(
         time.sleep(0.2)
 
 
-def _settle(config: Path) -> None:
-    """A last clean daemon, of every store, settles what the dead ones left."""
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "effectusd.cli",
-            "--config",
-            str(config),
-            "run",
-            "--until-idle",
-            "--log-level",
-            "WARNING",
-        ],
-        check=True,
-        timeout=180,
-        env={**os.environ, topology.TOKEN_ENV: topology.TOKEN},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
 @contextmanager
 def _databases(scenario: Scenario) -> Iterator[dict[str, str]]:
     with ExitStack() as stack:
@@ -117,7 +93,7 @@ def run(scenario: Scenario, rng: random.Random) -> Report:
         daemons.start()
         _drive(scenario, daemons, urls, started, rng)
         daemons.stop()
-        _settle(config)
+        runner.settle(config, None)
         report.kills, report.restarts = daemons.kills, daemons.restarts
         for url in urls.values():
             part = Report(scenario.name)

@@ -162,16 +162,19 @@ async def test_two_servers_fence_one_account_through_the_authority_and_a_stopped
                 await until(
                     lambda: states(clients["east"], sagas["east"]) == ["completed"] * ORDERS
                 )
-            attempts = {
-                label: [
-                    a for saga in sagas[label] for a in attempts_of(urls[label], saga, "charge")
-                ]
-                for label in urls
-            }
+            attempts = charges(urls, sagas)
     finally:
         drop_database(authority)
 
     assert_fenced_once(shop, charged_at_stop, attempts)
+
+
+def charges(urls: dict[str, str], sagas: dict[str, list[str]]) -> dict[str, list[Any]]:
+    """Every attempt of every saga's charge, by store."""
+    return {
+        label: [a for saga in sagas[label] for a in attempts_of(urls[label], saga, "charge")]
+        for label in urls
+    }
 
 
 def assert_fenced_once(
@@ -288,12 +291,7 @@ async def test_one_daemon_over_two_servers_fences_one_account_and_drains_a_stopp
             finally:
                 daemon.send_signal(signal.SIGTERM)
                 assert daemon.wait(timeout=60) == 0, log.read_text()
-            attempts = {
-                label: [
-                    a for saga in sagas[label] for a in attempts_of(urls[label], saga, "charge")
-                ]
-                for label in urls
-            }
+            attempts = charges(urls, sagas)
     finally:
         drop_database(authority)
 
