@@ -88,7 +88,7 @@ def run_failover(scenario: Scenario) -> FailoverReport:
                 report.violations.append("warned of asynchronous replication on a synchronous one")
             if not synchronous and not report.warned:
                 report.violations.append("no asynchronous-replication warning (log and /readyz)")
-            chaos._settle(config, url)
+            chaos.settle(config, url)
             chaos._check(report, scenario, url, dest_url)
         _check_fencing(report, dest_url)
         _check_at_most_once(report, dest_url, strict=synchronous)
