@@ -38,9 +38,11 @@ from effectusd.bench.database import (
 )
 from effectusd.bench.fleet import bench_stores, serving, split_sagas, store_config
 from effectusd.bench.harness import (
+    Sink,
     bench_plan,
     checked,
     daemon_with_submitter,
+    sink_cpu_used,
     start_sink,
     with_executors,
 )
@@ -97,6 +99,9 @@ class BenchResult:
     # server runs on this machine (None: it does not); the server's shared background
     # processes are not counted (measures.DatabaseCpu); its CPU is taken from the daemon's
     db_cpu_us_per_step: float | None
+    # CPU the bench's no-op sink spent per step over the drain: answering the daemon's
+    # requests (None: the bench drove another --destination)
+    sink_cpu_us_per_step: float | None
     # the backends each store's database had over the drain: the daemon's connections to it
     # (None: the server is on another machine)
     connections_per_store: list[int] | None
@@ -151,7 +156,7 @@ def run_bench(
     sagas: int,
     steps: int,
     concurrency: int,
-    destination: str | None = None,
+    destination: str | Sink | None = None,
     progress: Any = print,
     transport: str | None = None,
     *,
@@ -165,20 +170,24 @@ def run_bench(
     config's default. ``duration`` > 0 adds the soak, ``backlog`` > 0 the claim latency,
     ``processes`` > 1 dispatches with that many daemon processes (each with ``concurrency``),
     ``delivery`` is the bench verb's, ``stores`` > 1 splits the sagas among that many
-    databases served by one daemon (not with ``processes`` or ``duration``)."""
+    databases served by one daemon (not with ``processes`` or ``duration``). ``destination``
+    None starts the no-op sink; a running ``Sink`` is driven and its CPU read; a URL is
+    driven as it is."""
     if stores > 1 and (processes > 1 or duration > 0):
         raise ValueError("stores: several stores are benched with one process and no soak")
     with ExitStack() as stack:
         if destination is None:
             destination = stack.enter_context(start_sink())
-        config = _bench_config(destination, concurrency, transport, delivery)
+        sink = destination if isinstance(destination, Sink) else None
+        base_url = destination.url if isinstance(destination, Sink) else destination
+        config = _bench_config(base_url, concurrency, transport, delivery)
         urls: list[str] = []
         try:
             for _ in range(stores):
                 urls.append(scratch_database(server_url))
                 with connect(urls[-1]) as conn:
                     migrate_set(conn, POSTGRES_MIGRATIONS)
-            result = _throughput(config, urls, sagas, steps, concurrency, progress, processes)
+            result = _throughput(config, urls, sagas, steps, concurrency, progress, processes, sink)
             if duration > 0:
                 _soak(result, config, urls[0], duration, progress)
         finally:
@@ -207,6 +216,7 @@ def _throughput(
     concurrency: int,
     progress: Any,
     processes: int = 1,
+    sink: Sink | None = None,
 ) -> BenchResult:
     """Submit the sagas (split among the stores of ``urls``), dispatch them all (in this
     process, or in ``processes`` daemon processes side by side, as `run --processes` runs
@@ -226,8 +236,10 @@ def _throughput(
         f"dispatching {sagas * steps} step(s) at concurrency {concurrency} ({chosen})"
         + (f" in {processes} processes…" if processes > 1 else "…")
     )
+    sink_before = None if sink is None else sink.cpu_seconds()
     with DatabaseCpu(*(database_name(url) for url in urls)) as database_cpu:
         seconds, cpu_seconds, drain_rss = _dispatch_all(config, stores, processes)
+    sink_cpu_s = sink_cpu_used(sink, sink_before)
     totals = DrainTotals(
         steps=sagas * steps,
         seconds=seconds,
@@ -236,6 +248,7 @@ def _throughput(
         wal_bytes=scalar(urls[0], "wal_position") - wal_before,
         commits=sum(settled_scalar(url, "commits") for url in urls) - commits_before,
         rows_written=sum(scalar(url, "rows_written") for url in urls) - rows_before,
+        sink_cpu_s=sink_cpu_s,
     )
     rss_mb = daemon_rss_mb()
     completed = [_states(url).get("completed", 0) for url in urls]
@@ -269,6 +282,7 @@ def _throughput(
         cpu_us_per_step=totals.cpu_us_per_step(),
         bare_cpu_us_per_call=round(bare_cpu_us, 1),
         db_cpu_us_per_step=totals.db_cpu_us_per_step(),
+        sink_cpu_us_per_step=totals.sink_cpu_us_per_step(),
         connections_per_store=database_cpu.backends(),
         commits_per_s=totals.commits_per_s(),
         wal_bytes_per_s=totals.wal_bytes_per_s(),

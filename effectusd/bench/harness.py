@@ -7,9 +7,11 @@ import asyncio
 import multiprocessing
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from effectusd.bench.fleet import is_listening, serving
+from effectusd.bench.measures import process_cpu_seconds
 from effectusd.bench.sink import serve_noop
 from effectusd.config import Config
 from effectusd.core.states import OutcomeClass
@@ -80,10 +82,28 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class Sink:
+    """The bench's no-op sink, running: its base URL and its process, whose CPU the benches
+    read around a drain (what answering that drain's requests cost)."""
+
+    url: str
+    pid: int
+
+    def cpu_seconds(self) -> float | None:
+        return process_cpu_seconds(self.pid)
+
+
+def sink_cpu_used(sink: Sink | None, before: float | None) -> float | None:
+    """The sink's CPU seconds since ``before`` (its reading at the start), None if either
+    reading is missing."""
+    after = None if sink is None else sink.cpu_seconds()
+    return None if after is None or before is None else after - before
+
+
 @contextmanager
-def start_sink() -> Iterator[str]:
-    """The no-op sink in a process of its own (so it never shares the measured interpreter);
-    yields its base URL."""
+def start_sink() -> Iterator[Sink]:
+    """The no-op sink in a process of its own (so it never shares the measured interpreter)."""
     port = free_port()
     spawn = multiprocessing.get_context("spawn")
     ready = spawn.Event()
@@ -92,7 +112,8 @@ def start_sink() -> Iterator[str]:
     try:
         if not ready.wait(30):
             raise RuntimeError(f"the bench's no-op destination did not start on port {port}")
-        yield f"http://127.0.0.1:{port}"
+        assert sink.pid is not None  # started
+        yield Sink(f"http://127.0.0.1:{port}", sink.pid)
     finally:
         sink.terminate()
         sink.join(5)

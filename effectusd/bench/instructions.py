@@ -115,7 +115,7 @@ def _counted_drain(server_url: str, sagas: int, steps: int, progress: Callable[[
 def _drain_here(server_url: str, sagas: int, steps: int) -> None:
     """Run under callgrind: submit, zero the counters, drain until idle, dump them."""
     with start_sink() as sink:
-        config = _bench_config(sink, 32, None)
+        config = _bench_config(sink.url, 32, None)
         url = scratch_database(server_url)
         try:
             with connect(url) as conn:

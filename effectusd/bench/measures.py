@@ -56,6 +56,23 @@ class RssSampler:
             self.samples.append(daemon_rss_mb())
 
 
+def stat_cpu_seconds(line: str, ticks: int) -> float:
+    """The user and system CPU seconds of a /proc/PID/stat line: fields 14 and 15 of proc(5),
+    11 and 12 after the process's name (which may hold spaces and parentheses)."""
+    fields = line[line.rfind(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """The CPU seconds another process on this machine has spent, None when it cannot be read
+    (no /proc, gone, not ours to read)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat_cpu_seconds(stat.read(), os.sysconf("SC_CLK_TCK"))
+    except OSError:
+        return None
+
+
 NOT_OURS = -1
 
 
@@ -141,9 +158,7 @@ class DatabaseCpu:
                     line = stat.read()
             except OSError:
                 continue  # gone meanwhile, or not ours to read
-            fields = line[line.rfind(")") + 2 :].split()
-            # utime and stime: fields 14 and 15 of proc(5), 11 and 12 after the name
-            into[key[0]] = (int(fields[11]) + int(fields[12])) / ticks
+            into[key[0]] = stat_cpu_seconds(line, ticks)
             self.database_of[key[0]] = ours
         self._titles = seen  # processes gone are forgotten
 
@@ -161,6 +176,7 @@ class DrainTotals:
     wal_bytes: int
     commits: int
     rows_written: int
+    sink_cpu_s: float | None = None  # the bench's no-op sink's (None: not measured)
 
     def steps_per_s(self) -> float:
         return round(self.steps / self.seconds, 1)
@@ -169,7 +185,10 @@ class DrainTotals:
         return round(self.cpu_s / self.steps * 1e6, 1)
 
     def db_cpu_us_per_step(self) -> float | None:
-        return None if self.db_cpu_s is None else round(self.db_cpu_s / self.steps * 1e6, 1)
+        return per_unit_us(self.db_cpu_s, self.steps)
+
+    def sink_cpu_us_per_step(self) -> float | None:
+        return per_unit_us(self.sink_cpu_s, self.steps)
 
     def wal_bytes_per_step(self) -> float:
         return round(self.wal_bytes / self.steps, 1)
@@ -199,6 +218,9 @@ class PeerResult:
     db_cpu_us_per_unit: float | None  # its database's backends', when on this machine
     wal_bytes_per_unit: float  # whole-cluster WAL, as effectusd bench reads its own
     rows_written_per_unit: float  # row versions written in its database (pg_stat_database)
+    # CPU of the no-op sink's process, per unit: what answering the peer's requests cost
+    # (None: not measured)
+    sink_cpu_us_per_unit: float | None = None
 
     @classmethod
     def of(
@@ -210,6 +232,7 @@ class PeerResult:
         db_cpu_s: float | None,
         wal_bytes: int,
         rows_written: int,
+        sink_cpu_s: float | None = None,
     ) -> PeerResult:
         """A drain's totals, per unit."""
         return cls(
@@ -218,7 +241,13 @@ class PeerResult:
             round(seconds, 3),
             round(units / seconds, 1),
             round(cpu_s / units * 1e6, 1),
-            None if db_cpu_s is None else round(db_cpu_s / units * 1e6, 1),
+            per_unit_us(db_cpu_s, units),
             round(wal_bytes / units, 1),
             round(rows_written / units, 2),
+            per_unit_us(sink_cpu_s, units),
         )
+
+
+def per_unit_us(seconds: float | None, units: int) -> float | None:
+    """CPU seconds over ``units``, in µs per unit (None stays None)."""
+    return None if seconds is None else round(seconds / units * 1e6, 1)

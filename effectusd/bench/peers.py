@@ -41,7 +41,7 @@ from typing import Any
 from effectusd.backends.postgres import connection_keywords, database_name
 from effectusd.bench import BenchResult, run_bench
 from effectusd.bench.database import drop_database, scalar, scratch_database, settled_scalar
-from effectusd.bench.harness import BODY, start_sink
+from effectusd.bench.harness import BODY, Sink, sink_cpu_used, start_sink
 from effectusd.bench.measures import DatabaseCpu, PeerResult
 from effectusd.config import DestinationConfig
 from effectusd.executors.factory import EXECUTOR_CLASSES
@@ -59,7 +59,7 @@ def _link(left: int) -> str:
 
 
 async def _drain_pgqueuer(
-    url: str, sink: str, jobs: int, concurrency: int, chain: int = 1
+    url: str, sink: Sink, jobs: int, concurrency: int, chain: int = 1
 ) -> PeerResult:
     """``chain`` > 1: the backlog holds ``jobs / chain`` first jobs, and each job enqueues the
     next of its chain once its POST is answered, through a pool of its own (opened before the
@@ -99,7 +99,9 @@ async def _drain_pgqueuer(
             async def post(job: Job) -> None:
                 nonlocal called
                 async with session.post(
-                    f"{sink}/noop", data=job.payload, headers={"Content-Type": "application/json"}
+                    f"{sink.url}/noop",
+                    data=job.payload,
+                    headers={"Content-Type": "application/json"},
                 ) as reply:
                     await reply.read()
                     reply.raise_for_status()
@@ -111,6 +113,7 @@ async def _drain_pgqueuer(
 
         for left in range(1, chain + 1):
             manager.entrypoint(_link(left))(link(left))
+        sink_before = sink.cpu_seconds()
         with DatabaseCpu(database_name(url)) as database_cpu:
             started, cpu_started = time.perf_counter(), time.process_time()
             # pgqueuer wants its task cap at least twice the batch it dequeues at once.
@@ -122,6 +125,7 @@ async def _drain_pgqueuer(
             )
             seconds = time.perf_counter() - started
             cpu_s = time.process_time() - cpu_started
+        sink_cpu_s = sink_cpu_used(sink, sink_before)
     await connection.close()
     if pool is not None:
         await pool.close()
@@ -130,12 +134,12 @@ async def _drain_pgqueuer(
     if called != jobs:
         raise RuntimeError(f"pgqueuer drained {called} of {jobs} job(s): the run is not comparable")
     return PeerResult.of(
-        jobs, concurrency, seconds, cpu_s, database_cpu.seconds, wal_bytes, rows_written
+        jobs, concurrency, seconds, cpu_s, database_cpu.seconds, wal_bytes, rows_written, sink_cpu_s
     )
 
 
 def run_pgqueuer(
-    server_url: str, sink: str, jobs: int, concurrency: int, chain: int = 1
+    server_url: str, sink: Sink, jobs: int, concurrency: int, chain: int = 1
 ) -> PeerResult:
     """pgqueuer with an aiohttp POST per job, from a backlog of ``jobs`` (or of the first
     jobs of chains of ``chain``), in a scratch database (dropped afterwards)."""
@@ -161,6 +165,8 @@ class Comparison:
     chain: int = 1  # the jobs in a chain: the longest plan's steps
     transport: str = DEFAULT_TRANSPORT  # effectusd's HTTP transport (the peers use aiohttp)
     delivery: str = "at_most_once"  # the delivery of effectusd's bench verb
+    # the sink's CPU per pgqueuer job (the mean of both runs): what answering a job cost
+    pgqueuer_sink_cpu_us_per_job: float | None = None
 
     def ratio(self, steps: int) -> float:
         return round(self.effectusd[steps].steps_per_s / self.pgqueuer_jobs_per_s, 2)
@@ -191,9 +197,10 @@ class Comparison:
             f"aiohttp, effectusd through its {self.transport} transport, its steps "
             f"{self.delivery}",
             "per unit (a job, a step): CPU of the queue's process and of its database's "
-            "backends, WAL bytes, row versions written; ratio: rate over pgqueuer's",
+            "backends, WAL bytes, row versions written, CPU of the sink answering it; "
+            "ratio: rate over pgqueuer's",
             f"{'what':<34}{'rate/s':>10}{'ratio':>8}{'CPU µs':>9}{'DB µs':>8}{'WAL B':>8}"
-            f"{'rows':>6}  notes",
+            f"{'rows':>6}{'sink µs':>9}  notes",
             _row(
                 "pgqueuer + aiohttp POST per job",
                 self.pgqueuer_jobs_per_s,
@@ -202,6 +209,7 @@ class Comparison:
                 self.pgqueuer_db_cpu_us_per_job,
                 self.pgqueuer_wal_bytes_per_job,
                 self.pgqueuer_rows_written_per_job,
+                self.pgqueuer_sink_cpu_us_per_job,
                 f"runs {runs}, efficiency {self.pgqueuer_efficiency}",
             ),
         ]
@@ -224,6 +232,7 @@ class Comparison:
                         peer.db_cpu_us_per_unit,
                         peer.wal_bytes_per_unit,
                         peer.rows_written_per_unit,
+                        peer.sink_cpu_us_per_unit,
                         f"{peer.units} {note}",
                     )
                 )
@@ -239,6 +248,7 @@ class Comparison:
                     result.db_cpu_us_per_step,
                     result.wal_bytes_per_step,
                     result.rows_written_per_step,
+                    result.sink_cpu_us_per_step,
                     ("" if chained is None else f"chains ratio {chained}, ")
                     + ("" if against is None else f"DBOS ratio {against}, ")
                     + f"efficiency {result.efficiency}, idle p50 "
@@ -261,6 +271,7 @@ class Comparison:
             "pgqueuer_wal_bytes_per_job": self.pgqueuer_wal_bytes_per_job,
             "pgqueuer_rows_written_per_job": self.pgqueuer_rows_written_per_job,
             "pgqueuer_efficiency": self.pgqueuer_efficiency,
+            "pgqueuer_sink_cpu_us_per_job": self.pgqueuer_sink_cpu_us_per_job,
             "dbos": None if self.dbos is None else asdict(self.dbos),
             "chain": self.chain,
             "pgqueuer_chains": None if self.chains is None else asdict(self.chains),
@@ -300,7 +311,7 @@ def compare(
             from effectusd.bench.dbos_peer import STEPS, run_dbos
 
             progress(f"DBOS: {dbos_workflows} workflow(s) of {STEPS} step(s)…")
-            dbos = run_dbos(server_url, sink, dbos_workflows, concurrency)
+            dbos = run_dbos(server_url, sink.url, dbos_workflows, concurrency)
         results = {}
         for steps in step_counts:
             count = jobs // steps
@@ -317,10 +328,11 @@ def compare(
             )
         progress(f"pgqueuer again: {jobs} job(s)…")
         after = run_pgqueuer(server_url, sink, jobs, concurrency)
-    db_runs = [
-        run.db_cpu_us_per_unit for run in (before, after) if run.db_cpu_us_per_unit is not None
-    ]
-    db = round(statistics.mean(db_runs), 1) if len(db_runs) == 2 else None
+
+    def both_measured(reading: str) -> float | None:
+        """The mean of a reading both runs took, else None."""
+        runs = [getattr(run, reading) for run in (before, after)]
+        return None if None in runs else round(statistics.fmean(runs), 1)
 
     def both(reading: str, digits: int = 1) -> float:
         """The mean of a reading of the run before effectusd's and the run after."""
@@ -331,7 +343,7 @@ def compare(
         both("units_per_s"),
         [before.units_per_s, after.units_per_s],
         both("cpu_us_per_unit"),
-        db,
+        both_measured("db_cpu_us_per_unit"),
         both("wal_bytes_per_unit"),
         both("rows_written_per_unit", 2),
         results,
@@ -340,6 +352,7 @@ def compare(
         chain,
         transport,
         delivery,
+        both_measured("sink_cpu_us_per_unit"),
     )
 
 
@@ -355,12 +368,13 @@ def _row(
     db_cpu_us: float | None,
     wal_bytes: float,
     rows: float,
+    sink_cpu_us: float | None,
     notes: str,
 ) -> str:
     """One line of the table, in its columns."""
     return (
         f"{label:<34}{rate:>10.0f}{ratio:>8.2f}{cpu_us:>9.0f}{_us(db_cpu_us):>8}"
-        f"{wal_bytes:>8.0f}{rows:>6.1f}  {notes}"
+        f"{wal_bytes:>8.0f}{rows:>6.1f}{_us(sink_cpu_us):>9}  {notes}"
     )
 
 

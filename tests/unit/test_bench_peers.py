@@ -30,9 +30,20 @@ def _comparison() -> Comparison:
         pgqueuer_wal_bytes_per_job=1500.0,
         pgqueuer_rows_written_per_job=4.0,
         effectusd={
-            5: _bench(steps_per_s=1200.0, bare_calls_per_s=6000.0, rows_written_per_step=8.8),
-            1: _bench(steps_per_s=1400.0, bare_calls_per_s=4000.0, rows_written_per_step=8.0),
+            5: _bench(
+                steps_per_s=1200.0,
+                bare_calls_per_s=6000.0,
+                rows_written_per_step=8.8,
+                sink_cpu_us_per_step=25.0,
+            ),
+            1: _bench(
+                steps_per_s=1400.0,
+                bare_calls_per_s=4000.0,
+                rows_written_per_step=8.0,
+                sink_cpu_us_per_step=None,
+            ),
         },
+        pgqueuer_sink_cpu_us_per_job=14.0,
     )
 
 
@@ -49,12 +60,14 @@ def test_the_table_shows_each_sides_cost_per_unit_beside_its_rate() -> None:
     lines = _comparison().table().splitlines()
     header = next(line for line in lines if line.startswith("what"))
     assert header.split()[1:7] == ["rate/s", "ratio", "CPU", "µs", "DB", "µs"]
-    assert "WAL B" in header and "rows" in header
+    assert "WAL B" in header and header.split()[-4:] == ["rows", "sink", "µs", "notes"]
     peer = next(line for line in lines if line.startswith("pgqueuer"))
-    assert peer.split()[6:11] == ["2000", "1.00", "300", "150", "1500"]
+    assert peer.split()[6:13] == ["2000", "1.00", "300", "150", "1500", "4.0", "14"]
     assert "runs 1800 / 2200" in peer and "efficiency 0.4" in peer
     five = next(line for line in lines if line.startswith("effectusd, 5-step"))
-    assert five.split()[3:5] == ["1200", "0.60"] and " 8.8  " in five
+    assert five.split()[3:5] == ["1200", "0.60"] and five.split()[8:10] == ["8.8", "25"]
+    one = next(line for line in lines if line.startswith("effectusd, 1-step"))
+    assert one.split()[8:10] == ["8.0", "n/a"]  # not measured: said so, not zero
 
 
 def test_the_json_carries_the_same_readings() -> None:
@@ -64,6 +77,8 @@ def test_the_json_carries_the_same_readings() -> None:
     assert report["pgqueuer_wal_bytes_per_job"] == 1500.0
     assert report["pgqueuer_efficiency"] == 0.4
     assert report["effectusd"]["5"]["rows_written_per_step"] == 8.8
+    assert report["pgqueuer_sink_cpu_us_per_job"] == 14.0
+    assert report["effectusd"]["5"]["sink_cpu_us_per_step"] == 25.0
 
 
 def _dbos() -> PeerResult:
@@ -74,6 +89,8 @@ def _dbos() -> PeerResult:
 def test_a_peers_totals_become_rates_and_costs_per_unit() -> None:
     assert _dbos() == PeerResult(2000, 32, 2.5, 800.0, 800.0, 400.0, 1500.0, 2.5)
     assert PeerResult.of(10, 1, 1.0, 0.1, None, 0, 0).db_cpu_us_per_unit is None
+    assert _dbos().sink_cpu_us_per_unit is None  # the sink's CPU not read: not measured
+    assert PeerResult.of(2000, 32, 2.5, 1.6, 0.8, 0, 0, 0.03).sink_cpu_us_per_unit == 15.0
 
 
 def test_the_dbos_row_and_effectusds_ratio_to_it() -> None:
@@ -81,7 +98,7 @@ def test_the_dbos_row_and_effectusds_ratio_to_it() -> None:
     assert comparison.dbos_ratio(5) == 1.5 and comparison.dbos_ratio(1) == 1.75
     lines = comparison.table().splitlines()
     dbos = next(line for line in lines if line.startswith("DBOS"))
-    assert dbos.split()[5:12] == ["800", "0.40", "800", "400", "1500", "2.5", "2000"]
+    assert dbos.split()[5:13] == ["800", "0.40", "800", "400", "1500", "2.5", "n/a", "2000"]
     five = next(line for line in lines if line.startswith("effectusd, 5-step"))
     assert "DBOS ratio 1.5," in five
     report = comparison.as_json()
