@@ -69,10 +69,12 @@ def _sign_in(driver: Any, token: str) -> None:
     from selenium.webdriver.support.ui import WebDriverWait
 
     driver.find_element(By.NAME, "token").send_keys(token)
-    sign_in = driver.find_element(By.CSS_SELECTOR, "form[action='/login'] button")
-    sign_in.click()
-    # the sign-in page has the same header links: wait until the signed-in page replaced it
-    WebDriverWait(driver, WAIT_S).until(ready.staleness_of(sign_in))
+    login_page = driver.current_url
+    driver.find_element(By.CSS_SELECTOR, "form[action='/login'] button").click()
+    # the sign-in page has the same header links: wait until the signed-in page replaced it,
+    # by its address (asking an element of the page being replaced whether it is stale can
+    # fail in Chromium with "Node ... does not belong to the document" mid-navigation)
+    WebDriverWait(driver, WAIT_S).until(ready.url_changes(login_page))
 
 
 def _sign_in_and_resolve(driver: Any, base: str, saga: str) -> str:
