@@ -24,6 +24,7 @@ from effectusd.cli import main
 from effectusd.fencing.authority import AuthorityFencing, open_authority
 from effectusd.fencing.protocol import AuthorityUnreachable, FenceBusy, FenceHolder, Grants
 from tests.conftest import create_database, drop_database
+from tests.support.authority import stores_fenced_by
 from tests.support.harness import (
     fetch,
 )
@@ -116,14 +117,7 @@ async def test_migrate_carries_every_store_counters_so_the_first_grant_is_above_
             " VALUES ('account:1', %s), ('tenant:{store}', %s)",
             (issued, issued + 1),
         )
-    path = tmp_path / "effectusd.toml"
-    path.write_text(
-        f'[fencing]\nurl = "{authority}"\n'
-        + "".join(
-            f'[database.stores.{label}]\nurl = "{url}"\nnamespace = "ns-{label}"\n'
-            for label, url in stores.items()
-        )
-    )
+    path = stores_fenced_by(tmp_path / "effectusd.toml", authority, stores)
 
     result = CliRunner().invoke(main, ["--config", str(path), "migrate"])
 
@@ -156,14 +150,7 @@ def test_migrate_check_names_a_pending_or_unreachable_authority_never_its_url(
             (empty, 6, "authority:\n  applied: none\n  pending: 1_fencing_authority, "),
             (unreachable, 1, "authority:\n  error: cannot connect to the fencing authority: "),
         ):
-            path = tmp_path / "effectusd.toml"
-            path.write_text(
-                f'[fencing]\nurl = "{authority}"\n'
-                + "".join(
-                    f'[database.stores.{label}]\nurl = "{url}"\nnamespace = "ns-{label}"\n'
-                    for label, url in stores.items()
-                )
-            )
+            path = stores_fenced_by(tmp_path / "effectusd.toml", authority, stores)
             result = CliRunner().invoke(main, ["--config", str(path), "migrate", "--check"])
 
             assert result.exit_code == code, result.output

@@ -21,6 +21,7 @@ from effectusd.core.canonical import parse_json
 from effectusd.fencing.authority import open_authority
 from tests.conftest import create_database, drop_database
 from tests.integration.test_fencing_authority import handed_out, holder, relayed
+from tests.support.authority import stores_fenced_by
 from tests.support.destination import Request, Response, running
 from tests.support.harness import (
     attempts_of,
@@ -219,14 +220,7 @@ async def test_an_authority_restored_from_an_older_backup_grants_above_every_tok
         sent = max(token for resource, token in destination.seen if resource == "account:shared")
         assert sent > ahead
         # the authority is lost; its backup is restored and `migrate` run, as after any restore
-        path = tmp_path / "effectusd.toml"
-        path.write_text(
-            f'[fencing]\nurl = "{backup}"\n'
-            + "".join(
-                f'[database.stores.{label}]\nurl = "{url}"\nnamespace = "ns-{label}"\n'
-                for label, url in stores.items()
-            )
-        )
+        path = stores_fenced_by(tmp_path / "effectusd.toml", backup, stores)
         result = CliRunner().invoke(main, ["--config", str(path), "migrate"])
         assert result.exit_code == 0, result.output
         provider = open_authority(backup, "b", "daemon-b")
