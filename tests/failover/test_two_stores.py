@@ -38,7 +38,7 @@ from tests.support.services import serving
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chaos]
 ROOT = Path(__file__).resolve().parents[2]
-ORDERS = 8  # per store
+ORDERS = 16  # per store
 
 
 @pytest.fixture(autouse=True, scope="module")
