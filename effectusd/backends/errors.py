@@ -28,6 +28,9 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 )
 # What "cannot reach / open the database" looks like, for the CLI's exit code 1.
 UNAVAILABLE: tuple[type[BaseException], ...] = (psycopg.OperationalError, sqlite3.OperationalError)
+# A write refused by a server that takes none (a standby, default_transaction_read_only on):
+# its transaction rolled back, nothing of it was written.
+READ_ONLY: tuple[type[BaseException], ...] = (pg_errors.ReadOnlySqlTransaction,)
 # Anything psycopg raises (the kit's key commands report them and exit 1).
 POSTGRES_ERRORS: tuple[type[BaseException], ...] = (psycopg.Error,)
 # Errors of a connection that failed (PostgreSQL): before BEGIN, nothing can have committed.

@@ -19,9 +19,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from effectusd.backends.errors import READ_ONLY
 from effectusd.backends.operation import Operation
 from effectusd.config import Config
-from effectusd.console.stores import ServedStore, Stores, Unread, labelled, unread
+from effectusd.console.stores import (
+    NotLocated,
+    ServedStore,
+    Stores,
+    Unread,
+    labelled,
+    unread,
+)
 from effectusd.core import operator_decisions as decide
 from effectusd.core.adoption import drifted_verbs
 from effectusd.core.canonical import JsonValue
@@ -38,6 +46,10 @@ from effectusd.store.across import Done
 from effectusd.store.dispatch import outbox_sample
 
 MAX_LIST = 1_000
+READ_ONLY_TEXT = (
+    "takes no writes (a standby, or default_transaction_read_only on): nothing was written; "
+    "act again once it takes writes"
+)
 FINISHED_WINDOW = timedelta(hours=1)
 ACTIONS = ("resolve", "retry", "cancel", "adopt-contract")
 # The console's name of each action on a whole saga (its path, its form).
@@ -343,10 +355,13 @@ class ConsoleService:
     ) -> tuple[str | None, ActionReport]:
         """Run one operator action on the saga ``name`` names, in the store that holds it:
         that store's label and the report; ``Refused`` (writing nothing) when it does not
-        apply, NotLocated when no one saga is named."""
+        apply, NotLocated when no one saga is named or its store takes no writes."""
         store, saga_id = await self.stores.locate(name)
         operation = self._operation(action, saga_id, fields, actor)
-        report = await store.backend.runner.run_async(operation)
+        try:
+            report = await store.backend.runner.run_async(operation)
+        except READ_ONLY:  # read, then refused the write: a standby, or read-only by setting
+            raise NotLocated("unreached", f"{store.name} {READ_ONLY_TEXT}") from None
         if self.config.fencing.url is not None:  # a failure is logged; the action stands
             await asyncio.to_thread(
                 release_ended_leases, self.config.fencing.url, store.backend, store.label, saga_id

@@ -61,7 +61,7 @@ class Served:
 class NotLocated(Exception):
     """A saga name the console cannot act on: ``kind`` is ``not_found``, ``ambiguous`` (then
     ``candidates``: each saga it fits, with its store's label) or ``unreached`` (a store that
-    could not be searched may hold it)."""
+    could not be searched may hold it, or the store that holds it takes no writes)."""
 
     def __init__(
         self, kind: str, message: str, candidates: Sequence[Mapping[str, Any]] = ()

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
 from effectusd.console import Console
 from effectusd.console.stores import Served
 from effectusd.store.sql import store_backend
 from effectusd.web import WebServer
-from tests.conftest import create_database, drop_database
+from tests.conftest import ADMIN_URL, create_database, drop_database
 from tests.integration.test_cli_stores import (
     CONFIG,
     DOWN,
@@ -171,6 +172,49 @@ async def test_an_action_reports_the_store_that_held_the_saga(
     assert canceled.status_code == 200, canceled.text
     assert (canceled.json()["saga_id"], canceled.json()["store"]) == (east, "east")
     assert state(two_stores["east"], east) == "compensated"
+
+
+async def test_an_action_on_a_store_that_takes_no_writes_is_refused_naming_it_and_writes_nothing(
+    two_stores: dict[str, str],
+) -> None:
+    east = submit(CONFIG, two_stores["east"], "east", "e-1")
+    west = submit(CONFIG, two_stores["west"], "west", "w-1")
+    read_only(two_stores["east"], True)  # as a standby, or a database being moved, is
+    try:
+        async with console_over(two_stores) as http:
+            shown = await http.get(f"/api/sagas/{east}", headers=AUTH)
+            refused = await http.post(
+                f"/api/sagas/{east}/cancel", json={"evidence": "tenant asked"}, headers=AUTH
+            )
+            await login(http, WRITE_TOKEN)
+            page = await http.get(f"/sagas/{east}")
+            origin = str(http.base_url).rstrip("/")
+            form = await http.post(
+                f"/sagas/{east}/cancel",
+                data={"csrf": csrf_of(page.text), "evidence": "tenant asked"},
+                headers={"Origin": origin},
+            )
+            canceled = await http.post(
+                f"/api/sagas/{west}/cancel", json={"evidence": "tenant asked"}, headers=AUTH
+            )
+    finally:
+        read_only(two_stores["east"], False)
+
+    assert shown.status_code == 200  # read, as ever
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["refused"] == "unreached"
+    assert refused.json()["error"].startswith("store 'east' takes no writes")
+    assert form.status_code == 503 and "store &#x27;east&#x27; takes no writes" in form.text
+    assert state(two_stores["east"], east) == "running"  # nothing written
+    assert canceled.status_code == 200, canceled.text  # the other store acts as ever
+    assert state(two_stores["west"], west) == "compensated"
+
+
+def read_only(url: str, on: bool) -> None:
+    """Make the database at ``url`` take no writes from new connections (or again take them)."""
+    name = url.rsplit("/", 1)[1].split("?")[0]
+    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = {on}')
 
 
 async def test_a_prefix_fitting_sagas_in_two_stores_is_refused_naming_each_with_its_label(
