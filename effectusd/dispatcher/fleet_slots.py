@@ -10,7 +10,9 @@ limit. When a slot is given back, the stores that want one are woken, so a quiet
 saga is claimed at the next call's end of a busy one, not after the busy store's backlog.
 
 One claim asks for at most an equal share among all the stores served, so a store whose
-claim hangs (its server gone, its pool waiting out its timeout) holds back no more than that.
+claim hangs (its server gone, its pool waiting out its timeout) holds back no more than that
+the first time; after a claim that failed, its claims ask for one row until one works again
+(``Pipeline.claim_once``), so a store that is down holds one slot.
 A store's claim never waits in the daemon for a slot (``Capacity.may_wait``): a waiting claim
 is started by its own store's next call, which a share can hold back past the claim's lease.
 """

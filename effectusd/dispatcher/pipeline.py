@@ -73,6 +73,7 @@ class Pipeline:
         )
         self.calls: set[asyncio.Task[None]] = set()
         self.claiming = True  # a record claims where a slot is free; off before a drain
+        self.claims_failing = False  # the last claim raised: the next asks for one row
         # Claims a record made while their destination was full, each with the monotonic
         # time its record began (its lease's start, as we see it): the destination's next
         # free slot is theirs before the claim loop's (Capacity.may_wait).
@@ -85,11 +86,18 @@ class Pipeline:
         if not free:
             return 0
         room = self.capacity.room
+        if self.claims_failing:
+            # The store may be down: a claim waits out its pool while holding the slots it
+            # asked for, which another store's work may want. One row until a claim works
+            # (one that finds none of this destination's leaves the next claim due at once).
+            free, room = {next(iter(free)): 1}, 1
         started = time.monotonic()  # before the claim: our local view of the lease is early
         self.capacity.reserve(free)  # the recorder may take slots while the claim runs
         claims: list[Claim] = []
+        self.claims_failing = True  # until the claim returns
         try:
             claims = await self.store.claim(free, room, write_ahead=True)
+            self.claims_failing = False
         finally:
             self.capacity.keep(free, (claim.destination for claim in claims))
             self._start_waiting()  # slots the claim did not use

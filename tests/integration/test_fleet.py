@@ -22,6 +22,7 @@ import pytest
 from effectusd.client import Submission
 from effectusd.config import Config
 from effectusd.core.stores import Store
+from effectusd.dispatcher.daemon import Daemon
 from effectusd.dispatcher.fleet import Fleet
 from tests.conftest import drop_database
 from tests.integration.test_cli_stores import (
@@ -34,7 +35,8 @@ from tests.integration.test_cli_stores import (
     submit,
     two_stores,
 )
-from tests.support.destination import Request, Response, ok, running
+from tests.integration.test_fencing_authority import relayed
+from tests.support.destination import HeldUntilMoreThan, Request, Response, ok, running
 from tests.support.harness import fetch, make_config, serial_plan
 
 pytestmark = pytest.mark.postgres
@@ -244,3 +246,43 @@ async def test_a_store_lost_while_served_stalls_its_own_sagas_alone(
     assert stores["east"]["ok"] is True
     assert stores["west"]["ok"] is False  # its ping fails: named, by its label
     assert SECRET not in health[1] and two_stores["west"] not in health[1]
+
+
+async def test_a_store_whose_claims_hang_holds_back_no_share_of_the_others_slots(
+    two_stores: dict[str, str],
+) -> None:
+    """West's server is cut while served: each of its claims waits out its pool (30 s), and a
+    claim holds the slots it asks for while it runs. After one failed claim west asks for a
+    single row until a claim works again, so east's sagas get the other three of four slots
+    at once (each call is held until the third arrives), not west's half for 30 s."""
+    async with relayed(two_stores["west"]) as (proxy, west_url):
+        with running() as dest:
+            config = make_config(dest.base_url, {"do": {}}, dispatcher={"concurrency": 4})
+            urls = {"east": two_stores["east"], "west": west_url}
+            # through the relay, which runs on this loop: off it
+            warm = await asyncio.to_thread(submit, config, west_url, "west", "warm")
+            fleet = Fleet(config, stores_of(urls))
+            task = asyncio.create_task(fleet.run())
+            try:
+                await until(lambda: state(west_url, warm) == "completed", "west served")
+                west = next(part.daemon for part in fleet.parts if part.label == "west")
+                await proxy.stop()  # its pool's connections cut, and no new one opens
+                await until(lambda: failing(west), "west's claims failing")
+                await until(lambda: west.capacity.busy > 0, "west's claim waiting on its pool")
+                dest.handler = held = HeldUntilMoreThan(2)
+                east = [submit(config, urls["east"], "east", f"order-{n}") for n in range(3)]
+                await until(
+                    lambda: [state(urls["east"], saga) for saga in east] == ["completed"] * 3,
+                    "east's three sagas, called at once",
+                    within_s=15,
+                )
+                assert west.capacity.busy == 1  # the one row it asks for
+            finally:
+                fleet.stopping.set()
+                await asyncio.wait_for(task, 60)
+    assert held.exceeded.is_set()
+    assert [request.attempt for request in dest.requests] == [1, 1, 1, 1]
+
+
+def failing(daemon: Daemon) -> bool:
+    return daemon.claimer is not None and daemon.claimer.failing_since is not None
