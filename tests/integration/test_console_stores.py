@@ -83,6 +83,19 @@ async def console_over(urls: Mapping[str, str]) -> AsyncIterator[httpx.AsyncClie
         await server.close()
 
 
+async def cancel_by_form(
+    http: httpx.AsyncClient, name: str
+) -> tuple[httpx.Response, httpx.Response]:
+    """Signed in: the page of the saga ``name`` names, then its cancel form sent from it."""
+    page = await http.get(f"/sagas/{name}")
+    canceled = await http.post(
+        f"/sagas/{name}/cancel",
+        data={"csrf": csrf_of(page.text), "evidence": "tenant asked"},
+        headers={"Origin": str(http.base_url).rstrip("/")},
+    )
+    return page, canceled
+
+
 def without_down(text: str) -> None:
     for part in DOWN_PARTS:
         assert part not in text
@@ -137,13 +150,7 @@ async def test_a_saga_is_shown_and_acted_on_in_the_store_that_holds_it(
         whole = await http.get(f"/api/sagas/{west}", headers=AUTH)
         started = await http.get(f"/api/sagas/{prefix}", headers=AUTH)
         await login(http, WRITE_TOKEN)
-        page = await http.get(f"/sagas/{prefix}")
-        origin = str(http.base_url).rstrip("/")
-        canceled = await http.post(
-            f"/sagas/{prefix}/cancel",
-            data={"csrf": csrf_of(page.text), "evidence": "tenant asked"},
-            headers={"Origin": origin},
-        )
+        page, canceled = await cancel_by_form(http, prefix)
         retried = await http.post(
             f"/api/sagas/{west}/retry", json={"evidence": "again"}, headers=AUTH
         )
@@ -187,13 +194,7 @@ async def test_an_action_on_a_store_that_takes_no_writes_is_refused_naming_it_an
                 f"/api/sagas/{east}/cancel", json={"evidence": "tenant asked"}, headers=AUTH
             )
             await login(http, WRITE_TOKEN)
-            page = await http.get(f"/sagas/{east}")
-            origin = str(http.base_url).rstrip("/")
-            form = await http.post(
-                f"/sagas/{east}/cancel",
-                data={"csrf": csrf_of(page.text), "evidence": "tenant asked"},
-                headers={"Origin": origin},
-            )
+            _, form = await cancel_by_form(http, east)
             canceled = await http.post(
                 f"/api/sagas/{west}/cancel", json={"evidence": "tenant asked"}, headers=AUTH
             )
